@@ -1,0 +1,91 @@
+"""`rtrl` command line. Parsing is cheap; each subcommand's module (and its heavy imports) loads only when run.
+
+Every subcommand takes the global options first: `rtrl [--config FILE] [--set key.sub=value ...] COMMAND ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+EPILOG = """examples:
+  rtrl up                      start the embedded broker (+ topics) and the MLflow store
+  rtrl status                  what is running, where its logs are
+  rtrl collector --keys-new web   make an API key for client 'web', then `rtrl collector` serves ingest
+  rtrl archive                 archive telemetry to Parquet (Ctrl-C stops it cleanly)
+  rtrl bench ingest --json     SDK, collector and Kafka throughput, end-to-end delivery check
+  rtrl down                    stop everything this state dir started
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rtrl", description="Real-time RL for coding-assistant models.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="FILE", help="TOML config (default: infra/rtrl.toml, the embedded default)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key, e.g. --set kafka.port=29092 (repeatable)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def cmd(name: str, handler: str, help: str, **kw) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help, **kw)
+        sp.set_defaults(handler=handler)
+        return sp
+
+    up = cmd("up", "infra.commands.stack:up", "start the embedded stack (broker, topics, MLflow store)")
+    up.add_argument("--mlflow-ui", action="store_true", help="also serve the MLflow UI on mlflow.ui_port")
+    cmd("status", "infra.commands.stack:status", "show what the stack runs (JSON)")
+    cmd("down", "infra.commands.stack:down", "stop every process this state dir started")
+
+    cfg = cmd("config", "infra.commands.config:show", "print the effective configuration (TOML → JSON)")
+    cfg.add_argument("--check", action="store_true", help="only validate; exit 1 with the reason on error")
+
+    schemas = cmd("schemas", "infra.commands.schemas:main", "event schema tools")
+    schemas_sub = schemas.add_subparsers(dest="schemas_command", metavar="ACTION", required=True)
+    exp = schemas_sub.add_parser("export", help="write one JSON Schema per event type (and index.json) to DIR")
+    exp.add_argument("dir")
+    val = schemas_sub.add_parser("validate", help="validate JSON events (one per line) from FILE or stdin")
+    val.add_argument("file", nargs="?", default="-")
+
+    col = cmd("collector", "infra.commands.collector:main", "run the HTTP ingest collector (foreground)")
+    col.add_argument("--keys-new", metavar="CLIENT", help="create an API key for CLIENT, print it once, and exit")
+    col.add_argument("--keys-list", action="store_true", help="list clients that have keys and exit")
+    col.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
+
+    arc = cmd("archive", "infra.commands.archive:main", "archive Kafka topics to the Parquet event log")
+    arc.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
+    arc.add_argument("--until-idle", type=float, metavar="SECONDS",
+                     help="stop after SECONDS with no new message (default: run until stopped)")
+
+    bench = cmd("bench", "infra.commands.bench:main", "benchmarks that print JSON")
+    bench_sub = bench.add_subparsers(dest="bench_command", metavar="WHAT", required=True)
+    bi = bench_sub.add_parser("ingest", help="SDK enqueue latency, collector and Kafka throughput, archive check")
+    bi.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+    bi.add_argument("--events", type=int, default=50_000, help="events to send per stage (default 50000)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from infra.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(f"rtrl: config error: {e}", file=sys.stderr)
+        return 2
+    module, func = args.handler.split(":")
+    handler = getattr(importlib.import_module(module), func)
+    from infra.stack.process import StackError
+
+    try:
+        return int(handler(args, cfg) or 0)
+    except StackError as e:
+        print(f"rtrl: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `rtrl` subcommand; each exposes handlers `(args, cfg) -> exit code`."""

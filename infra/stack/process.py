@@ -1,0 +1,159 @@
+"""Supervised background processes for the local stack: pid file, log file, health wait, clean stop.
+
+Each process runs in its own session (process group) so `stop` takes its children with it: nothing is orphaned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _proc_start_ticks(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])  # starttime: tells a reused pid from ours
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    state_dir: Path
+
+    @property
+    def pidfile(self) -> Path:
+        return self.state_dir / "run" / f"{self.name}.json"
+
+    @property
+    def logfile(self) -> Path:
+        return self.state_dir / "logs" / f"{self.name}.log"
+
+    def info(self) -> dict | None:
+        """What was recorded at start (pid, argv, extra), or None if not running."""
+        try:
+            rec = json.loads(self.pidfile.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        if _proc_start_ticks(rec["pid"]) != rec.get("start_ticks"):
+            return None
+        try:  # a zombie is not running
+            if Path(f"/proc/{rec['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return None
+        except OSError:
+            return None
+        return rec
+
+    def is_running(self) -> bool:
+        return self.info() is not None
+
+    def start(self, argv: list[str], env: dict[str, str] | None = None, extra: dict | None = None) -> dict:
+        if (rec := self.info()) is not None:
+            return rec
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        self.pidfile.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.logfile, "ab") as log:
+            log.write(f"\n--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(argv)}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env={**os.environ, **(env or {})}, close_fds=True)
+        rec = {"pid": proc.pid, "start_ticks": _proc_start_ticks(proc.pid), "argv": argv,
+               "started_at": time.time(), **(extra or {})}
+        tmp = self.pidfile.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec))
+        tmp.replace(self.pidfile)
+        self._popen = proc  # keep a handle so the child is reaped if we are its parent
+        return rec
+
+    def wait_healthy(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.is_running():
+                raise StackError(f"{self.name} exited during start-up; last lines of {self.logfile}:\n"
+                                 f"{self.log_tail()}")
+            if check():
+                return
+            time.sleep(0.2)
+        raise StackError(f"{self.name} did not become healthy ({what}) within {timeout_s:.0f}s; "
+                         f"last lines of {self.logfile}:\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        """SIGTERM the process group, SIGKILL after `timeout_s`. Returns whether something was running."""
+        rec = self.info()
+        if rec is None:
+            self.pidfile.unlink(missing_ok=True)
+            return False
+        pid = rec["pid"]
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self._alive(pid):
+            time.sleep(0.05)
+        if self._alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            while self._alive(pid):
+                time.sleep(0.05)
+        self.pidfile.unlink(missing_ok=True)
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL at once (fault injection, tests)."""
+        rec = self.info()
+        if rec is not None:
+            try:
+                os.killpg(rec["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            while self._alive(rec["pid"]):
+                time.sleep(0.02)
+
+    def _alive(self, pid: int) -> bool:
+        popen = getattr(self, "_popen", None)
+        if popen is not None and popen.pid == pid:
+            return popen.poll() is None
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state != "Z"
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"

@@ -1,0 +1,82 @@
+"""Bring the embedded stack up and down as one unit: object store + broker (+ topics), MLflow store (+ UI).
+
+Every step is idempotent: `up` twice starts nothing new; `down` twice stops nothing the second time; state and
+logs live under `<state_dir>/run` and `<state_dir>/logs`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from infra.config import RtrlConfig
+from infra.stack.broker import Broker, ensure_topics
+from infra.stack.mlflow_store import MlflowStore
+from infra.stack.process import ManagedProcess
+from schemas.topics import TOPICS
+
+# Services started by other subcommands that `rtrl down` also stops, so nothing is left behind.
+WORKERS = ("collector", "archiver")
+
+
+@dataclass
+class Stack:
+    cfg: RtrlConfig
+    broker: Broker = field(init=False)
+    mlflow: MlflowStore = field(init=False)
+
+    def __post_init__(self):
+        state = self.cfg.state_path
+        self.broker = Broker(self.cfg.kafka, state)
+        self.mlflow = MlflowStore(self.cfg.mlflow, self.cfg.mlflow_tracking_uri(),
+                                  self.cfg.path_or_default(self.cfg.mlflow.artifact_root, "mlflow-artifacts"), state)
+
+    @property
+    def embedded_broker(self) -> bool:
+        return not self.cfg.kafka.bootstrap_servers
+
+    def topic_partitions(self) -> dict[str, int]:
+        return {t: self.cfg.kafka.partitions_for(t) for t in TOPICS}
+
+    def up(self, mlflow_ui: bool = False, log=print) -> dict:
+        t0 = time.monotonic()
+        self.cfg.state_path.mkdir(parents=True, exist_ok=True)
+        if self.embedded_broker:
+            log(f"broker: starting Tansu on {self.cfg.kafka.bootstrap()} (storage: {self.cfg.kafka.storage_engine})")
+            self.broker.start()
+        created = ensure_topics(self.cfg.kafka.bootstrap(), self.topic_partitions())
+        log(f"topics: {len(TOPICS)} ready ({len(created)} created)")
+        self.mlflow.ensure_store()
+        log(f"mlflow: tracking store {self.mlflow.tracking_uri}")
+        if mlflow_ui:
+            self.mlflow.start_ui()
+            log(f"mlflow: UI at {self.mlflow.ui_url}")
+        log(f"up in {time.monotonic() - t0:.1f}s; state in {self.cfg.state_path}")
+        return self.status()
+
+    def status(self) -> dict:
+        procs = {"broker": self.broker.proc, "mlflow-ui": self.mlflow.ui}
+        if self.broker.store is not None:
+            procs["objectstore"] = self.broker.store.proc
+        procs.update({w: ManagedProcess(w, self.cfg.state_path) for w in WORKERS})
+        services = {}
+        for name, proc in procs.items():
+            info = proc.info()
+            services[name] = {"running": info is not None, "pid": info and info["pid"], "log": str(proc.logfile)}
+        healthy = self.broker.answers_metadata() if (self.embedded_broker and services["broker"]["running"]) else None
+        return {"state_dir": str(self.cfg.state_path), "bootstrap": self.cfg.kafka.bootstrap(),
+                "broker_healthy": healthy, "mlflow_tracking_uri": self.mlflow.tracking_uri,
+                "mlflow_ui": self.mlflow.ui_url if services["mlflow-ui"]["running"] else None,
+                "services": services}
+
+    def down(self, log=print) -> list[str]:
+        stopped = []
+        for w in WORKERS:
+            if ManagedProcess(w, self.cfg.state_path).stop():
+                stopped.append(w)
+        if self.mlflow.ui.stop():
+            stopped.append("mlflow-ui")
+        if self.broker.stop():
+            stopped.append("broker")
+        log(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+        return stopped

@@ -1,0 +1,99 @@
+"""The envelope every event carries (DESIGN.md §3) and the error raised on bad input."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ID = Field(min_length=1, max_length=128)
+
+
+class SchemaError(ValueError):
+    """Bad input. `field` names the offending field (dotted path), `reason` says why."""
+
+    def __init__(self, field: str, reason: str):
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "reason": self.reason}
+
+
+def _utc(value: datetime, name: str) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError(f"{name} must carry a timezone (UTC expected), got a naive datetime")
+    return value.astimezone(timezone.utc)
+
+
+class Event(BaseModel):
+    """Envelope fields shared by every event type.
+
+    `event_id` is made by the client and is the idempotency key: a retried or replayed event keeps its id.
+    `received_time` is stamped by the ingest collector (or the SDK's sender for direct-to-Kafka clients).
+    Subclasses list in `CONTENT_FIELDS` what is trainable content: a `privacy_mode` event must leave them empty.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=False, str_max_length=1_000_000)
+
+    EVENT_TYPE: ClassVar[str] = ""
+    SCHEMA_VERSION: ClassVar[int] = 1
+    CONTENT_FIELDS: ClassVar[tuple[str, ...]] = ()
+    PRODUCERS: ClassVar[str] = ""
+    CONSUMERS: ClassVar[str] = ""
+
+    event_id: str = Field(description="Client-made UUID; the idempotency key.")
+    event_type: str = Field(description="Which event this is; selects the model.")
+    schema_version: int = Field(ge=1, description="Version of this event type's schema the producer wrote.")
+    event_time: datetime = Field(description="Client clock, UTC, when the thing happened.")
+    received_time: datetime | None = Field(default=None, description="Set by the collector/sender on receipt, UTC.")
+    user_id: str = Field(min_length=1, max_length=128, description="Pseudonymous user id.")
+    org_id: str = Field(min_length=1, max_length=128)
+    workspace_id: str = Field(min_length=1, max_length=128)
+    session_id: str = Field(min_length=1, max_length=128)
+    privacy_mode: bool = Field(default=False, description="When true the event carries no trainable content.")
+    client_version: str = Field(min_length=1, max_length=64)
+
+    @field_validator("event_id")
+    @classmethod
+    def _event_id_is_uuid(cls, v: str) -> str:
+        try:
+            return str(uuid.UUID(v))
+        except (ValueError, AttributeError, TypeError):
+            raise ValueError("must be a UUID string") from None
+
+    @field_validator("event_time")
+    @classmethod
+    def _event_time_utc(cls, v: datetime) -> datetime:
+        return _utc(v, "event_time")
+
+    @field_validator("received_time")
+    @classmethod
+    def _received_time_utc(cls, v: datetime | None) -> datetime | None:
+        return None if v is None else _utc(v, "received_time")
+
+    @model_validator(mode="after")
+    def _type_version_and_privacy(self):
+        if self.event_type != self.EVENT_TYPE:
+            raise ValueError(f"event_type must be {self.EVENT_TYPE!r} for this model, got {self.event_type!r}")
+        if self.schema_version != self.SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version {self.schema_version} must be upgraded to {self.SCHEMA_VERSION} before validation"
+            )
+        if self.privacy_mode:
+            for name in self.CONTENT_FIELDS:
+                if getattr(self, name):
+                    raise ValueError(f"privacy_mode event must not carry content field {name!r}")
+        return self
+
+    def without_content(self) -> "Event":
+        """A copy with every content field emptied and `privacy_mode` set: what privacy mode may send."""
+        empty = {name: type(getattr(self, name))() for name in self.CONTENT_FIELDS}
+        return self.model_copy(update={**empty, "privacy_mode": True})
+
+    @classmethod
+    def new_id(cls) -> str:
+        return str(uuid.uuid4())

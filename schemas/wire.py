@@ -1,0 +1,55 @@
+"""Wire format: one JSON object per event (UTF-8), carrying its own `event_type` and `schema_version`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from schemas.compat import upgrade
+from schemas.envelope import Event, SchemaError
+from schemas.events import EVENT_TYPES
+
+MAX_WIRE_BYTES = 4 * 1024 * 1024
+
+
+def _first_error(err: ValidationError) -> SchemaError:
+    e = err.errors(include_url=False)[0]
+    field = ".".join(str(p) for p in e.get("loc", ())) or "<event>"
+    return SchemaError(field, e.get("msg", "invalid"))
+
+
+def parse_event(d: Any) -> Event:
+    """Validate a decoded event (a dict), upgrading older schema versions. Raises SchemaError naming the field."""
+    if not isinstance(d, dict):
+        raise SchemaError("<event>", f"must be a JSON object, got {type(d).__name__}")
+    event_type = d.get("event_type")
+    if not isinstance(event_type, str):
+        raise SchemaError("event_type", "missing or not a string")
+    cls = EVENT_TYPES.get(event_type)
+    if cls is None:
+        raise SchemaError("event_type", f"unknown event type {event_type!r}; known: {sorted(EVENT_TYPES)}")
+    try:
+        d = upgrade(d, cls.SCHEMA_VERSION)
+    except ValueError as e:
+        raise SchemaError("schema_version", str(e)) from None
+    try:
+        return cls.model_validate(d)
+    except ValidationError as e:
+        raise _first_error(e) from None
+
+
+def parse_wire(data: bytes | str) -> Event:
+    """Decode and validate one wire message."""
+    if len(data) > MAX_WIRE_BYTES:
+        raise SchemaError("<event>", f"message of {len(data)} bytes exceeds {MAX_WIRE_BYTES}")
+    try:
+        d = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SchemaError("<event>", f"not valid JSON: {e}") from None
+    return parse_event(d)
+
+
+def to_wire(event: Event) -> bytes:
+    return event.model_dump_json().encode()

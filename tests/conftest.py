@@ -1,0 +1,63 @@
+"""Shared fixtures. Integration tests get a real Tansu broker (and its object store) started once per session."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from infra.config import RtrlConfig, load_config
+
+
+def free_port_pair() -> int:
+    """A port P such that P and P+1 are free (the broker and its object store)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_config(state_dir: Path, *overrides: str) -> RtrlConfig:
+    """The default config with an isolated state dir and free ports, plus `key=value` overrides."""
+    return load_config(None, [f"state_dir={str(state_dir)!r}".replace("'", '"'), f"kafka.port={free_port_pair()}",
+                              f"collector.port={free_port()}", f"mlflow.ui_port={free_port()}", *overrides])
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory):
+    """A running embedded stack (broker + object store + topics + MLflow store), shared by the session.
+    Tests that stop or kill the broker must use `private_stack` instead."""
+    from infra.stack.stack import Stack
+
+    cfg = make_config(tmp_path_factory.mktemp("stack"))
+    st = Stack(cfg)
+    st.up(log=lambda *_: None)
+    yield st
+    st.down(log=lambda *_: None)
+
+
+@pytest.fixture
+def private_stack(tmp_path):
+    """A stack of the test's own, torn down after it (for tests that stop, kill or restart the broker)."""
+    from infra.stack.stack import Stack
+
+    st = Stack(make_config(tmp_path / "state"))
+    st.up(log=lambda *_: None)
+    yield st
+    st.down(log=lambda *_: None)
