@@ -5,6 +5,7 @@ Each process runs in its own session (process group) so `stop` takes its childre
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -21,12 +22,17 @@ class StackError(RuntimeError):
 
 
 def port_is_free(host: str, port: int) -> bool:
+    """True if (host, port) can be bound; False if something holds it. A host that is not an address of this
+    machine is a configuration error, reported as such."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
-            return False
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return False
+            raise StackError(f"cannot bind {host}:{port}: {e.strerror or e} (is {host!r} an address of this "
+                             "machine?)") from None
     return True
 
 

