@@ -1,1 +1,1 @@
-"""infra"""
+"""Wiring: the `rtrl` CLI, configuration, the embedded local stack, set-up and test scripts."""

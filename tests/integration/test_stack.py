@@ -88,3 +88,19 @@ def test_broker_restart_keeps_acknowledged_messages(private_stack):
             break
     consumer.close()
     assert seen == {b"m%d" % i for i in range(100)}
+
+
+@pytest.mark.slow
+def test_mlflow_ui_serves_health_on_localhost_and_stops_with_down(tmp_path):
+    import urllib.request
+
+    cfg = make_config(tmp_path, "kafka.storage_engine=memory")
+    out = cli(cfg, "up", "--mlflow-ui")
+    assert out.returncode == 0, out.stderr
+    url = f"http://127.0.0.1:{cfg.mlflow.ui_port}"
+    assert f"mlflow: UI at {url}" in out.stdout
+    with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+        assert r.status == 200
+    pid = Stack(cfg).mlflow.ui.info()["pid"]
+    assert "mlflow-ui" in cli(cfg, "down").stdout
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
