@@ -1,0 +1,74 @@
+"""One batch in flight: consumed messages sorted into events, duplicates and dead letters, per partition.
+
+Nothing here touches disk or Kafka; `Archiver.flush` commits a batch. Duplicates (same `event_id`) are dropped
+within the batch and against the `RecentIds` window of what is already archived; the first copy wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipelines.archive.deadletter import DeadLetter
+from pipelines.archive.dedupe import RecentIds
+from pipelines.archive.messages import SourceMessage
+from schemas import Event, SchemaError, parse_wire
+
+
+@dataclass
+class PartitionBatch:
+    """What one partition contributed to a batch: offsets `first_offset..last_offset` (inclusive)."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    events: list[tuple[Event, int]] = field(default_factory=list)  # (event, offset), in offset order
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    duplicates: int = 0
+    messages: int = 0
+
+    @property
+    def tp(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+
+class Batch:
+    def __init__(self, window: RecentIds):
+        self.window = window
+        self.partitions: dict[tuple[str, int], PartitionBatch] = {}
+        self.event_ids: set[str] = set()
+        self.messages = 0
+
+    def __len__(self) -> int:
+        return self.messages
+
+    def add(self, m: SourceMessage) -> None:
+        pb = self.partitions.get(m.tp)
+        if pb is None:
+            pb = self.partitions[m.tp] = PartitionBatch(m.topic, m.partition, m.offset, m.offset)
+        if m.offset <= pb.last_offset and pb.messages:
+            raise ValueError(f"{m.topic}/{m.partition}: offset {m.offset} after {pb.last_offset} (not increasing)")
+        pb.last_offset = m.offset
+        pb.messages += 1
+        self.messages += 1
+        if m.value is None:
+            pb.dead_letters.append(DeadLetter.of(m, None))
+            return
+        try:
+            event = parse_wire(m.value)
+        except SchemaError as e:
+            pb.dead_letters.append(DeadLetter.of(m, e))
+            return
+        if event.event_id in self.event_ids or event.event_id in self.window:
+            pb.duplicates += 1
+            return
+        self.event_ids.add(event.event_id)
+        pb.events.append((event, m.offset))
+
+    @property
+    def events(self) -> int:
+        return sum(len(pb.events) for pb in self.partitions.values())
+
+    @property
+    def dead_letters(self) -> list[DeadLetter]:
+        return [d for pb in self.partitions.values() for d in pb.dead_letters]

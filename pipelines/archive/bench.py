@@ -1,0 +1,119 @@
+"""Archive throughput: events/s from Kafka to durable, manifested Parquet. Prints one JSON object.
+
+    python -m pipelines.archive.bench [--events 100000] [--batch 50000] [--bootstrap HOST:PORT]
+
+Without --bootstrap it starts a private embedded broker in a temporary state dir (and stops it afterwards).
+It produces `--events` events of every type (fixture-shaped, fresh ids, acks=all), then runs the archiver from an
+empty archive until idle. `archive_events_per_s` = events written / (first record consumed -> last batch
+committed); `wall_s` also counts start-up (connect, recovery), not the final idle wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+
+def _events(n: int):
+    from schemas import EVENT_TYPES, parse_event
+
+    fixtures = Path(__file__).parents[2] / "schemas" / "fixtures"
+    base = {}
+    for t in sorted(EVENT_TYPES):
+        newest = max((fixtures / t).glob("v*.json"), key=lambda p: int(p.stem[1:]))
+        base[t] = json.loads(newest.read_text())
+    types = sorted(base)
+    for i in range(n):
+        d = dict(base[types[i % len(types)]], event_id=str(uuid.uuid4()), user_id=f"u-{i % 997}")
+        yield parse_event(d)
+
+
+def _free_port_pair() -> int:
+    """A port P with P and P + 1 free (the embedded broker and its object store)."""
+    import socket
+
+    from infra.stack.process import port_is_free
+
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65535 and port_is_free("127.0.0.1", port + 1):
+            return port
+    raise RuntimeError("no free port pair")
+
+
+def _produce(bootstrap: str, n: int) -> dict:
+    from kafka import KafkaProducer
+
+    from schemas import to_wire, topic_for
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024)
+    t0, size, futures = time.monotonic(), 0, []
+    for e in _events(n):
+        v = to_wire(e)
+        size += len(v)
+        futures.append(p.send(topic_for(e.event_type), key=e.user_id.encode(), value=v))
+    p.flush()
+    for f in futures:
+        f.get(timeout=60)
+    p.close()
+    dt = time.monotonic() - t0
+    return {"produced": n, "produce_s": round(dt, 2), "produce_events_per_s": round(n / dt), "avg_bytes": size // n}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=50_000, help="archive.batch_max_events")
+    ap.add_argument("--bootstrap", default="", help="an existing broker with the topics (default: a private one)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override, e.g. --set archive.check_crcs=false --set kafka.storage_engine=memory")
+    args = ap.parse_args(argv)
+
+    from infra.config import load_config
+    from pipelines.archive.archiver import Archiver
+
+    with tempfile.TemporaryDirectory(prefix="rtrl-archive-bench-") as tmp:
+        sets = [f'state_dir="{tmp}/state"', f'archive.output_dir="{tmp}/archive"',
+                f"archive.batch_max_events={args.batch}"]
+        stack = None
+        if args.bootstrap:
+            sets.append(f'kafka.bootstrap_servers="{args.bootstrap}"')
+        else:
+            sets.append(f"kafka.port={_free_port_pair()}")
+        cfg = load_config(None, sets + args.overrides)
+        if not args.bootstrap:
+            from infra.stack.stack import Stack
+
+            stack = Stack(cfg)
+            stack.up(log=lambda *_: None)
+        try:
+            out = _produce(cfg.kafka.bootstrap(), args.events)
+            t0 = time.monotonic()
+            last_commit = [t0]
+
+            def log(line: str) -> None:
+                if line.startswith("archive: batch"):
+                    last_commit[0] = time.monotonic()
+
+            stats = Archiver.from_config(cfg, log=log).run(until_idle_s=2.0)
+            wall = last_commit[0] - t0  # start-up (connect, recovery) + archiving, without the idle wait
+            out.update(archived=stats.events_written, batches=stats.batches, files=stats.files_written,
+                       bytes_written=stats.bytes_written, archive_busy_s=round(stats.busy_s, 2),
+                       archive_events_per_s=round(stats.events_per_s), wall_s=round(wall, 2),
+                       wall_events_per_s=round(stats.events_written / wall), batch_max_events=args.batch,
+                       storage_engine=cfg.kafka.storage_engine, check_crcs=cfg.archive.check_crcs)
+        finally:
+            if stack is not None:
+                stack.down(log=lambda *_: None)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

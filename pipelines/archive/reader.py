@@ -1,0 +1,122 @@
+"""Read the Parquet event log: the replay source for the reward job and for data engineers.
+
+Only files of committed batches (listed by a manifest) are read, so a reader running beside the archiver never
+sees a half-committed batch. Results are `polars.DataFrame`s with the Arrow schema of `schemas/` (timestamps are
+`Datetime("us", "UTC")`, nested hunks/tool calls are structs/lists) plus the provenance columns `_topic`,
+`_partition`, `_offset`. Files written under an older schema version are upgraded row by row through
+`schemas.from_arrow`, so every row reads at the current version.
+
+Rows come sorted by (event_time, event_id, _topic, _partition, _offset): the same archive always gives the same
+frame. With `dedupe=True` (the default) only the first row of each event_id in that order is kept.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.archive.deadletter import DEAD_LETTER_SCHEMA
+from pipelines.archive.manifest import ArchiveError, manifested_files
+from pipelines.archive.writer import DEAD_LETTERS, EVENTS, PROVENANCE, PROVENANCE_COLUMNS, FileEntry
+from schemas import EVENT_TYPES, Event, arrow_schema, from_arrow, to_arrow
+
+SORT_KEY = ["event_time", "event_id", *PROVENANCE_COLUMNS]
+
+
+def _check_tz(name: str, t: datetime | None) -> None:
+    if t is not None and t.tzinfo is None:
+        raise ValueError(f"{name} must be timezone-aware (event times are UTC), got naive {t!r}")
+
+
+def _in_date_range(f: FileEntry, start: datetime | None, end: datetime | None) -> bool:
+    d = date.fromisoformat(f.event_date) if f.event_date else None
+    if d is None:
+        return True
+    # event_date is the UTC date of event_time; end is exclusive, but a date equal to end's can hold earlier rows.
+    return (start is None or d >= start.astimezone(timezone.utc).date()) and (
+        end is None or d <= end.astimezone(timezone.utc).date())
+
+
+def event_table_schema(event_type: str) -> pa.Schema:
+    """The schema of an archived data file: `arrow_schema(event_type)` + the provenance columns."""
+    base = arrow_schema(event_type)
+    return pa.schema(list(base) + list(PROVENANCE), metadata=base.metadata)
+
+
+def _read(root: Path, f: FileEntry, columns: list[str] | None = None) -> pa.Table:
+    try:
+        return pq.read_table(root / f.path, columns=columns)
+    except FileNotFoundError:
+        raise ArchiveError(f"{root / f.path} is listed by a manifest but missing: the archive is damaged") from None
+
+
+def conform(table: pa.Table, event_type: str) -> pa.Table:
+    """A data file's table at the current schema version of its event type."""
+    target = event_table_schema(event_type)
+    version = (table.schema.metadata or {}).get(b"rtrl.schema_version")
+    if version == target.metadata[b"rtrl.schema_version"] and table.column_names == target.names:
+        return table if table.schema.equals(target) else table.cast(target)
+    data = table.drop_columns([c for c in PROVENANCE_COLUMNS if c in table.column_names])
+    upgraded = to_arrow(from_arrow(data), event_type)  # older versions -> current (schemas.compat upgraders)
+    for field in PROVENANCE:
+        upgraded = upgraded.append_column(field, table.column(field.name).cast(field.type))
+    return upgraded
+
+
+def _envelope_frame() -> pl.DataFrame:
+    names = [*Event.model_fields, "event_date"]
+    schema = event_table_schema(next(iter(EVENT_TYPES)))
+    return pl.from_arrow(pa.schema([schema.field(n) for n in names] + list(PROVENANCE)).empty_table())
+
+
+def read_events(root: str | Path, event_type: str | None = None, start: datetime | None = None,
+                end: datetime | None = None, dedupe: bool = True) -> pl.DataFrame:
+    """Archived events with `start <= event_time < end` (either bound optional, timezone-aware), of one event type
+    or all. For all types the frame has the union of their columns (null where a type has no such column)."""
+    _check_tz("start", start)
+    _check_tz("end", end)
+    if event_type is not None and event_type not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {event_type!r}; known: {sorted(EVENT_TYPES)}")
+    root = Path(root)
+    by_type: dict[str, list[FileEntry]] = defaultdict(list)
+    for f in manifested_files(root, EVENTS):
+        if (event_type is None or f.event_type == event_type) and _in_date_range(f, start, end):
+            by_type[f.event_type].append(f)
+    frames = []
+    for t in sorted(by_type):
+        table = pa.concat_tables([conform(_read(root, f), t) for f in by_type[t]])
+        frames.append(pl.from_arrow(table))
+    if not frames:
+        return pl.from_arrow(event_table_schema(event_type).empty_table()) if event_type else _envelope_frame()
+    df = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+    if start is not None:
+        df = df.filter(pl.col("event_time") >= start)
+    if end is not None:
+        df = df.filter(pl.col("event_time") < end)
+    df = df.sort(SORT_KEY)
+    if dedupe:
+        df = df.unique(subset=["event_id"], keep="first", maintain_order=True)
+    return df
+
+
+def archived_event_ids(root: str | Path) -> set[str]:
+    """The event_id of every archived event (all types, all times)."""
+    root = Path(root)
+    ids: set[str] = set()
+    for f in manifested_files(root, EVENTS):
+        ids.update(_read(root, f, ["event_id"]).column("event_id").to_pylist())
+    return ids
+
+
+def read_dead_letters(root: str | Path) -> pl.DataFrame:
+    """Every archived dead letter (raw value, reason, field, detail, source topic/partition/offset), in source
+    order."""
+    root = Path(root)
+    tables = [_read(root, f) for f in manifested_files(root, DEAD_LETTERS)]
+    table = pa.concat_tables(tables) if tables else DEAD_LETTER_SCHEMA.empty_table()
+    return pl.from_arrow(table).sort(["cluster_id", "topic", "partition", "offset"])

@@ -1,0 +1,82 @@
+"""Parquet files of one partition's batch: one file per (event type, event date), plus its dead letters.
+
+Each file is written durably (temp name, fsync, rename, fsync dir) but is not yet part of the archive: only the
+batch manifest written after it makes it so (`manifest.py`). The on-disk schema is `schemas.arrow_schema(type)`
+followed by the provenance columns `_topic`, `_partition`, `_offset` (where in Kafka the row came from).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.archive import layout
+from pipelines.archive.batch import PartitionBatch
+from pipelines.archive.deadletter import dead_letter_table
+from pipelines.archive.durable import write_durably
+from schemas import Event, to_arrow
+
+PROVENANCE = (pa.field("_topic", pa.string(), nullable=False), pa.field("_partition", pa.int32(), nullable=False),
+              pa.field("_offset", pa.int64(), nullable=False))
+PROVENANCE_COLUMNS = tuple(f.name for f in PROVENANCE)
+
+EVENTS = "events"
+DEAD_LETTERS = "dead_letters"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file a manifest lists. `path` is relative to the archive root."""
+
+    path: str
+    kind: str                     # EVENTS | DEAD_LETTERS
+    rows: int
+    bytes: int
+    event_type: str | None = None
+    event_date: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FileEntry":
+        return cls(**d)
+
+
+def events_table(events: list[tuple[Event, int]], event_type: str, topic: str, partition: int) -> pa.Table:
+    """Arrow table of events of one type with the provenance columns appended."""
+    table = to_arrow([e for e, _ in events], event_type)
+    n = table.num_rows
+    cols = (pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
+            pa.array([o for _, o in events], pa.int64()))
+    for f, col in zip(PROVENANCE, cols):
+        table = table.append_column(f, col)
+    return table
+
+
+def _write_table(root: Path, rel: str, table: pa.Table, compression: str) -> int:
+    # Non-"compliant" list naming keeps Arrow's `item` child name, so the file's schema equals the Arrow schema.
+    return write_durably(root / rel, lambda f: pq.write_table(table, f, compression=compression,
+                                                              use_compliant_nested_type=False))
+
+
+def write_partition_files(root: Path, pb: PartitionBatch, cluster_id: str, compression: str = "zstd") -> list[FileEntry]:
+    """Write the batch's data files (and dead-letter file) durably; return what the manifest must list."""
+    groups: dict[tuple[str, date], list[tuple[Event, int]]] = defaultdict(list)
+    for event, offset in pb.events:
+        groups[(event.event_type, event.event_time.date())].append((event, offset))
+    entries = []
+    for (event_type, day), events in sorted(groups.items()):
+        rel = layout.data_file(event_type, day, pb.topic, pb.partition, pb.first_offset, pb.last_offset, cluster_id)
+        size = _write_table(root, rel, events_table(events, event_type, pb.topic, pb.partition), compression)
+        entries.append(FileEntry(rel, EVENTS, len(events), size, event_type, day.isoformat()))
+    if pb.dead_letters:
+        rel = layout.dead_letter_file(pb.topic, pb.partition, pb.first_offset, pb.last_offset, cluster_id)
+        size = _write_table(root, rel, dead_letter_table(pb.dead_letters, cluster_id), compression)
+        entries.append(FileEntry(rel, DEAD_LETTERS, len(pb.dead_letters), size))
+    return entries
