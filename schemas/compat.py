@@ -30,6 +30,8 @@ def upgrade(d: dict[str, Any], current: int) -> dict[str, Any]:
     version = d.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
         return d  # validation reports the bad field
+    if version < 1:
+        raise ValueError(f"schema_version must be >= 1, got {version}")
     if version > current:
         raise ValueError(f"schema_version {version} is newer than this reader knows ({current})")
     while version < current:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class CollectorConfig(BaseModel):
@@ -17,3 +17,23 @@ class CollectorConfig(BaseModel):
     rate_limit_burst: int = Field(default=40_000, ge=1, description="Per-client token-bucket size (events).")
     signature_max_skew_s: int = Field(default=300, ge=1, le=3600,
                                       description="HMAC-signed requests older or newer than this are rejected.")
+    nonce_cache_max_entries: int = Field(
+        default=1_000_000, ge=1_000, le=100_000_000,
+        description="Bound on remembered (client, nonce) pairs of signed requests (each kept for the skew window); "
+        "when full, further signed requests get 429 until entries expire (never forgotten early: no replay).")
+    body_read_timeout_s: float = Field(default=30.0, gt=0, le=600,
+                                       description="A request body not fully received within this gets 408.")
+    produce_timeout_s: float = Field(default=10.0, gt=0, le=600,
+                                     description="Wait for Kafka acks (acks=all) per batch; past it the answer is 503.")
+    health_cache_s: float = Field(default=1.0, ge=0, le=60,
+                                  description="How long a Kafka reachability probe result is reused by /healthz.")
+    startup_timeout_s: float = Field(default=30.0, gt=0, le=600,
+                                     description="`rtrl collector --detach` waits this long for /healthz to answer.")
+    access_log: bool = Field(default=False, description="Log one line per HTTP request (uvicorn access log).")
+
+    @model_validator(mode="after")
+    def _burst_fits_a_batch(self):
+        if self.rate_limit_burst < self.max_events_per_batch:
+            raise ValueError(f"rate_limit_burst ({self.rate_limit_burst}) must be at least max_events_per_batch "
+                             f"({self.max_events_per_batch}), or a full batch could never be accepted")
+        return self

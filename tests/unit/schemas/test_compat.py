@@ -46,3 +46,8 @@ def test_parquet_written_with_an_older_schema_reads_with_the_current_one():
 def test_upgrade_refuses_a_version_from_the_future():
     with pytest.raises(ValueError, match="newer"):
         upgrade({"event_type": "trajectory", "schema_version": 3}, 2)
+
+
+def test_upgrade_refuses_a_version_below_one_without_looping():
+    with pytest.raises(ValueError, match=">= 1"):
+        upgrade({"event_type": "trajectory", "schema_version": -10**12}, 2)

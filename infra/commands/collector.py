@@ -1,0 +1,120 @@
+"""`rtrl collector`: the HTTP ingest collector, and its API keys.
+
+    rtrl collector --keys-new web    print a new key for client 'web' once (only its hash is stored)
+    rtrl collector --keys-list       the clients that have keys
+    rtrl collector                   serve in the foreground (Ctrl-C stops it cleanly)
+    rtrl collector --detach          serve in the background; `rtrl down` stops it
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from infra.config import RtrlConfig
+from infra.stack.process import ManagedProcess, StackError, port_is_free
+
+
+def _keys_path(cfg: RtrlConfig):
+    return cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json")
+
+
+def _health(url: str) -> dict | None:
+    """The /healthz body (200 or 503), or None if nothing answers."""
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=3) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        try:
+            return json.loads(e.read())
+        except ValueError:
+            return None
+    except (OSError, ValueError):
+        return None
+
+
+def _announce(url: str, kafka: bool | None) -> None:
+    print(f"collector: {url}  (POST {url}/v1/events, GET {url}/healthz, GET {url}/openapi.json)")
+    if kafka is False:
+        print("collector: warning: Kafka is not reachable yet; ingest answers 503 until it is", file=sys.stderr)
+
+
+def _detach(args, cfg: RtrlConfig, url: str) -> int:
+    proc = ManagedProcess("collector", cfg.state_path)
+    if proc.is_running():
+        print(f"collector: already running (pid {proc.info()['pid']}); log: {proc.logfile}")
+        _announce(url, None)
+        return 0
+    if not port_is_free(cfg.collector.host, cfg.collector.port):
+        raise StackError(f"port {cfg.collector.port} on {cfg.collector.host} is taken; choose another with "
+                         "--set collector.port=PORT")
+    argv = [sys.executable, "-m", "infra.cli"]
+    if args.config:
+        argv += ["--config", args.config]
+    for o in args.overrides:
+        argv += ["--set", o]
+    argv += ["collector"]
+    proc.start(argv, extra={"url": url})
+    answer: dict = {}
+
+    def answers() -> bool:
+        body = _health(url)
+        if body is not None:
+            answer.update(body)
+        return body is not None
+
+    proc.wait_healthy(answers, cfg.collector.startup_timeout_s, f"GET {url}/healthz")
+    _announce(url, answer.get("kafka"))
+    print(f"collector: running in the background (pid {proc.info()['pid']}); log: {proc.logfile}; "
+          "stop with `rtrl down`")
+    return 0
+
+
+def _serve(cfg: RtrlConfig, url: str) -> int:
+    import logging
+
+    from instrumentation.collector.server import make_server
+
+    if not port_is_free(cfg.collector.host, cfg.collector.port):
+        raise StackError(f"port {cfg.collector.port} on {cfg.collector.host} is taken; choose another with "
+                         "--set collector.port=PORT")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = make_server(cfg.collector, cfg.kafka.bootstrap(), _keys_path(cfg))
+    _announce(url, None)
+    print(f"collector: Kafka at {cfg.kafka.bootstrap()}, keys in {_keys_path(cfg)}; Ctrl-C stops", flush=True)
+    t0 = time.monotonic()
+    try:
+        server.run()  # returns (or re-raises Ctrl-C as KeyboardInterrupt: exit 130) after a graceful shutdown
+    finally:
+        print(f"collector: stopped after {time.monotonic() - t0:.0f}s", flush=True)
+    return 0 if server.started else 1
+
+
+def main(args, cfg: RtrlConfig) -> int:
+    from instrumentation.collector.keys import KeyStore, KeyStoreError
+    from instrumentation.collector.server import url_of
+
+    try:
+        if args.keys_new:
+            store = KeyStore(_keys_path(cfg))
+            existed = args.keys_new in store.clients()
+            key = store.create(args.keys_new)
+            print(key)
+            print(f"collector: {'replaced the' if existed else 'new'} key for client {args.keys_new!r} (shown only "
+                  f"once; its SHA-256 is stored in {store.path})", file=sys.stderr)
+            return 0
+        if args.keys_list:
+            for client in KeyStore(_keys_path(cfg)).clients():
+                print(client)
+            return 0
+        KeyStore(_keys_path(cfg))  # a malformed keys file fails here, with its path, not in the server
+    except KeyStoreError as e:
+        print(f"rtrl: {e}", file=sys.stderr)
+        return 2
+    url = url_of(cfg.collector)
+    if args.detach:
+        return _detach(args, cfg, url)
+    return _serve(cfg, url)
