@@ -21,6 +21,9 @@ class SdkConfig(BaseModel):
     spool_dir: str = Field(default="", description="On-disk spool; '' means <state_dir>/spool/<client name>.")
     spool_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, description="Bound on the spool's size; "
                                  "events past it are dropped and counted (reason spool_full).")
+    spool_segment_bytes: int = Field(default=8 * 1024 * 1024, ge=4096, le=1024 * 1024 * 1024,
+                                     description="Size at which the spool starts a new segment file; a segment is "
+                                     "deleted once everything in it was resent.")
     spool_fsync_every: int = Field(default=200, ge=1, le=100_000, description="fsync the spool every N events.")
     retry_interval_s: float = Field(default=1.0, gt=0, le=300, description="How often the spool retries the broker.")
     sampling: dict[str, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=dict, description="Per event type keep-fraction in [0, 1] "

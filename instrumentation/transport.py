@@ -2,6 +2,9 @@
 ingest collector over HTTP -- `instrumentation.collector_client`). Both raise `TransportError` when the batch may
 not have been delivered; callers then keep the batch (spool) and retry. A retry can deliver an event twice:
 `event_id` is the idempotency key that the archive and the reward job dedupe on.
+
+A transport may set `stamps_received_time = True` (a class attribute) when nothing downstream of it stamps
+`received_time` (direct-to-Kafka); the SDK's sender then stamps it. The collector stamps it for HTTP clients.
 """
 
 from __future__ import annotations
@@ -36,13 +39,17 @@ class Transport(Protocol):
 class KafkaTransport:
     """kafka-python producer with acks=all. `send` returns only when every record is acknowledged."""
 
+    stamps_received_time = True
+    """Events go straight to Kafka, not through the collector: the SDK's sender stamps `received_time`."""
+
     def __init__(self, bootstrap_servers: str, *, timeout_s: float = 10.0, client_id: str = "rtrl-sdk",
                  linger_ms: int = 5, max_request_size: int = 8 * 1024 * 1024):
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s
         self._conf = dict(bootstrap_servers=bootstrap_servers, acks="all", client_id=client_id, linger_ms=linger_ms,
                           retries=0, max_request_size=max_request_size, request_timeout_ms=int(timeout_s * 1000),
-                          max_block_ms=int(timeout_s * 1000), batch_size=256 * 1024, compression_type=None)
+                          max_block_ms=int(timeout_s * 1000), bootstrap_timeout_ms=int(timeout_s * 1000),
+                          batch_size=256 * 1024, compression_type=None)
         self._producer = None
 
     def _connect(self):

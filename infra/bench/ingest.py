@@ -1,0 +1,156 @@
+"""`rtrl bench ingest`: the ingest path measured end to end on a private embedded stack.
+
+Stages, each on the same freshly started stack (own state dir, free ports):
+  1. SDK -> Kafka: `TelemetryClient.emit` latency per call (p50/p99 µs), then the sender's produce rate until
+     every event is acknowledged (acks=all).
+  2. Collector -> Kafka: the collector runs as its own process (as in production); two client threads post
+     batches of 500 events with `CollectorTransport`; the rate counts only acknowledged (200) batches.
+  3. Archive: the archiver drains every topic to Parquet; `events_archived` counts the sent event_ids found
+     in the archive (each at most once), so `events_archived == events_sent` is the delivery check.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from infra.config import load_config
+from infra.stack.process import ManagedProcess
+from infra.stack.stack import Stack
+from schemas.samples import sample_events
+
+BATCH = 500
+
+
+def _free_port(pair: bool = False) -> int:
+    import socket
+
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not pair:
+            return port
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def _sdk_stage(cfg, events, log) -> dict:
+    from instrumentation import KafkaTransport, TelemetryClient
+
+    client = TelemetryClient(KafkaTransport(cfg.kafka.bootstrap()), cfg.sdk, cfg.state_path / "spool" / "bench",
+                             name="bench")
+    now = time.perf_counter_ns
+    lat = [0] * len(events)
+    t0 = time.perf_counter()
+    for i, e in enumerate(events):
+        s = now()
+        client.emit(e)
+        lat[i] = now() - s
+    emitted = time.perf_counter()
+    if not client.flush(timeout=600):
+        raise RuntimeError("SDK did not finish sending within 600 s")
+    t1 = time.perf_counter()
+    stats = client.stats()
+    client.close()
+    lat.sort()
+    log(f"sdk: {len(events)} events emitted in {emitted - t0:.2f}s, acknowledged after {t1 - t0:.2f}s")
+    return {"sdk_enqueue_us_p50": round(_percentile(lat, 0.5) / 1000, 3),
+            "sdk_enqueue_us_p99": round(_percentile(lat, 0.99) / 1000, 3),
+            "kafka_produce_events_per_s": round(stats["sent"] / (t1 - t0), 1),
+            "sdk_sent": stats["sent"], "sdk_spooled": stats["spooled"], "sdk_dropped": sum(stats["dropped"].values())}
+
+
+def _collector_stage(cfg, overrides, events, log) -> dict:
+    from instrumentation.collector.keys import KeyStore
+    from instrumentation.collector_client import CollectorTransport
+    from instrumentation.transport import Record
+    import subprocess
+
+    key = KeyStore(cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json")).create("bench")
+    argv = [sys.executable, "-m", "infra.cli"] + [a for o in overrides for a in ("--set", o)] + ["collector",
+                                                                                                 "--detach"]
+    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=120)
+    url = f"http://{cfg.collector.host}:{cfg.collector.port}"
+    batches = [[Record.of(e) for e in events[i:i + BATCH]] for i in range(0, len(events), BATCH)]
+    errors: list[str] = []
+    sent = [0]
+    lock = threading.Lock()
+
+    def worker(mine):
+        transport = CollectorTransport(url, key, timeout_s=30)
+        try:
+            for b in mine:
+                transport.send(b)
+                with lock:
+                    sent[0] += len(b)
+        except Exception as e:  # noqa: BLE001 -- reported in the JSON, the bench must finish
+            errors.append(f"{type(e).__name__}: {e}")
+        finally:
+            transport.close()
+
+    threads = [threading.Thread(target=worker, args=(batches[k::2],)) for k in range(2)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    log(f"collector: {sent[0]} events accepted in {elapsed:.2f}s ({len(errors)} errors)")
+    return {"collector_events_per_s": round(sent[0] / elapsed, 1), "collector_sent": sent[0],
+            "collector_errors": errors[:5]}
+
+
+def _archive_stage(cfg, expected_ids: set[str], log) -> dict:
+    from pipelines.archive import Archiver, archived_event_ids
+
+    archiver = Archiver.from_config(cfg, log=lambda *_: None)
+    t0 = time.perf_counter()
+    try:
+        archiver.start()
+        archiver.run(until_idle_s=3.0)
+    finally:
+        archiver.close()
+    elapsed = time.perf_counter() - t0
+    root = cfg.path_or_default(cfg.archive.output_dir, "archive")
+    found = archived_event_ids(root)
+    archived = len(expected_ids & found)
+    log(f"archive: {archived} of {len(expected_ids)} sent events archived in {elapsed:.2f}s (incl. 3 s idle wait)")
+    return {"events_archived": archived, "archive_events_per_s": round(len(found) / max(elapsed - 3.0, 1e-6), 1)}
+
+
+def run(n_events: int, log: Callable[[str], None] = print) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-ingest-"))
+    overrides = [f'state_dir="{tmp}"', f"kafka.port={_free_port(pair=True)}", f"collector.port={_free_port()}",
+                 f"mlflow.ui_port={_free_port()}"]
+    cfg = load_config(None, overrides)
+    stack = Stack(cfg)
+    try:
+        log(f"bench: starting a private stack in {tmp}")
+        stack.up(log=lambda *_: None)
+        sdk_events = sample_events(n_events, seed=1)
+        collector_events = sample_events(n_events, seed=2)
+        result = {"events_sent": 2 * n_events, "event_bytes_mean": round(statistics.mean(
+            len(e.model_dump_json()) for e in sdk_events[:2000]), 1)}
+        result |= _sdk_stage(cfg, sdk_events, log)
+        result |= _collector_stage(cfg, overrides, collector_events, log)
+        result |= _archive_stage(cfg, {e.event_id for e in sdk_events + collector_events}, log)
+        return result
+    finally:
+        ManagedProcess("collector", cfg.state_path).stop()
+        stack.down(log=lambda *_: None)
+        shutil.rmtree(tmp, ignore_errors=True)

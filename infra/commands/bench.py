@@ -1,0 +1,21 @@
+"""`rtrl bench WHAT --json`: benchmarks print one JSON object on stdout (progress goes to stderr)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(args, cfg) -> int:
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    if args.bench_command == "ingest":
+        from infra.bench.ingest import run
+
+        result = run(args.events, log=log)
+        result = {"benchmark": "ingest", "cpus": os.cpu_count(), **result}
+        print(json.dumps(result))
+        return 0 if result["events_archived"] == result["events_sent"] else 1
+    raise SystemExit(f"unknown benchmark {args.bench_command!r}")
