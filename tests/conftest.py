@@ -54,10 +54,11 @@ def stack(tmp_path_factory):
 
 @pytest.fixture
 def private_stack(tmp_path):
-    """A stack of the test's own, torn down after it (for tests that stop, kill or restart the broker)."""
+    """A stack of the test's own, torn down after it, for tests that stop, kill or restart the broker: its log
+    lives in the object store (storage_engine "s3"), so it survives `broker.proc.stop()/kill()` + `broker.start()`."""
     from infra.stack.stack import Stack
 
-    st = Stack(make_config(tmp_path / "state"))
+    st = Stack(make_config(tmp_path / "state", "kafka.storage_engine=s3"))
     st.up(log=lambda *_: None)
     yield st
     st.down(log=lambda *_: None)

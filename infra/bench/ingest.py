@@ -75,15 +75,15 @@ def _sdk_stage(cfg, events, log) -> dict:
             "sdk_sent": stats["sent"], "sdk_spooled": stats["spooled"], "sdk_dropped": sum(stats["dropped"].values())}
 
 
-def _collector_stage(cfg, overrides, events, log) -> dict:
+def _collector_stage(cfg, config_path, overrides, events, log) -> dict:
     from instrumentation.collector.keys import KeyStore
     from instrumentation.collector_client import CollectorTransport
     from instrumentation.transport import Record
     import subprocess
 
     key = KeyStore(cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json")).create("bench")
-    argv = [sys.executable, "-m", "infra.cli"] + [a for o in overrides for a in ("--set", o)] + ["collector",
-                                                                                                 "--detach"]
+    argv = [sys.executable, "-m", "infra.cli", *(["--config", config_path] if config_path else [])]
+    argv += [a for o in overrides for a in ("--set", o)] + ["collector", "--detach"]
     subprocess.run(argv, check=True, capture_output=True, text=True, timeout=120)
     url = f"http://{cfg.collector.host}:{cfg.collector.port}"
     batches = [[Record.of(e) for e in events[i:i + BATCH]] for i in range(0, len(events), BATCH)]
@@ -116,7 +116,8 @@ def _collector_stage(cfg, overrides, events, log) -> dict:
 
 
 def _archive_stage(cfg, expected_ids: set[str], log) -> dict:
-    from pipelines.archive import Archiver, archived_event_ids
+    from pipelines.archive.archiver import Archiver
+    from pipelines.archive.reader import archived_event_ids
 
     archiver = Archiver.from_config(cfg, log=lambda *_: None)
     t0 = time.perf_counter()
@@ -133,11 +134,13 @@ def _archive_stage(cfg, expected_ids: set[str], log) -> dict:
     return {"events_archived": archived, "archive_events_per_s": round(len(found) / max(elapsed - 3.0, 1e-6), 1)}
 
 
-def run(n_events: int, log: Callable[[str], None] = print) -> dict:
+def run(n_events: int, config_path: str | None = None, base_overrides: tuple[str, ...] = (),
+        log: Callable[[str], None] = print) -> dict:
+    """Measure on a private stack: the given configuration, with its own temp state dir and free ports."""
     tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-ingest-"))
-    overrides = [f'state_dir="{tmp}"', f"kafka.port={_free_port(pair=True)}", f"collector.port={_free_port()}",
-                 f"mlflow.ui_port={_free_port()}"]
-    cfg = load_config(None, overrides)
+    overrides = [*base_overrides, f'state_dir="{tmp}"', f"kafka.port={_free_port(pair=True)}",
+                 f"collector.port={_free_port()}", f"mlflow.ui_port={_free_port()}"]
+    cfg = load_config(config_path, overrides)
     stack = Stack(cfg)
     try:
         log(f"bench: starting a private stack in {tmp}")
@@ -147,9 +150,9 @@ def run(n_events: int, log: Callable[[str], None] = print) -> dict:
         result = {"events_sent": 2 * n_events, "event_bytes_mean": round(statistics.mean(
             len(e.model_dump_json()) for e in sdk_events[:2000]), 1)}
         result |= _sdk_stage(cfg, sdk_events, log)
-        result |= _collector_stage(cfg, overrides, collector_events, log)
+        result |= _collector_stage(cfg, config_path, overrides, collector_events, log)
         result |= _archive_stage(cfg, {e.event_id for e in sdk_events + collector_events}, log)
-        return result
+        return {"storage_engine": cfg.kafka.storage_engine, **result}
     finally:
         ManagedProcess("collector", cfg.state_path).stop()
         stack.down(log=lambda *_: None)

@@ -14,7 +14,7 @@ def main(args, cfg) -> int:
     if args.bench_command == "ingest":
         from infra.bench.ingest import run
 
-        result = run(args.events, log=log)
+        result = run(args.events, args.config, tuple(args.overrides), log=log)
         result = {"benchmark": "ingest", "cpus": os.cpu_count(), **result}
         print(json.dumps(result))
         return 0 if result["events_archived"] == result["events_sent"] else 1

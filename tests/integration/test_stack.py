@@ -17,13 +17,14 @@ REPO = Path(__file__).parents[2]
 
 
 def cli(cfg, *args: str) -> subprocess.CompletedProcess:
-    overrides = [f"state_dir={cfg.state_dir}", f"kafka.port={cfg.kafka.port}", f"mlflow.ui_port={cfg.mlflow.ui_port}"]
+    overrides = [f"state_dir={cfg.state_dir}", f"kafka.port={cfg.kafka.port}", f"mlflow.ui_port={cfg.mlflow.ui_port}",
+                 f"kafka.storage_engine={cfg.kafka.storage_engine}"]
     argv = [sys.executable, "-m", "infra.cli"] + [a for o in overrides for a in ("--set", o)] + list(args)
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=180)
 
 
 def test_up_is_idempotent_and_down_leaves_no_process(tmp_path):
-    cfg = make_config(tmp_path)
+    cfg = make_config(tmp_path, "kafka.storage_engine=s3")  # broker + object store: two processes to account for
     first = cli(cfg, "up")
     assert first.returncode == 0, first.stderr
     assert f"topics: {len(TOPICS)} ready ({len(TOPICS)} created)" in first.stdout
