@@ -88,3 +88,23 @@ class KafkaTransport:
         if self._producer is not None:
             self._producer.close(timeout=self.timeout_s)
             self._producer = None
+
+
+def kafka_reachable(bootstrap_servers: str, timeout_s: float = 2.0, client_id: str = "rtrl-probe") -> bool:
+    """True when the cluster answers a metadata request (list topics) within `timeout_s`."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    ms = int(timeout_s * 1000)
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id=client_id, request_timeout_ms=ms,
+                                 bootstrap_timeout_ms=ms)
+    except (KafkaError, OSError, ValueError):
+        return False
+    try:
+        admin.list_topics()
+        return True
+    except (KafkaError, OSError):
+        return False
+    finally:
+        admin.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from infra.stack.config import KafkaConfig
 from infra.stack.process import ManagedProcess, StackError, port_accepts, port_is_free
+from instrumentation.transport import kafka_reachable
 
 S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "rtrl-local", "AWS_SECRET_ACCESS_KEY": "rtrl-local",
                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
@@ -115,19 +116,7 @@ class Broker:
     def answers_metadata(self) -> bool:
         if not port_accepts(self.cfg.host, self.cfg.port):
             return False
-        from kafka import KafkaAdminClient
-        from kafka.errors import KafkaError
-        try:
-            admin = KafkaAdminClient(bootstrap_servers=self.cfg.bootstrap(), request_timeout_ms=2000)
-        except (KafkaError, OSError):
-            return False
-        try:
-            admin.list_topics()
-            return True
-        except (KafkaError, OSError):
-            return False
-        finally:
-            admin.close()
+        return kafka_reachable(self.cfg.bootstrap(), timeout_s=2.0, client_id="rtrl-stack-health")
 
     def stop(self) -> bool:
         stopped = self.proc.stop()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from instrumentation.transport import kafka_reachable
+
 
 class KafkaProbe:
     def __init__(self, bootstrap_servers: str, *, timeout_s: float = 2.0, cache_s: float = 1.0,
@@ -29,19 +31,4 @@ class KafkaProbe:
             return self._ok
 
     def _ask(self) -> bool:
-        from kafka import KafkaAdminClient
-        from kafka.errors import KafkaError
-
-        ms = int(self.timeout_s * 1000)
-        try:
-            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, client_id="rtrl-collector-health",
-                                     request_timeout_ms=ms, bootstrap_timeout_ms=ms)
-        except (KafkaError, OSError, ValueError):
-            return False
-        try:
-            admin.list_topics()
-            return True
-        except (KafkaError, OSError):
-            return False
-        finally:
-            admin.close()
+        return kafka_reachable(self.bootstrap_servers, self.timeout_s, client_id="rtrl-collector-health")

@@ -8,7 +8,7 @@ import json
 import anyio
 import pytest
 
-from tests.unit.collector.conftest import valid_events
+from tests.unit.collector.conftest import asgi_post_scope, valid_events
 
 
 def _raw_call(app, headers: dict[str, str], chunks: list[bytes]) -> tuple[int, dict, int]:
@@ -28,10 +28,7 @@ def _raw_call(app, headers: dict[str, str], chunks: list[bytes]) -> tuple[int, d
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/v1/events", "raw_path": b"/v1/events", "query_string": b"", "root_path": "",
-             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 18080)}
+    scope = asgi_post_scope([(k.lower().encode(), v.encode()) for k, v in headers.items()])
     anyio.run(app, scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")

@@ -11,7 +11,7 @@ import pytest
 
 from instrumentation.collector.openapi import REF
 from schemas import EVENT_TYPES
-from tests.unit.collector.conftest import fixture_event, valid_events
+from tests.unit.collector.conftest import asgi_post_scope, fixture_event, valid_events
 
 
 def _doc(h) -> dict:
@@ -136,11 +136,8 @@ def test_body_timeout_answer_is_documented(make_harness):
     async def send(m):
         messages.append(m)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/v1/events", "raw_path": b"/v1/events", "query_string": b"", "root_path": "",
-             "headers": [(b"content-type", b"application/json"),
-                         *[(k.lower().encode(), v.encode()) for k, v in h.bearer().items()]],
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}
+    scope = asgi_post_scope([(b"content-type", b"application/json"),
+                             *[(k.lower().encode(), v.encode()) for k, v in h.bearer().items()]])
     anyio.run(h.client.app, scope, receive, send)
     status = messages[0]["status"]
     body = json.loads(b"".join(m.get("body", b"") for m in messages[1:]))
