@@ -64,6 +64,12 @@ def _fields(model: type[BaseModel]) -> list[pa.Field]:
 
 
 @functools.cache
+def model_arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    """The Arrow schema of any rtrl model (events, reward rows), field for field."""
+    return pa.schema(_fields(model))
+
+
+@functools.cache
 def arrow_schema(event_type: str) -> pa.Schema:
     """The Parquet schema of one event type (the model's fields plus `event_date`)."""
     cls = EVENT_TYPES[event_type]

@@ -52,14 +52,22 @@ class Hunk(_Part):
     new_fingerprints: list[Fingerprint] = Field(default_factory=list, max_length=MAX_LINES)
 
 
+class ResponseKind(str, Enum):
+    edit = "edit"            # the response proposes an edit (edit_file calls)
+    question = "question"    # the response only asks the user a question (clarification)
+    answer = "answer"        # a plain answer, no edit
+    unknown = "unknown"      # not reported (events written before v3)
+
+
 class Trajectory(Event):
     """One served request: what the policy saw and sampled, with the behaviour log-probs the trainer needs.
 
     v2 added the sampling parameters, so the trainer can tell which distribution the logprobs describe.
+    v3 added `response_kind`, so the reward job can apply clarification deferral to question-only responses.
     """
 
     EVENT_TYPE: ClassVar[str] = "trajectory"
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
     CONTENT_FIELDS: ClassVar[tuple[str, ...]] = ("prompt_token_ids", "completion_token_ids", "behaviour_logprobs")
     PRODUCERS: ClassVar[str] = "serving (one per request)"
     CONSUMERS: ClassVar[str] = "archiver, reward job (joins), trainer (token ids, logprobs), A/B metrics (latency)"
@@ -81,6 +89,8 @@ class Trajectory(Event):
     temperature: float = Field(default=1.0, ge=0, description="v2: sampling temperature used.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="v2: nucleus mass used (1 = untruncated).")
     top_k: int = Field(default=-1, ge=-1, description="v2: top-k used (-1 = untruncated).")
+    response_kind: ResponseKind = Field(default=ResponseKind.unknown,
+                                        description="v3: what the response does (edit, question, answer).")
 
     @model_validator(mode="after")
     def _logprobs_match_tokens(self):

@@ -74,6 +74,24 @@ def _envelope_frame() -> pl.DataFrame:
     return pl.from_arrow(pa.schema([schema.field(n) for n in names] + list(PROVENANCE)).empty_table())
 
 
+def list_files(root: str | Path, event_type: str | None = None, start: datetime | None = None,
+               end: datetime | None = None) -> list[FileEntry]:
+    """Committed data files that can hold events of `event_type` (all types if None) in [start, end)."""
+    return [f for f in manifested_files(Path(root), EVENTS)
+            if (event_type is None or f.event_type == event_type) and _in_date_range(f, start, end)]
+
+
+def read_file(root: str | Path, entry: FileEntry, start: datetime | None = None,
+              end: datetime | None = None) -> pl.DataFrame:
+    """One committed data file at the current schema version, rows with start <= event_time < end."""
+    df = pl.from_arrow(conform(_read(Path(root), entry), entry.event_type))
+    if start is not None:
+        df = df.filter(pl.col("event_time") >= start)
+    if end is not None:
+        df = df.filter(pl.col("event_time") < end)
+    return df
+
+
 def read_events(root: str | Path, event_type: str | None = None, start: datetime | None = None,
                 end: datetime | None = None, dedupe: bool = True) -> pl.DataFrame:
     """Archived events with `start <= event_time < end` (either bound optional, timezone-aware), of one event type
@@ -84,9 +102,8 @@ def read_events(root: str | Path, event_type: str | None = None, start: datetime
         raise ValueError(f"unknown event type {event_type!r}; known: {sorted(EVENT_TYPES)}")
     root = Path(root)
     by_type: dict[str, list[FileEntry]] = defaultdict(list)
-    for f in manifested_files(root, EVENTS):
-        if (event_type is None or f.event_type == event_type) and _in_date_range(f, start, end):
-            by_type[f.event_type].append(f)
+    for f in list_files(root, event_type, start, end):
+        by_type[f.event_type].append(f)
     frames = []
     for t in sorted(by_type):
         table = pa.concat_tables([conform(_read(root, f), t) for f in by_type[t]])

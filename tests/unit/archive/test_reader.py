@@ -13,7 +13,7 @@ import pytest
 from pipelines.archive.manifest import Manifest, write_manifest
 from pipelines.archive.reader import archived_event_ids, event_table_schema, read_events
 from pipelines.archive.writer import EVENTS, FileEntry, events_table
-from schemas import arrow_schema
+from schemas import CURRENT_VERSIONS, arrow_schema
 from tests.unit.archive.helpers import FIXTURES, T0, FakeLog, all_types, archive_all, make_event
 
 
@@ -101,5 +101,5 @@ def test_files_written_at_an_older_schema_version_read_at_the_current_one(tmp_pa
                                       [FileEntry(rel, EVENTS, 1, 0, "trajectory", "2026-11-01")]))
     df = read_events(tmp_path, "trajectory")
     assert df.schema == pl.from_arrow(event_table_schema("trajectory").empty_table()).schema
-    assert df.row(0, named=True)["schema_version"] == 2
+    assert df.row(0, named=True)["schema_version"] == CURRENT_VERSIONS["trajectory"]
     assert (df["temperature"][0], df["top_p"][0], df["top_k"][0]) == (1.0, 1.0, -1)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from schemas import CURRENT_VERSIONS
 from tests.unit.collector.conftest import T0, fixture_event, valid_events
 
 
@@ -102,7 +103,7 @@ def test_older_schema_versions_are_upgraded_before_produce(harness):
     r = harness.post({"events": [v1]})
     assert r.json() == {"accepted": 1, "rejected": []}
     [produced] = _produced(harness)
-    assert produced["schema_version"] == 2 and produced["temperature"] == 1.0
+    assert produced["schema_version"] == CURRENT_VERSIONS["trajectory"] and produced["temperature"] == 1.0
 
 
 def test_records_go_to_the_event_family_topic_keyed_by_user(harness):

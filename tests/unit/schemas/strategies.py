@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 from hypothesis import strategies as st
 
-from schemas.events import (CodebaseSnapshot, EditApplied, EditRejected, FollowupMessage, Hunk, RejectReason,
+from schemas.events import (CodebaseSnapshot, EditApplied, EditRejected, FollowupMessage, Hunk, RejectReason, ResponseKind,
                             SnapshotTrigger, SuggestionShown, ToolCallRecord, ToolCallResult, ToolCallStatus,
                             ToolErrorKind, Trajectory)
 
@@ -45,7 +45,8 @@ def trajectories(draw):
                    completion_token_ids=completion, behaviour_logprobs=logprobs, tool_calls=calls,
                    latency_ms=draw(st.floats(0, 1e6)), prompt_tokens=draw(st.integers(0, 10**6)),
                    completion_tokens=draw(st.integers(0, 10**6)), temperature=draw(st.floats(0, 2)),
-                   top_p=draw(st.floats(0.01, 1)), top_k=draw(st.integers(-1, 1000)))
+                   top_p=draw(st.floats(0.01, 1)), top_k=draw(st.integers(-1, 1000)),
+                   response_kind=draw(st.sampled_from(ResponseKind)))
     return draw(st.sampled_from([e, e.without_content()]))
 
 

@@ -40,7 +40,7 @@ def test_parquet_written_with_an_older_schema_reads_with_the_current_one():
     old_table = pa.Table.from_pylist([{**d, "event_time": parse_event(d).event_time}])
     assert "temperature" not in old_table.column_names
     [event] = from_arrow(old_table)
-    assert event.schema_version == 2 and event.temperature == 1.0
+    assert event.schema_version == 3 and event.temperature == 1.0 and event.response_kind == "unknown"
 
 
 def test_upgrade_refuses_a_version_from_the_future():

@@ -1,0 +1,152 @@
+"""AssembleRewardsFn: the keyed, stateful, event-time join of DESIGN.md §4 (Beam state + watermark timers).
+
+Keyed by shard (a group of workspaces). Buffers event batches; keeps an event-time timer at the earliest maturity
+time of a pending request; when the watermark passes it, computes the rows of every request that became mature
+(`assemble_rewards`), emits them, drops state no pending request can need, and re-arms the timer. With `as_of`
+(bounded cycle runs) requests maturing later are not emitted: at the end of the input the remaining buffer goes
+to the `carry` output, the open join state the next cycle starts from.
+
+Late data: a trajectory whose maturity is at or before the last firing can never be emitted (counted
+`late_requests`); other events older than the last firing minus the longest window are counted `late_events`
+and dropped.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import apache_beam as beam
+import polars as pl
+from apache_beam.coders import PickleCoder, VarIntCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import Timestamp
+
+from pipelines.rewards.assemble import assemble_rewards
+from pipelines.rewards.batches import EventBatch, micros
+from pipelines.rewards.classifiers import get_classifier
+from pipelines.rewards.frames import concat_frames
+from pipelines.rewards.spec import RewardSpec
+
+CARRY = "carry"
+_NONE = -(2**62)
+END_OF_TIME = datetime(9000, 1, 1, tzinfo=timezone.utc)  # "every request is mature" (fits a datetime, unlike +inf)
+
+
+def _dt(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=us)
+
+
+class AssembleRewardsFn(beam.DoFn):
+    BUFFER = BagStateSpec("buffer", PickleCoder())
+    FIRED = ReadModifyWriteStateSpec("fired", VarIntCoder())      # micros of the last firing
+    ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())      # micros the flush timer is set to
+    FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
+    END = TimerSpec("end", TimeDomain.WATERMARK)
+
+    def __init__(self, spec: RewardSpec, as_of: datetime | None = None):
+        self.spec = spec
+        self.as_of = as_of
+        self.keep_for = timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
+        self.rows_emitted = Metrics.counter("rewards", "rows_emitted")
+        self.late_requests = Metrics.counter("rewards", "late_requests")
+        self.late_events = Metrics.counter("rewards", "late_events")
+        self.unknown = Metrics.counter("rewards", "unknown_labels")
+
+    def setup(self):
+        self.classifier = get_classifier(self.spec.classifier)
+
+    def _maturities(self, traj: pl.DataFrame) -> pl.Series:
+        """Mature time of each trajectory row (aligned with the frame); null for privacy-mode rows."""
+        q = timedelta(seconds=self.spec.maturity_delay_s(question=True))
+        d = timedelta(seconds=self.spec.maturity_delay_s())
+        return traj.select(pl.when(pl.col("privacy_mode")).then(None).otherwise(
+            pl.col("event_time") + pl.when(pl.col("response_kind") == "question").then(pl.lit(q))
+            .otherwise(pl.lit(d)))).to_series()
+
+    def _arm(self, candidates: pl.Series, fired: int, armed_state, flush) -> None:
+        after = candidates.drop_nulls()
+        if fired != _NONE:
+            after = after.filter(after > _dt(fired))
+        if self.as_of is not None:
+            after = after.filter(after <= self.as_of)
+        if after.is_empty():
+            return
+        first = micros(after.min())
+        armed = armed_state.read()
+        if armed is None or armed == _NONE or first < armed:
+            flush.set(Timestamp(micros=first))
+            armed_state.write(first)
+
+    def process(self, element, buffer=beam.DoFn.StateParam(BUFFER), fired_state=beam.DoFn.StateParam(FIRED),
+                armed_state=beam.DoFn.StateParam(ARMED), flush=beam.DoFn.TimerParam(FLUSH),
+                end=beam.DoFn.TimerParam(END)):
+        _, batch = element
+        fired = fired_state.read()
+        fired = _NONE if fired is None else fired
+        frame = batch.frame
+        if fired != _NONE:
+            if batch.event_type == "trajectory":
+                late = (self._maturities(frame) <= _dt(fired)).fill_null(False)
+                if late.any():
+                    self.late_requests.inc(int(late.sum()))
+                    frame = frame.filter(~late)
+            else:
+                old = frame["event_time"] < _dt(fired) - self.keep_for
+                if old.any():
+                    self.late_events.inc(int(old.sum()))
+                    frame = frame.filter(~old)
+        if frame.is_empty():
+            return
+        buffer.add(EventBatch(batch.event_type, frame))
+        end.set(GlobalWindow().max_timestamp())
+        if batch.event_type == "trajectory":
+            self._arm(self._maturities(frame), fired, armed_state, flush)
+
+    def _flush(self, fire_at_us: int, buffer, fired_state):
+        """Emit the rows that matured by `fire_at_us`; keep in the buffer what pending requests can still need.
+        Yields row frames; returns the kept frames."""
+        fired = fired_state.read()
+        fired = _NONE if fired is None else fired
+        frames = concat_frames({b.event_type: b.frame} for b in buffer.read())
+        out = assemble_rewards(frames, self.spec, self.classifier, _dt(fire_at_us),
+                               None if fired == _NONE else _dt(fired))
+        if out.rows.height:
+            self.rows_emitted.inc(out.rows.height)
+            self.unknown.inc(out.counts.get("unknown_labels", 0))
+            yield out.rows
+        horizon = _dt(fire_at_us) - self.keep_for
+        buffer.clear()
+        kept = {t: f.filter(pl.col("event_time") >= horizon) for t, f in frames.items()}
+        for t, f in kept.items():
+            if f.height:
+                buffer.add(EventBatch(t, f))
+        fired_state.write(fire_at_us)
+        return kept
+
+    @on_timer(FLUSH)
+    def on_flush(self, ts=beam.DoFn.TimestampParam, buffer=beam.DoFn.StateParam(BUFFER),
+                 fired_state=beam.DoFn.StateParam(FIRED), armed_state=beam.DoFn.StateParam(ARMED),
+                 flush=beam.DoFn.TimerParam(FLUSH)):
+        fired = fired_state.read()
+        if fired is not None and ts.micros <= fired:
+            return  # the end-of-input flush already covered this time
+        kept = yield from self._flush(ts.micros, buffer, fired_state)
+        armed_state.write(_NONE)
+        self._arm(self._maturities(kept["trajectory"]), ts.micros, armed_state, flush)
+
+    @on_timer(END)
+    def on_end(self, buffer=beam.DoFn.StateParam(BUFFER), fired_state=beam.DoFn.StateParam(FIRED)):
+        """End of the input (the watermark reached the end of time). Timer order at that instant is not defined,
+        so flush here what is mature -- as of `as_of` for bounded cycle runs, else everything -- and hand the rest
+        (the open join state) to the next cycle as the `carry` output."""
+        fired = fired_state.read()
+        end_us = micros(self.as_of if self.as_of is not None else END_OF_TIME)
+        if fired is None or end_us > fired:
+            yield from self._flush(end_us, buffer, fired_state)
+        if self.as_of is not None:
+            for b in buffer.read():
+                yield beam.pvalue.TaggedOutput(CARRY, b)
+        buffer.clear()

@@ -1,0 +1,61 @@
+"""WriteRewardTable: reward rows -> Parquet partitioned by policy_version and cycle window, idempotently.
+
+Layout: `<out>/policy_version=<v>/window=<label>/part-0.parquet`, one file per partition, rows sorted by
+request_id (one row per request_id). Each file is written to a temp name, fsynced and renamed over the old one,
+so a rerun of the same window replaces the partition whole: never duplicated, never half-written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import apache_beam as beam
+import polars as pl
+
+from pipelines.rewards.assemble import ROW_SCHEMA
+
+
+def partition_dir(out: Path, policy_version: str, window: str) -> Path:
+    return out / f"policy_version={policy_version}" / f"window={window}"
+
+
+def write_partition(out: Path, window: str, policy_version: str, frames) -> tuple[str, int]:
+    rows = pl.concat(list(frames)).unique("request_id", keep="first").sort("request_id")
+    d = partition_dir(out, policy_version, window)
+    d.mkdir(parents=True, exist_ok=True)
+    final, tmp = d / "part-0.parquet", d / ".part-0.parquet.tmp"
+    with open(tmp, "wb") as fh:
+        import pyarrow.parquet as pq
+
+        pq.write_table(rows.to_arrow().cast(ROW_SCHEMA), fh, compression="zstd")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return str(final), rows.height
+
+
+class WriteRewardTable(beam.PTransform):
+    def __init__(self, out: str | Path, window: str):
+        super().__init__()
+        self.out, self.window = Path(out), window
+
+    def expand(self, rows):
+        out, window = self.out, self.window
+        return (rows
+                | "ByPolicyVersion" >> beam.FlatMap(
+                    lambda f: [(k[0], part) for k, part in f.partition_by("policy_version", as_dict=True).items()])
+                | "Group" >> beam.GroupByKey()
+                | "Write" >> beam.MapTuple(lambda v, frames: write_partition(out, window, v, frames)))
+
+
+def read_reward_table(out: str | Path) -> pl.DataFrame:
+    files = sorted(Path(out).glob("policy_version=*/window=*/part-0.parquet"))
+    if not files:
+        return pl.from_arrow(ROW_SCHEMA.empty_table())
+    return pl.concat([pl.read_parquet(f) for f in files]).sort("request_id")

@@ -1,0 +1,76 @@
+"""The reward spec (`[rewards]` in rtrl.toml): every window, weight and clip of DESIGN.md §4 is configuration.
+
+Per served request r (request time t = the trajectory's event_time), all in event time:
+  broken tool calls   b = #trajectory tool calls whose status is not ok
+                        + #tool_call_result events of r within `followup_window_s` whose error_kind is
+                          model-caused (`model_caused_tool_errors`);
+                      r_broken_tool = -w.broken_tool if b > 0 else 0.            (the sample is kept, never dropped)
+  edit persistence    the edits of r applied within `apply_window_s` of t; for each, its inserted/changed line
+                      fingerprints L and the latest snapshot S of (workspace, file) with
+                      applied_time <= S.time <= applied_time + horizon_s;
+                      p = (sum over edits of |{l in L : l in S}|) / (sum of |L|) over edits with such an S;
+                      no such S for every edit -> label unknown (excluded, counted).
+                      A rejected edit (or one shown and never applied in the window) persists 0.
+                      r_persistence = w.persistence * (2p - 1)  (kept +w, reverted -w); 0 when unknown / no edit.
+  follow-up           the first followup_message with previous_request_id = r within followup_window_s,
+                      classified by `classifier`; r_followup = -w.followup if dissatisfied else 0.
+  clarification       a question-only response q inherits the next turn's edit outcome: the next trajectory in
+  deferral            the same session within followup_window_s; r_deferral = deferral_discount * its
+                      r_persistence, minus w.unnecessary_question when q's follow-up says the question was
+                      unnecessary.
+  length              x = completion_tokens / length_token_budget, y = tool_calls / length_tool_budget;
+                      r_length = -w.length * ((x ** length_exponent) + (y ** length_exponent)) / 2
+                      (about 0 for short answers, growing fast past the budget).
+  reward              clip(sum of the r_* terms, -clip, +clip); every component is stored beside it.
+Maturity: mature_time = t + max(followup_window_s, apply_window_s + horizon_s)
+                        (+ followup_window_s again for question responses, whose next turn must mature)
+                        + allowed_lateness_s. A row is emitted once the watermark passes mature_time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RewardWeights(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    persistence: float = Field(default=1.0, ge=0, le=100, description="Weight of (2p - 1).")
+    followup: float = Field(default=0.5, ge=0, le=100, description="Penalty for a dissatisfied follow-up.")
+    broken_tool: float = Field(default=1.0, ge=0, le=100, description="Penalty for any broken tool call.")
+    unnecessary_question: float = Field(default=0.5, ge=0, le=100, description="Penalty for a needless question.")
+    length: float = Field(default=0.2, ge=0, le=100, description="Scale of the nonlinear length penalty.")
+
+
+class RewardSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    horizon_s: float = Field(default=1800, gt=0, le=7 * 86400, description="Persistence horizon H after apply.")
+    apply_window_s: float = Field(default=600, ge=0, le=86400, description="Edits applied later than this after "
+                                  "the request are not the request's outcome.")
+    followup_window_s: float = Field(default=600, gt=0, le=86400, description="Follow-up / next-turn window W.")
+    allowed_lateness_s: float = Field(default=300, ge=0, le=86400, description="How late an event may arrive "
+                                      "(behind the watermark) and still count; later ones are counted as dropped.")
+    weights: RewardWeights = Field(default_factory=RewardWeights)
+    deferral_discount: float = Field(default=0.8, ge=0, le=1, description="Discount on the inherited outcome.")
+    length_token_budget: int = Field(default=384, ge=1, description="Completion tokens at which x = 1.")
+    length_tool_budget: int = Field(default=8, ge=1, description="Tool calls at which y = 1.")
+    length_exponent: float = Field(default=3.0, ge=1, le=8, description="Growth of the length penalty.")
+    clip: float = Field(default=2.0, gt=0, le=100, description="The scalar reward is clipped to [-clip, clip].")
+    model_caused_tool_errors: list[str] = Field(
+        default_factory=lambda: ["parse_error", "validation_error", "tool_error"],
+        description="tool_call_result error kinds that count as broken (the model's fault).")
+    classifier: str = Field(default="keywords", description="Follow-up classifier name (see "
+                            "pipelines.rewards.classifiers).")
+
+    def version(self) -> str:
+        """A short stable hash of everything that changes the rows: stored in every row."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return "rs-" + hashlib.sha256(blob).hexdigest()[:12]
+
+    def maturity_delay_s(self, question: bool = False) -> float:
+        base = max(self.followup_window_s, self.apply_window_s + self.horizon_s)
+        return base + (self.followup_window_s if question else 0.0) + self.allowed_lateness_s
