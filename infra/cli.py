@@ -14,6 +14,8 @@ EPILOG = """examples:
   rtrl status                  what is running, where its logs are
   rtrl collector --keys-new web   make an API key for client 'web', then `rtrl collector` serves ingest
   rtrl archive                 archive telemetry to Parquet (Ctrl-C stops it cleanly)
+  rtrl replay --start 2026-11-01T00:00Z --end 2026-11-02T00:00Z --out /tmp/rewards
+                               recompute the reward table from the archived event log
   rtrl bench ingest --json     SDK, collector and Kafka throughput, end-to-end delivery check
   rtrl down                    stop everything this state dir started
 """
@@ -56,6 +58,17 @@ def _parser() -> argparse.ArgumentParser:
     arc.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
     arc.add_argument("--until-idle", type=float, metavar="SECONDS",
                      help="stop after SECONDS with no new message (default: run until stopped)")
+
+    rep = cmd("replay", "infra.commands.rewards:replay",
+              "recompute rewards from the archived event log over a time range (data engineers)")
+    rep.add_argument("--events", metavar="ARCHIVE", help="archive root (default: archive.output_dir)")
+    rep.add_argument("--start", required=True, metavar="TIME", help="ISO time with zone, e.g. 2026-11-01T00:00Z")
+    rep.add_argument("--end", required=True, metavar="TIME", help="exclusive; requests made in [start, end)")
+    rep.add_argument("--out", required=True, metavar="DIR", help="reward table output (never the production one "
+                     "unless you say so)")
+    rep.add_argument("--shards", type=int, default=16, help="workspace shards (state keys), default 16")
+    rep.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION",
+                     help="after --: Beam pipeline options, e.g. -- --runner=FlinkRunner --flink_master=HOST:8081")
 
     bench = cmd("bench", "infra.commands.bench:main", "benchmarks that print JSON")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="WHAT", required=True)

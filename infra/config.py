@@ -17,6 +17,7 @@ from infra.stack.config import KafkaConfig, MlflowConfig
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.config import SdkConfig
 from pipelines.archive.config import ArchiveConfig
+from pipelines.rewards.spec import RewardSpec
 
 DEFAULT_CONFIG = Path(__file__).with_name("rtrl.toml")
 
@@ -34,6 +35,7 @@ class RtrlConfig(BaseModel):
     sdk: SdkConfig = Field(default_factory=SdkConfig)
     collector: CollectorConfig = Field(default_factory=CollectorConfig)
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
+    rewards: RewardSpec = Field(default_factory=RewardSpec)
 
     @property
     def state_path(self) -> Path:

@@ -89,3 +89,23 @@ def test_replay_rejects_a_naive_or_empty_range(archive, tmp_path):
         replay_job.run(root, at(0).replace(tzinfo=None), at(10), tmp_path, SPEC)
     with pytest.raises(ValueError, match="must be after"):
         replay_job.run(root, at(10), at(10), tmp_path, SPEC)
+
+
+def test_rtrl_replay_command_writes_the_table_and_prints_a_summary(archive, tmp_path, capsys):
+    from infra.cli import main
+
+    root, _ = archive
+    rc = main(["--set", f'state_dir="{tmp_path}"', "replay", "--events", str(root), "--start", "2026-11-01T11:59Z",
+               "--end", "2026-11-01T15:00Z", "--out", str(tmp_path / "out"), "--shards", "2"])
+    assert rc == 0
+    import json
+    summary = json.loads(capsys.readouterr().out)["replay"]
+    assert summary["rows"] == read_reward_table(tmp_path / "out").height == 14
+    assert summary["events_read"] > 0 and summary["partitions"][0]["file"].endswith("part-0.parquet")
+
+
+def test_rtrl_replay_rejects_a_time_without_zone(tmp_path):
+    from infra.cli import main
+
+    with pytest.raises(SystemExit, match="needs a time zone"):
+        main(["replay", "--start", "2026-11-01T00:00", "--end", "2026-11-02T00:00Z", "--out", str(tmp_path)])
