@@ -59,6 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     arc.add_argument("--until-idle", type=float, metavar="SECONDS",
                      help="stop after SECONDS with no new message (default: run until stopped)")
 
+    rew = cmd("rewards", "infra.commands.rewards:cycle",
+              "compute a cycle's rewards from Kafka: the offset range since the last cycle + its open join state")
+    rew.add_argument("--cycle", required=True, metavar="ID", help="cycle id (a rerun of a started cycle reads the "
+                     "same range; a done cycle is not run twice)")
+    rew.add_argument("--out", metavar="DIR", help="reward table root (default: <state_dir>/rewards/table)")
+    rew.add_argument("--idle", type=float, default=2.0, metavar="S",
+                     help="the range ends where every partition has been quiet for S seconds (default 2)")
+    rew.add_argument("--shards", type=int, default=16, help="workspace shards (state keys), default 16")
+    rew.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION", help="after --: Beam pipeline options")
+
     rep = cmd("replay", "infra.commands.rewards:replay",
               "recompute rewards from the archived event log over a time range (data engineers)")
     rep.add_argument("--events", metavar="ARCHIVE", help="archive root (default: archive.output_dir)")

@@ -1,4 +1,4 @@
-"""`rtrl replay`: the reward job over the archived event log (`rtrl rewards` for a cycle's Kafka range follows)."""
+"""`rtrl rewards` (a cycle's Kafka range) and `rtrl replay` (the archived event log): the reward job."""
 
 from __future__ import annotations
 
@@ -35,4 +35,26 @@ def replay(args, cfg) -> int:
     print(json.dumps({"replay": {"out": summary.out, "window": summary.window, "rows": summary.rows,
                                  "partitions": [{"file": f, "rows": n} for f, n in summary.partitions],
                                  "seconds": round(time.perf_counter() - t0, 2), **summary.counters}}, indent=2))
+    return 0
+
+
+def cycle(args, cfg) -> int:
+    from pathlib import Path
+
+    from pipelines.rewards.cycle_job import run_cycle
+
+    root = cfg.state_path / "rewards"
+    out = Path(args.out) if args.out else root / "table"
+    t0 = time.perf_counter()
+    try:
+        m = run_cycle(args.cycle, cfg.kafka.bootstrap(), root, out, cfg.rewards, shards=args.shards,
+                      idle_s=args.idle, beam_args=args.beam_args or None,
+                      log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    except ValueError as e:
+        print(f"rtrl rewards: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"rewards": {"cycle": m.cycle_id, "seq": m.seq, "status": m.status, "after": m.after,
+                                  "as_of": m.as_of, "records_in_range": m.range["records"],
+                                  "rows": sum(n for _, n in m.partitions), "out": str(out),
+                                  "seconds": round(time.perf_counter() - t0, 2), **m.counters}}, indent=2))
     return 0

@@ -46,9 +46,10 @@ class AssembleRewardsFn(beam.DoFn):
     FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
     END = TimerSpec("end", TimeDomain.WATERMARK)
 
-    def __init__(self, spec: RewardSpec, as_of: datetime | None = None):
+    def __init__(self, spec: RewardSpec, as_of: datetime | None = None, after: datetime | None = None):
         self.spec = spec
         self.as_of = as_of
+        self.after_us = _NONE if after is None else micros(after)  # rows maturing by then were emitted before
         self.keep_for = timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
         self.rows_emitted = Metrics.counter("rewards", "rows_emitted")
         self.late_requests = Metrics.counter("rewards", "late_requests")
@@ -57,6 +58,11 @@ class AssembleRewardsFn(beam.DoFn):
 
     def setup(self):
         self.classifier = get_classifier(self.spec.classifier)
+
+    def _fired(self, fired_state) -> int:
+        """Micros of the last firing (rows maturing by then are out), or where an earlier run stopped."""
+        fired = fired_state.read()
+        return self.after_us if fired is None else fired
 
     def _maturities(self, traj: pl.DataFrame) -> pl.Series:
         """Mature time of each trajectory row (aligned with the frame); null for privacy-mode rows."""
@@ -84,8 +90,7 @@ class AssembleRewardsFn(beam.DoFn):
                 armed_state=beam.DoFn.StateParam(ARMED), flush=beam.DoFn.TimerParam(FLUSH),
                 end=beam.DoFn.TimerParam(END)):
         _, batch = element
-        fired = fired_state.read()
-        fired = _NONE if fired is None else fired
+        fired = self._fired(fired_state)
         frame = batch.frame
         if fired != _NONE:
             if batch.event_type == "trajectory":
@@ -108,8 +113,7 @@ class AssembleRewardsFn(beam.DoFn):
     def _flush(self, fire_at_us: int, buffer, fired_state):
         """Emit the rows that matured by `fire_at_us`; keep in the buffer what pending requests can still need.
         Yields row frames; returns the kept frames."""
-        fired = fired_state.read()
-        fired = _NONE if fired is None else fired
+        fired = self._fired(fired_state)
         frames = concat_frames({b.event_type: b.frame} for b in buffer.read())
         out = assemble_rewards(frames, self.spec, self.classifier, _dt(fire_at_us),
                                None if fired == _NONE else _dt(fired))
@@ -130,8 +134,8 @@ class AssembleRewardsFn(beam.DoFn):
     def on_flush(self, ts=beam.DoFn.TimestampParam, buffer=beam.DoFn.StateParam(BUFFER),
                  fired_state=beam.DoFn.StateParam(FIRED), armed_state=beam.DoFn.StateParam(ARMED),
                  flush=beam.DoFn.TimerParam(FLUSH)):
-        fired = fired_state.read()
-        if fired is not None and ts.micros <= fired:
+        fired = self._fired(fired_state)
+        if ts.micros <= fired:
             return  # the end-of-input flush already covered this time
         kept = yield from self._flush(ts.micros, buffer, fired_state)
         armed_state.write(_NONE)
@@ -142,9 +146,9 @@ class AssembleRewardsFn(beam.DoFn):
         """End of the input (the watermark reached the end of time). Timer order at that instant is not defined,
         so flush here what is mature -- as of `as_of` for bounded cycle runs, else everything -- and hand the rest
         (the open join state) to the next cycle as the `carry` output."""
-        fired = fired_state.read()
+        fired = self._fired(fired_state)
         end_us = micros(self.as_of if self.as_of is not None else END_OF_TIME)
-        if fired is None or end_us > fired:
+        if end_us > fired:
             yield from self._flush(end_us, buffer, fired_state)
         if self.as_of is not None:
             for b in buffer.read():

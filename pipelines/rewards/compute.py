@@ -32,14 +32,17 @@ class BatchByShard(beam.PTransform):
 
 
 class ComputeRewards(beam.PTransform):
-    def __init__(self, spec: RewardSpec, shards: int = 16, as_of: datetime | None = None):
+    def __init__(self, spec: RewardSpec, shards: int = 16, as_of: datetime | None = None,
+                 after: datetime | None = None):
+        """as_of: emit only rows maturing by then (bounded runs); after: rows maturing by then were emitted by an
+        earlier run whose open state this run continues (cycle runs)."""
         super().__init__()
-        self.spec, self.shards, self.as_of = spec, shards, as_of
+        self.spec, self.shards, self.as_of, self.after = spec, shards, as_of, after
 
     def expand(self, events):
         retention = self.spec.maturity_delay_s(question=True) + self.spec.followup_window_s
         out = (events
                | "BatchByShard" >> BatchByShard(self.shards)
                | "Dedupe" >> beam.ParDo(DedupeByEventIdFn(retention))
-               | "Assemble" >> beam.ParDo(AssembleRewardsFn(self.spec, self.as_of)).with_outputs(CARRY, main="rows"))
+               | "Assemble" >> beam.ParDo(AssembleRewardsFn(self.spec, self.as_of, self.after)).with_outputs(CARRY, main="rows"))
         return out.rows, out[CARRY]

@@ -1,0 +1,176 @@
+"""A cycle's reward run: the Kafka offset range since the last cycle + the open join state it left -> rows.
+
+Join state across runs: a request's events can straddle two cycles' ranges. Each cycle keeps the open join state
+(every buffered event a not-yet-mature request may need) at its end and hands it to the next (`carry`), rather
+than re-reading a look-back window. A cycle emits exactly the requests whose mature time lies in
+(previous cycle's as_of, this cycle's as_of], where as_of is the range's event-time watermark (its newest event
+time minus the allowed lateness; idle partitions do not hold it back); so every request is emitted by exactly one cycle.
+
+Crash safety. The manifest `<state>/rewards/cycles/<cycle_id>.json` is written first with the fixed range
+(status "started"), then the Beam job writes the reward partitions (idempotent overwrite), the carry and the
+dead letters, then the manifest says "done". Rerunning a started cycle reads the same range with the same carry
+and writes the same files; rerunning a done cycle does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import apache_beam as beam
+import polars as pl
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.rewards.batches import EventBatch
+from pipelines.rewards.compute import ComputeRewards
+from pipelines.rewards.kafka_range import FixedRange, ReadKafkaRange, fix_range, range_watermark
+from pipelines.rewards.parse import DEAD_LETTER, ParseEventsFn
+from pipelines.rewards.sink import WriteRewardTable
+from pipelines.rewards.spec import RewardSpec
+from schemas.topics import EVENT_TOPICS
+
+
+@dataclass
+class CycleManifest:
+    cycle_id: str
+    seq: int
+    status: str                      # "started" | "done"
+    previous: str | None
+    range: dict                      # FixedRange as a dict
+    after: str | None                # rows maturing by then were emitted by earlier cycles (ISO)
+    as_of: str | None                # rows maturing by then are emitted by this cycle (ISO)
+    spec_version: str
+    partitions: list = field(default_factory=list)
+    counters: dict = field(default_factory=dict)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class CycleStore:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def manifest_path(self, cycle_id: str) -> Path:
+        return self.root / "cycles" / f"{cycle_id}.json"
+
+    def carry_dir(self, cycle_id: str) -> Path:
+        return self.root / "carry" / cycle_id
+
+    def load(self, cycle_id: str) -> CycleManifest | None:
+        p = self.manifest_path(cycle_id)
+        return CycleManifest(**json.loads(p.read_text())) if p.exists() else None
+
+    def latest_done(self) -> CycleManifest | None:
+        done = [m for m in (CycleManifest(**json.loads(p.read_text()))
+                            for p in (self.root / "cycles").glob("*.json")) if m.status == "done"]
+        return max(done, key=lambda m: m.seq) if done else None
+
+    def save(self, m: CycleManifest) -> None:
+        _write_json(self.manifest_path(m.cycle_id), asdict(m))
+
+
+def _iso(t: datetime | None) -> str | None:
+    return None if t is None else t.astimezone(timezone.utc).isoformat()
+
+
+def _dt(s: str | None) -> datetime | None:
+    return None if s is None else datetime.fromisoformat(s)
+
+
+def plan(store: CycleStore, cycle_id: str, bootstrap: str, spec: RewardSpec, idle_s: float, log) -> CycleManifest:
+    """The manifest of `cycle_id`: an existing one, or a new one with the range fixed now."""
+    existing = store.load(cycle_id)
+    if existing is not None:
+        return existing
+    prev = store.latest_done()
+    start = prev.range["stop"] if prev else {}
+    log(f"rewards: fixing the range of cycle {cycle_id} (after {prev.cycle_id if prev else 'the beginning'})")
+    r = fix_range(bootstrap, EVENT_TOPICS, start, idle_s, progress=lambda n: None)
+    after = _dt(prev.as_of) if prev else None
+    wm = range_watermark(r, spec.allowed_lateness_s)
+    as_of = max(t for t in (after, wm) if t is not None) if (after or wm) else None
+    m = CycleManifest(cycle_id, (prev.seq + 1) if prev else 1, "started", prev.cycle_id if prev else None,
+                      asdict(r), _iso(after), _iso(as_of), spec.version())
+    store.save(m)
+    return m
+
+
+class ReadCarryFn(beam.DoFn):
+    def process(self, path: str):
+        frame = pl.read_parquet(path)
+        if frame.height:
+            yield EventBatch(Path(path).stem, frame)
+
+
+def _write_carry(directory: Path, batches) -> int:
+    by_type: dict[str, list[pl.DataFrame]] = {}
+    for b in batches:
+        by_type.setdefault(b.event_type, []).append(b.frame)
+    directory.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for t in sorted(by_type):
+        f = pl.concat(by_type[t]).unique("event_id", keep="first").sort("event_time", "event_id")
+        tmp = directory / f".{t}.parquet.tmp"
+        f.write_parquet(tmp)
+        os.replace(tmp, directory / f"{t}.parquet")
+        n += f.height
+    return n
+
+
+def run_cycle(cycle_id: str, bootstrap: str, state_root: Path, out: Path, spec: RewardSpec, shards: int = 16,
+              idle_s: float = 2.0, beam_args: list[str] | None = None, log=print) -> CycleManifest:
+    store = CycleStore(state_root)
+    m = plan(store, cycle_id, bootstrap, spec, idle_s, log)
+    if m.status == "done":
+        log(f"rewards: cycle {cycle_id} is already done ({sum(n for _, n in m.partitions)} rows); nothing to do")
+        return m
+    if m.spec_version != spec.version():
+        raise ValueError(f"cycle {cycle_id} was started with reward spec {m.spec_version}; this run has "
+                         f"{spec.version()}: finish it with the same spec, or replay with the new one")
+    prev = store.load(m.previous) if m.previous else None
+    carry_in = sorted(str(p) for p in store.carry_dir(prev.cycle_id).glob("*.parquet")) if prev else []
+    r = FixedRange(**m.range)
+    log(f"rewards: cycle {cycle_id}: {r.records} records in range, carry from {m.previous or 'nothing'}, "
+        f"emitting rows maturing in ({m.after}, {m.as_of}]")
+    carry_dir = store.carry_dir(cycle_id)
+    p = beam.Pipeline(options=PipelineOptions(beam_args or ["--runner=DirectRunner"]))
+    parsed = (p | "ReadKafkaRange" >> ReadKafkaRange(bootstrap, r)
+              | "Parse" >> beam.ParDo(ParseEventsFn()).with_outputs(DEAD_LETTER, main="events"))
+    carried = p | "CarryFiles" >> beam.Create(carry_in, reshuffle=False) | "ReadCarry" >> beam.ParDo(ReadCarryFn())
+    events = (parsed.events, carried) | "Merge" >> beam.Flatten()
+    if m.as_of is None:  # nothing in range, nothing carried: no rows, empty carry
+        rows, carry = p | "NoRows" >> beam.Create([]), p | "NoCarry" >> beam.Create([])
+    else:
+        rows, carry = events | "ComputeRewards" >> ComputeRewards(spec, shards, as_of=_dt(m.as_of), after=_dt(m.after))
+    _ = rows | "WriteRewardTable" >> WriteRewardTable(out, cycle_id)
+    _ = (carry | "CarryAll" >> beam.combiners.ToList()
+         | "WriteCarry" >> beam.Map(lambda bs: _write_carry(carry_dir, bs)))
+    _ = (parsed[DEAD_LETTER] | "DeadLetterJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
+         | "WriteDeadLetters" >> beam.io.WriteToText(str(state_root / "dead_letter" / cycle_id),
+                                                     file_name_suffix=".jsonl", shard_name_template=""))
+    result = p.run()
+    result.wait_until_finish()
+    counters: dict[str, int] = {}
+    for c in result.metrics().query()["counters"]:
+        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + int(c.committed or 0)
+    import pyarrow.parquet as pq
+
+    m.partitions = [(str(f), pq.read_metadata(f).num_rows)
+                    for f in sorted(out.glob(f"policy_version=*/window={cycle_id}/part-0.parquet"))]
+    m.counters = counters
+    m.status = "done"
+    store.save(m)
+    log(f"rewards: cycle {cycle_id} done: {sum(n for _, n in m.partitions)} rows")
+    return m
+

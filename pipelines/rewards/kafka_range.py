@@ -1,0 +1,157 @@
+"""Bounded Kafka offset ranges: fix a cycle's range, and read it back inside Beam (ReadKafkaRange).
+
+The embedded broker's high watermark cannot be trusted (see infra/stack/broker.py), so a range's end is fixed by
+reading: every partition is consumed from its start offset until polls come back empty for `idle_s`; the next
+offset after the last record read is the range's end, recorded before any output is written, so a rerun reads
+exactly the same records. The same pass measures each partition's newest event time, for the event-time
+watermark of the range.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+Partition = tuple[str, int]
+
+
+@dataclass
+class FixedRange:
+    start: dict[str, int]          # "topic/partition" -> first offset (inclusive)
+    stop: dict[str, int]           # "topic/partition" -> end offset (exclusive)
+    newest: dict[str, str]         # "topic/partition" -> newest event_time seen in the range (ISO), if any
+    records: int
+
+
+def key(tp: Partition) -> str:
+    return f"{tp[0]}/{tp[1]}"
+
+
+def parse_key(k: str) -> Partition:
+    topic, p = k.rsplit("/", 1)
+    return topic, int(p)
+
+
+def _consumer(bootstrap: str):
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                         max_poll_records=5000, fetch_max_bytes=64 * 1024 * 1024)
+
+
+def partitions_of(bootstrap: str, topics: tuple[str, ...]) -> list[Partition]:
+    c = _consumer(bootstrap)
+    try:
+        return sorted((t, p) for t in topics for p in (c.partitions_for_topic(t) or ()))
+    finally:
+        c.close()
+
+
+def _event_time(value: bytes | None) -> str | None:
+    try:
+        t = json.loads(value)["event_time"]
+        return t if isinstance(t, str) else None
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], idle_s: float = 2.0,
+              progress=None) -> FixedRange:
+    from kafka import TopicPartition
+
+    parts = partitions_of(bootstrap, topics)
+    c = _consumer(bootstrap)
+    try:
+        tps = [TopicPartition(t, p) for t, p in parts]
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, start.get(key((tp.topic, tp.partition)), 0))
+        stop = {key(p): start.get(key(p), 0) for p in parts}
+        newest: dict[str, str] = {}
+        n, last_data = 0, time.monotonic()
+        while time.monotonic() - last_data < idle_s:
+            got = c.poll(timeout_ms=200)
+            for tp, records in got.items():
+                k = key((tp.topic, tp.partition))
+                for r in records:
+                    stop[k] = r.offset + 1
+                    t = _event_time(r.value)
+                    if t is not None and (k not in newest or _ts(t) > _ts(newest[k])):
+                        newest[k] = t
+                n += len(records)
+            if got:
+                last_data = time.monotonic()
+                if progress:
+                    progress(n)
+        return FixedRange(start={key(p): start.get(key(p), 0) for p in parts}, stop=stop, newest=newest, records=n)
+    finally:
+        c.close()
+
+
+def _ts(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def range_watermark(r: FixedRange, lateness_s: float) -> datetime | None:
+    """The event-time watermark of a fixed range: the newest event time in it, minus the allowed lateness.
+
+    Every partition was read to its end when the range was fixed, so a partition that is merely idle (no new
+    traffic) must not hold the watermark back -- the idle-partition rule of Beam's and Flink's Kafka sources.
+    Events older than this that arrive later are late (counted, per the reward spec's allowed lateness)."""
+    if not r.newest:
+        return None
+    from datetime import timedelta
+
+    return max(_ts(t) for t in r.newest.values()) - timedelta(seconds=lateness_s)
+
+
+class ReadKafkaRangeFn(beam.DoFn):
+    """(topic, partition, start, stop) -> the raw values of exactly those offsets."""
+
+    def __init__(self, bootstrap: str, timeout_s: float = 60.0):
+        self.bootstrap, self.timeout_s = bootstrap, timeout_s
+        self.read = Metrics.counter("rewards", "events_read")
+
+    def process(self, element):
+        from kafka import TopicPartition
+
+        topic, partition, start, stop = element
+        if stop <= start:
+            return
+        c = _consumer(self.bootstrap)
+        try:
+            tp = TopicPartition(topic, partition)
+            c.assign([tp])
+            c.seek(tp, start)
+            pos, deadline = start, time.monotonic() + self.timeout_s
+            while pos < stop:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{topic}/{partition}: read {pos - start} of {stop - start} records of the "
+                                       f"fixed range [{start}, {stop}) before timing out; is the broker's log gone?")
+                for records in c.poll(timeout_ms=500).values():
+                    for r in records:
+                        if r.offset >= stop:
+                            pos = stop
+                            break
+                        pos = r.offset + 1
+                        self.read.inc()
+                        yield r.value
+                    deadline = time.monotonic() + self.timeout_s
+        finally:
+            c.close()
+
+
+class ReadKafkaRange(beam.PTransform):
+    def __init__(self, bootstrap: str, r: FixedRange):
+        super().__init__()
+        self.bootstrap, self.r = bootstrap, r
+
+    def expand(self, pbegin):
+        ranges = [(*parse_key(k), self.r.start[k], self.r.stop[k]) for k in sorted(self.r.stop)]
+        return (pbegin | "Ranges" >> beam.Create(ranges, reshuffle=False)
+                | "Read" >> beam.ParDo(ReadKafkaRangeFn(self.bootstrap)))
