@@ -16,6 +16,8 @@ EPILOG = """examples:
   rtrl archive                 archive telemetry to Parquet (Ctrl-C stops it cleanly)
   rtrl replay --start 2026-11-01T00:00Z --end 2026-11-02T00:00Z --out /tmp/rewards
                                recompute the reward table from the archived event log
+  rtrl rewards --cycle c1      a cycle's reward rows from Kafka (range since the last cycle)
+  rtrl quality --rewards .rtrl/rewards/table   data-quality suites (exit 3 blocks training)
   rtrl bench ingest --json     SDK, collector and Kafka throughput, end-to-end delivery check
   rtrl down                    stop everything this state dir started
 """
@@ -58,6 +60,18 @@ def _parser() -> argparse.ArgumentParser:
     arc.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
     arc.add_argument("--until-idle", type=float, metavar="SECONDS",
                      help="stop after SECONDS with no new message (default: run until stopped)")
+
+    qual = cmd("quality", "infra.commands.quality:main",
+               "data-quality suites over the reward table (and event log); a failure blocks training",
+               epilog="exit status: 0 every suite passed; 3 a suite failed (training on this data is blocked); "
+                      "2 bad arguments or unreadable input")
+    qual.add_argument("--rewards", metavar="PATH", help="reward table: a Parquet file or a directory of them")
+    qual.add_argument("--events", metavar="ARCHIVE_ROOT",
+                      help="also check the archived event log; its privacy-mode trajectories must have no reward row")
+    qual.add_argument("--start", metavar="TIME", help="events from this event time on (ISO 8601 with timezone)")
+    qual.add_argument("--end", metavar="TIME", help="events before this event time (ISO 8601 with timezone)")
+    qual.add_argument("--report", metavar="DIR",
+                      help="write report.md, report.html, report.json here (default <state_dir>/quality/<timestamp>)")
 
     rew = cmd("rewards", "infra.commands.rewards:cycle",
               "compute a cycle's rewards from Kafka: the offset range since the last cycle + its open join state")

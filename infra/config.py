@@ -17,6 +17,7 @@ from infra.stack.config import KafkaConfig, MlflowConfig
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.config import SdkConfig
 from pipelines.archive.config import ArchiveConfig
+from pipelines.quality.config import QualityConfig
 from pipelines.rewards.spec import RewardSpec
 
 DEFAULT_CONFIG = Path(__file__).with_name("rtrl.toml")
@@ -36,6 +37,7 @@ class RtrlConfig(BaseModel):
     collector: CollectorConfig = Field(default_factory=CollectorConfig)
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     rewards: RewardSpec = Field(default_factory=RewardSpec)
+    quality: QualityConfig = Field(default_factory=QualityConfig)
 
     @property
     def state_path(self) -> Path:
