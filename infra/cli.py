@@ -99,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
     bi = bench_sub.add_parser("ingest", help="SDK enqueue latency, collector and Kafka throughput, archive check")
     bi.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
     bi.add_argument("--events", type=int, default=50_000, help="events to send per stage (default 50000)")
+    br = bench_sub.add_parser("rewards", help="reward job: replay and Kafka offset-range throughput vs a polars "
+                              "reference, peak RSS; rows must match")
+    br.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+    br.add_argument("--requests", type=int, default=100_000, help="synthetic requests (~5 events each)")
+    br.add_argument("--no-kafka", action="store_true", help="skip the offset-range stage")
     return p
 
 

@@ -18,4 +18,12 @@ def main(args, cfg) -> int:
         result = {"benchmark": "ingest", "cpus": os.cpu_count(), **result}
         print(json.dumps(result))
         return 0 if result["events_archived"] == result["events_sent"] else 1
+    if args.bench_command == "rewards":
+        from infra.bench.rewards import run as run_rewards
+
+        result = {"benchmark": "rewards", "cpus": os.cpu_count(),
+                  **run_rewards(args.requests, kafka=not args.no_kafka, log=log)}
+        print(json.dumps(result))
+        ok = result["replay_rows_match_reference"] and result.get("offset_range_rows_match_reference", True)
+        return 0 if ok else 1
     raise SystemExit(f"unknown benchmark {args.bench_command!r}")

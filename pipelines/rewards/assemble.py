@@ -22,6 +22,8 @@ FRAME_TYPES = ("trajectory", "suggestion_shown", "edit_applied", "edit_rejected"
                "followup_message", "tool_call_result")
 ROW_SCHEMA = model_arrow_schema(RewardRow)
 _EMPTY_ROWS = pl.from_arrow(ROW_SCHEMA.empty_table())
+ROUNDED = ("persistence", "r_persistence", "r_followup", "r_broken_tool", "r_deferral", "r_length",
+           "reward_unclipped", "reward")
 
 if TYPE_CHECKING:
     from pipelines.rewards.classifiers import FollowupClassifier
@@ -207,6 +209,10 @@ def assemble_rewards(frames: dict[str, pl.DataFrame], spec: RewardSpec, classifi
                              + pl.col("r_deferral") + pl.col("r_length"))
     rows = rows.with_columns(reward=pl.col("reward_unclipped").clip(-spec.clip, spec.clip),
                              spec_version=pl.lit(spec.version()))
+    # Float results are rounded to 1e-12: polars may vectorize a row's arithmetic differently depending on what
+    # else is in the frame (last-bit differences), and a row must not depend on how events were batched.
+    floats = [c for c in ROUNDED if c in rows.columns]
+    rows = rows.with_columns([pl.col(c).round(12) for c in floats])
     rows = rows.select([pl.col(n).cast(_EMPTY_ROWS.schema[n]) for n in _EMPTY_ROWS.columns]).sort("request_id")
     return Assembled(rows, counts | {"rows": rows.height,
                                      "unknown_labels": int((rows["persistence_label"] == "unknown").sum())})

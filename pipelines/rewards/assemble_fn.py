@@ -3,8 +3,10 @@
 Keyed by shard (a group of workspaces). Buffers event batches; keeps an event-time timer at the earliest maturity
 time of a pending request; when the watermark passes it, computes the rows of every request that became mature
 (`assemble_rewards`), emits them, drops state no pending request can need, and re-arms the timer. With `as_of`
-(bounded cycle runs) requests maturing later are not emitted: at the end of the input the remaining buffer goes
-to the `carry` output, the open join state the next cycle starts from.
+(bounded replay and cycle runs) no flush timer is armed: the watermark of a bounded input only moves at its
+end, so one flush at that end emits every request maturing by `as_of` in a single pass (per-maturity firings
+would recompute the shard's buffer thousands of times), and the remaining buffer goes to the `carry` output,
+the open join state the next cycle starts from.
 
 Late data: a trajectory whose maturity is at or before the last firing can never be emitted (counted
 `late_requests`); other events older than the last firing minus the longest window are counted `late_events`
@@ -76,8 +78,6 @@ class AssembleRewardsFn(beam.DoFn):
         after = candidates.drop_nulls()
         if fired != _NONE:
             after = after.filter(after > _dt(fired))
-        if self.as_of is not None:
-            after = after.filter(after <= self.as_of)
         if after.is_empty():
             return
         first = micros(after.min())
@@ -107,7 +107,7 @@ class AssembleRewardsFn(beam.DoFn):
             return
         buffer.add(EventBatch(batch.event_type, frame))
         end.set(GlobalWindow().max_timestamp())
-        if batch.event_type == "trajectory":
+        if batch.event_type == "trajectory" and self.as_of is None:
             self._arm(self._maturities(frame), fired, armed_state, flush)
 
     def _flush(self, fire_at_us: int, buffer, fired_state):

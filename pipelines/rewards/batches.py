@@ -15,7 +15,6 @@ from zlib import crc32
 import polars as pl
 
 from pipelines.rewards.frames import conform
-from schemas import Event, to_arrow
 
 
 @dataclass(frozen=True)
@@ -30,10 +29,6 @@ class EventBatch:
 
 def shard_of(workspace_id: str, shards: int) -> int:
     return crc32(workspace_id.encode()) % shards
-
-
-def batch_of_event(event: Event) -> EventBatch:
-    return EventBatch(event.event_type, pl.from_arrow(to_arrow([event], event.event_type)))
 
 
 def split_by_shard(batch: EventBatch, shards: int) -> list[tuple[int, EventBatch]]:

@@ -13,9 +13,35 @@ from datetime import datetime
 import apache_beam as beam
 
 from pipelines.rewards.assemble_fn import CARRY, AssembleRewardsFn
-from pipelines.rewards.batches import EventBatch, batch_of_event, split_by_shard
+import polars as pl
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
+
+from pipelines.rewards.batches import EventBatch, micros, split_by_shard
 from pipelines.rewards.dedupe import DedupeByEventIdFn
 from pipelines.rewards.spec import RewardSpec
+from schemas import to_arrow
+
+
+class BatchEventsFn(beam.DoFn):
+    """Parsed `Event`s -> one EventBatch per event type per bundle (batches pass through), so the stateful steps
+    downstream handle frames, not single events."""
+
+    def start_bundle(self):
+        self.pending: dict[str, list] = {}
+
+    def process(self, e):
+        if isinstance(e, EventBatch):
+            yield e
+        else:
+            self.pending.setdefault(e.event_type, []).append(e)
+
+    def finish_bundle(self):
+        for event_type in sorted(self.pending):
+            batch = EventBatch(event_type, pl.from_arrow(to_arrow(self.pending[event_type], event_type)))
+            yield WindowedValue(batch, Timestamp(micros=micros(batch.min_time)), [GlobalWindow()])
+        self.pending = {}
 
 
 class BatchByShard(beam.PTransform):
@@ -27,8 +53,8 @@ class BatchByShard(beam.PTransform):
 
     def expand(self, events):
         shards = self.shards
-        return events | "Shard" >> beam.FlatMap(
-            lambda e: split_by_shard(e if isinstance(e, EventBatch) else batch_of_event(e), shards))
+        return (events | "Batch" >> beam.ParDo(BatchEventsFn())
+                | "Shard" >> beam.FlatMap(lambda b: split_by_shard(b, shards)))
 
 
 class ComputeRewards(beam.PTransform):

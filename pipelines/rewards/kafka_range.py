@@ -116,6 +116,15 @@ class ReadKafkaRangeFn(beam.DoFn):
     def __init__(self, bootstrap: str, timeout_s: float = 60.0):
         self.bootstrap, self.timeout_s = bootstrap, timeout_s
         self.read = Metrics.counter("rewards", "events_read")
+        self.consumer = None
+
+    def setup(self):
+        self.consumer = _consumer(self.bootstrap)  # one connection per DoFn instance, reused for every partition
+
+    def teardown(self):
+        if self.consumer is not None:
+            self.consumer.close()
+            self.consumer = None
 
     def process(self, element):
         from kafka import TopicPartition
@@ -123,27 +132,25 @@ class ReadKafkaRangeFn(beam.DoFn):
         topic, partition, start, stop = element
         if stop <= start:
             return
-        c = _consumer(self.bootstrap)
-        try:
-            tp = TopicPartition(topic, partition)
-            c.assign([tp])
-            c.seek(tp, start)
-            pos, deadline = start, time.monotonic() + self.timeout_s
-            while pos < stop:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{topic}/{partition}: read {pos - start} of {stop - start} records of the "
-                                       f"fixed range [{start}, {stop}) before timing out; is the broker's log gone?")
-                for records in c.poll(timeout_ms=500).values():
-                    for r in records:
-                        if r.offset >= stop:
-                            pos = stop
-                            break
-                        pos = r.offset + 1
-                        self.read.inc()
-                        yield r.value
-                    deadline = time.monotonic() + self.timeout_s
-        finally:
-            c.close()
+        c = self.consumer
+        tp = TopicPartition(topic, partition)
+        c.assign([tp])
+        c.seek(tp, start)
+        pos, deadline = start, time.monotonic() + self.timeout_s
+        while pos < stop:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}/{partition}: read {pos - start} of {stop - start} records of the "
+                                   f"fixed range [{start}, {stop}) before timing out; is the broker's log gone?")
+            for records in c.poll(timeout_ms=500).values():
+                for r in records:
+                    if r.offset >= stop:
+                        pos = stop
+                        break
+                    pos = r.offset + 1
+                    self.read.inc()
+                    yield r.value
+                deadline = time.monotonic() + self.timeout_s
+        c.assign([])
 
 
 class ReadKafkaRange(beam.PTransform):

@@ -1,0 +1,104 @@
+"""`rtrl bench rewards`: the reward job's throughput on a synthetic event log, against a polars reference.
+
+  reference_polars_events_per_s  the same spec computed by one polars pass over all events in one process
+                                 (`assemble_rewards` once) -- the speed limit the Beam job is compared with;
+  replay_events_per_s            `rtrl replay`'s job (Beam DirectRunner) over the log imported into an archive;
+  offset_range_events_per_s      a cycle run (`rtrl rewards`) over the same events produced to a private broker,
+                                 fixing the range and reading it back through Beam.
+Rows from all three are compared: the benchmark fails (exit 1) if they differ.
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run(n_requests: int, kafka: bool = True, log: Callable[[str], None] = print) -> dict:
+    from pipelines.archive.importer import import_frames
+    from pipelines.rewards import replay_job
+    from pipelines.rewards.assemble import assemble_rewards
+    from pipelines.rewards.classifiers import get_classifier
+    from pipelines.rewards.sink import read_reward_table
+    from pipelines.rewards.spec import RewardSpec
+    from pipelines.rewards.synthetic import T0, synthetic_frames
+
+    spec = RewardSpec()
+    tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-rewards-"))
+    try:
+        # spread the requests over three maturity delays of event time, so a cycle's range has mature rows
+        spacing = max(1, int(3 * spec.maturity_delay_s(question=True) * 1000 / n_requests))
+        frames = synthetic_frames(n_requests, spacing_ms=spacing)
+        events = sum(f.height for f in frames.values())
+        last = frames["trajectory"]["event_time"].max()
+        start, end = T0, last + timedelta(microseconds=1)
+        log(f"bench: {events} events for {n_requests} requests")
+        t0 = time.perf_counter()
+        ref = assemble_rewards(frames, spec, get_classifier(spec.classifier), None).rows
+        t_ref = time.perf_counter() - t0
+        import_frames(tmp / "archive", frames)
+        t0 = time.perf_counter()
+        s = replay_job.run(tmp / "archive", start, end, tmp / "replay", spec, shards=16)
+        t_replay = time.perf_counter() - t0
+        replayed = read_reward_table(tmp / "replay")
+        result = {"events": events, "requests": n_requests, "rows": ref.height,
+                  "reference_polars_events_per_s": round(events / t_ref, 1),
+                  "replay_events_per_s": round(events / t_replay, 1),
+                  "replay_vs_reference": round(t_ref / t_replay, 3),
+                  "replay_rows_match_reference": replayed.sort("request_id").equals(ref.sort("request_id")),
+                  "replay_counters": s.counters}
+        log(f"bench: reference {t_ref:.2f}s, replay {t_replay:.2f}s")
+        if kafka:
+            result |= _offset_range(tmp, frames, spec, ref, log)
+        result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
+        return result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _offset_range(tmp: Path, frames: dict[str, pl.DataFrame], spec, ref: pl.DataFrame, log) -> dict:
+    from infra.bench.ingest import _free_port
+    from infra.config import load_config
+    from infra.stack.stack import Stack
+    from pipelines.rewards.cycle_job import run_cycle
+    from pipelines.rewards.sink import read_reward_table
+    from schemas import topic_for
+
+    cfg = load_config(None, [f'state_dir="{tmp / "state"}"', f"kafka.port={_free_port(pair=True)}"])
+    stack = Stack(cfg)
+    stack.up(log=lambda *_: None)
+    try:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap(), acks="all", linger_ms=20,
+                                 batch_size=512 * 1024)
+        n = 0
+        for t, f in frames.items():
+            topic = topic_for(t)
+            for row in f.drop("event_date").write_ndjson().splitlines():
+                producer.send(topic, value=row.encode())
+                n += 1
+        producer.flush()
+        producer.close()
+        log(f"bench: produced {n} events; running a cycle over the range")
+        t0 = time.perf_counter()
+        m = run_cycle("bench", cfg.kafka.bootstrap(), cfg.state_path / "rewards", tmp / "cycle", spec, shards=16,
+                      idle_s=2.0, log=lambda *_: None)
+        t_cycle = time.perf_counter() - t0 - 2.0  # minus the idle wait that ends the range
+        got = read_reward_table(tmp / "cycle")
+        expected = ref.filter(pl.col("mature_time") <= pl.lit(m.as_of).str.to_datetime(time_zone="UTC"))
+        return {"offset_range_events_per_s": round(n / t_cycle, 1), "offset_range_rows": got.height,
+                "offset_range_rows_match_reference": got.sort("request_id").equals(expected.sort("request_id"))}
+    finally:
+        stack.down(log=lambda *_: None)
