@@ -12,13 +12,13 @@ from typing import Iterable
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.quality.config import QualityConfig
 from pipelines.quality.expectations import (Expectation, between, conform, holds, in_set, not_null,
                                             row_count_between, schema, unique)
 from pipelines.quality.result import SuiteResult
 from pipelines.quality.runner import run_suite
+from pipelines.rewards.table import read_reward_table
 from pipelines.rewards.spec import RewardSpec
 from schemas.arrow import model_arrow_schema
 from schemas.rewards import EditStatus, FollowupStatus, PersistenceLabel, RewardRow
@@ -28,15 +28,6 @@ COMPONENTS = ("r_persistence", "r_followup", "r_broken_tool", "r_deferral", "r_l
 
 def reward_schema() -> pa.Schema:
     return model_arrow_schema(RewardRow)
-
-
-def read_reward_table(path: str | Path) -> pl.DataFrame:
-    """A reward table from one Parquet file or a directory of them (hive partitions allowed; files whose names
-    start with '_' or '.' are skipped, as pyarrow does)."""
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"reward table {p} does not exist")
-    return pl.from_arrow(pq.read_table(p))
 
 
 def privacy_mode_request_ids(events: pl.DataFrame) -> set[str]:

@@ -72,3 +72,13 @@ class ComputeRewards(beam.PTransform):
                | "Dedupe" >> beam.ParDo(DedupeByEventIdFn(retention))
                | "Assemble" >> beam.ParDo(AssembleRewardsFn(self.spec, self.as_of, self.after)).with_outputs(CARRY, main="rows"))
         return out.rows, out[CARRY]
+
+
+def run_and_count(p: beam.Pipeline) -> dict[str, int]:
+    """Run a pipeline to completion; its committed counters by name (summed over steps)."""
+    result = p.run()
+    result.wait_until_finish()
+    counters: dict[str, int] = {}
+    for c in result.metrics().query()["counters"]:
+        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + int(c.committed or 0)
+    return counters

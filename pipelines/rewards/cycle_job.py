@@ -25,10 +25,10 @@ import polars as pl
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.rewards.batches import EventBatch
-from pipelines.rewards.compute import ComputeRewards
+from pipelines.rewards.compute import ComputeRewards, run_and_count
 from pipelines.rewards.kafka_range import FixedRange, ReadKafkaRange, fix_range, range_watermark
 from pipelines.rewards.parse import DEAD_LETTER, ParseEventsFn
-from pipelines.rewards.sink import WriteRewardTable
+from pipelines.rewards.sink import WriteRewardTable, partitions_written
 from pipelines.rewards.spec import RewardSpec
 from schemas.topics import EVENT_TOPICS
 
@@ -159,16 +159,8 @@ def run_cycle(cycle_id: str, bootstrap: str, state_root: Path, out: Path, spec: 
     _ = (parsed[DEAD_LETTER] | "DeadLetterJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
          | "WriteDeadLetters" >> beam.io.WriteToText(str(state_root / "dead_letter" / cycle_id),
                                                      file_name_suffix=".jsonl", shard_name_template=""))
-    result = p.run()
-    result.wait_until_finish()
-    counters: dict[str, int] = {}
-    for c in result.metrics().query()["counters"]:
-        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + int(c.committed or 0)
-    import pyarrow.parquet as pq
-
-    m.partitions = [(str(f), pq.read_metadata(f).num_rows)
-                    for f in sorted(out.glob(f"policy_version=*/window={cycle_id}/part-0.parquet"))]
-    m.counters = counters
+    m.counters = run_and_count(p)
+    m.partitions = partitions_written(out, cycle_id)
     m.status = "done"
     store.save(m)
     log(f"rewards: cycle {cycle_id} done: {sum(n for _, n in m.partitions)} rows")

@@ -17,9 +17,9 @@ import apache_beam as beam
 import polars as pl
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.rewards.compute import ComputeRewards
+from pipelines.rewards.compute import ComputeRewards, run_and_count
 from pipelines.rewards.read_archive import ReadArchive
-from pipelines.rewards.sink import WriteRewardTable
+from pipelines.rewards.sink import WriteRewardTable, partitions_written
 from pipelines.rewards.spec import RewardSpec
 
 
@@ -64,12 +64,6 @@ def run(archive: str | Path, start: datetime, end: datetime, out: str | Path, sp
     summary = ReplaySummary(str(out), window_label(start, end), counters=dict.fromkeys(COUNTERS, 0))
     p = beam.Pipeline(options=options)
     build(p, archive, start, end, out, spec, shards)
-    result = p.run()
-    result.wait_until_finish()
-    for c in result.metrics().query()["counters"]:
-        summary.counters[c.key.metric.name] = summary.counters.get(c.key.metric.name, 0) + int(c.committed or 0)
-    import pyarrow.parquet as pq
-
-    for f in sorted(Path(out).glob(f"policy_version=*/window={summary.window}/part-0.parquet")):
-        summary.partitions.append((str(f), pq.read_metadata(f).num_rows))
+    summary.counters.update(run_and_count(p))
+    summary.partitions = partitions_written(out, summary.window)
     return summary

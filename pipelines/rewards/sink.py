@@ -12,6 +12,7 @@ from pathlib import Path
 
 import apache_beam as beam
 import polars as pl
+import pyarrow.parquet as pq
 
 from pipelines.rewards.assemble import ROW_SCHEMA
 
@@ -20,14 +21,18 @@ def partition_dir(out: Path, policy_version: str, window: str) -> Path:
     return out / f"policy_version={policy_version}" / f"window={window}"
 
 
+def partitions_written(out: str | Path, window: str) -> list[tuple[str, int]]:
+    """(file, rows) of every partition of `window` under `out`, sorted by path."""
+    return [(str(f), pq.read_metadata(f).num_rows)
+            for f in sorted(Path(out).glob(f"policy_version=*/window={window}/part-0.parquet"))]
+
+
 def write_partition(out: Path, window: str, policy_version: str, frames) -> tuple[str, int]:
     rows = pl.concat(list(frames)).unique("request_id", keep="first").sort("request_id")
     d = partition_dir(out, policy_version, window)
     d.mkdir(parents=True, exist_ok=True)
     final, tmp = d / "part-0.parquet", d / ".part-0.parquet.tmp"
     with open(tmp, "wb") as fh:
-        import pyarrow.parquet as pq
-
         pq.write_table(rows.to_arrow().cast(ROW_SCHEMA), fh, compression="zstd")
         fh.flush()
         os.fsync(fh.fileno())
@@ -52,10 +57,3 @@ class WriteRewardTable(beam.PTransform):
                     lambda f: [(k[0], part) for k, part in f.partition_by("policy_version", as_dict=True).items()])
                 | "Group" >> beam.GroupByKey()
                 | "Write" >> beam.MapTuple(lambda v, frames: write_partition(out, window, v, frames)))
-
-
-def read_reward_table(out: str | Path) -> pl.DataFrame:
-    files = sorted(Path(out).glob("policy_version=*/window=*/part-0.parquet"))
-    if not files:
-        return pl.from_arrow(ROW_SCHEMA.empty_table())
-    return pl.concat([pl.read_parquet(f) for f in files]).sort("request_id")

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from pipelines.rewards import replay_job
-from pipelines.rewards.sink import read_reward_table
+from pipelines.rewards.table import read_reward_table
 from pipelines.rewards.spec import RewardSpec
 from tests.unit.archive.helpers import FakeLog, archive_all
 from tests.unit.rewards.builders import T0, applied, at, followup, rejected, snapshot, tool_result, trajectory
@@ -109,3 +109,13 @@ def test_rtrl_replay_rejects_a_time_without_zone(tmp_path):
 
     with pytest.raises(SystemExit, match="needs a time zone"):
         main(["replay", "--start", "2026-11-01T00:00", "--end", "2026-11-02T00:00Z", "--out", str(tmp_path)])
+
+
+def test_quality_suite_reads_the_partitioned_table_the_job_writes_and_passes(archive, tmp_path):
+    from pipelines.quality import check_rewards
+
+    root, _ = archive
+    _replay(root, tmp_path / "out")
+    result = check_rewards(tmp_path / "out", SPEC)
+    assert result.success, result.failed_rules
+    assert result.row_count == read_reward_table(tmp_path / "out").height

@@ -1,0 +1,26 @@
+"""Reading the reward table back (no Beam needed): the trainer, the data-quality suites and tests use this."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from pipelines.rewards.assemble import ROW_SCHEMA
+
+
+def read_reward_table(path: str | Path) -> pl.DataFrame:
+    """A reward table: one Parquet file, or every Parquet file under a directory (this sink's partition layout
+    included; names starting with '_' or '.' are skipped), sorted by request_id. Partition directories are not
+    turned into columns: `policy_version` is already a column of every row."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"reward table {p} does not exist")
+    files = [p] if p.is_file() else sorted(
+        f for f in p.rglob("*.parquet") if not any(part.startswith(("_", ".")) for part in f.relative_to(p).parts))
+    if not files:
+        return pl.from_arrow(ROW_SCHEMA.empty_table())
+    # pyarrow reads each file (its errors -- ArrowInvalid for a file that is not Parquet -- are what callers
+    # handle); no hive partitioning, so directory names never become columns.
+    return pl.concat([pl.from_arrow(pq.read_table(f)) for f in files], how="diagonal_relaxed").sort("request_id")
