@@ -26,11 +26,11 @@ def _uuid(kind: int, n: int) -> pl.Series:
         pl.String).str.pad_start(12, "0")
 
 
-def _envelope(req: pl.DataFrame, kind: int, event_type: str, dt_s: pl.Expr | float) -> pl.DataFrame:
+def _envelope(req: pl.DataFrame, kind: int, event_type: str, dt_s: float) -> pl.DataFrame:
     n = req.height
     return req.select(
         event_id=_uuid(kind, n), event_type=pl.lit(event_type), schema_version=pl.lit(1, pl.Int64),
-        event_time=pl.col("t") + pl.duration(milliseconds=(dt_s * 1000) if isinstance(dt_s, float) else dt_s * 1000),
+        event_time=pl.col("t") + pl.duration(milliseconds=dt_s * 1000),
         received_time=pl.lit(None, pl.Datetime("us", "UTC")), user_id="user_id", org_id="org_id",
         workspace_id="workspace_id", session_id="session_id", privacy_mode=pl.lit(False),
         client_version=pl.lit("synthetic/1"), request_id="request_id")
