@@ -22,6 +22,9 @@ FRAME_TYPES = ("trajectory", "suggestion_shown", "edit_applied", "edit_rejected"
                "followup_message", "tool_call_result")
 ROW_SCHEMA = model_arrow_schema(RewardRow)
 _EMPTY_ROWS = pl.from_arrow(ROW_SCHEMA.empty_table())
+# Per-token payload the trainer needs but no join looks at: carried aside and attached once to the emitted rows
+# (gathering these lists through every join costs more than the whole join logic).
+PAYLOAD = ("prompt_token_ids", "completion_token_ids", "behaviour_logprobs")
 ROUNDED = ("persistence", "r_persistence", "r_followup", "r_broken_tool", "r_deferral", "r_length",
            "reward_unclipped", "reward")
 
@@ -181,13 +184,14 @@ def assemble_rewards(frames: dict[str, pl.DataFrame], spec: RewardSpec, classifi
     `frames` holds the buffered events per type (columns as in `schemas.arrow_schema`, deduplicated).
     `fire_at=None` means "everything is mature" (only for tests of the formulas; jobs always pass a time).
     """
-    requests = _mature_requests(frames["trajectory"], spec)
+    traj = frames["trajectory"]
+    requests = _mature_requests(traj.drop(PAYLOAD), spec)
     emit = requests
     if fire_at is not None:
         emit = emit.filter(pl.col("mature_time") <= fire_at)
     if fired_before is not None:
         emit = emit.filter(pl.col("mature_time") > fired_before)
-    counts = {"privacy_excluded": int(frames["trajectory"]["privacy_mode"].sum()) if fire_at is None else 0}
+    counts = {"privacy_excluded": int(traj["privacy_mode"].sum()) if fire_at is None else 0}
     if emit.is_empty():
         return Assembled(_EMPTY_ROWS, counts | {"rows": 0})
     nxt = _next_turns(emit, requests, spec)
@@ -212,7 +216,10 @@ def assemble_rewards(frames: dict[str, pl.DataFrame], spec: RewardSpec, classifi
     # Float results are rounded to 1e-12: polars may vectorize a row's arithmetic differently depending on what
     # else is in the frame (last-bit differences), and a row must not depend on how events were batched.
     floats = [c for c in ROUNDED if c in rows.columns]
-    rows = rows.with_columns([pl.col(c).round(12) for c in floats])
-    rows = rows.select([pl.col(n).cast(_EMPTY_ROWS.schema[n]) for n in _EMPTY_ROWS.columns]).sort("request_id")
+    rows = rows.with_columns([pl.col(c).round(12) for c in floats]).sort("request_id")
+    first = traj.select("request_id", _i=pl.int_range(pl.len(), dtype=pl.UInt32)).unique("request_id", keep="first")
+    at = rows.select("request_id").join(first, on="request_id", how="left", maintain_order="left")["_i"]
+    rows = pl.concat([rows, traj.select(PAYLOAD)[at]], how="horizontal")
+    rows = rows.select([pl.col(n).cast(_EMPTY_ROWS.schema[n]) for n in _EMPTY_ROWS.columns])
     return Assembled(rows, counts | {"rows": rows.height,
                                      "unknown_labels": int((rows["persistence_label"] == "unknown").sum())})

@@ -15,6 +15,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from pipelines.rewards.batches import EventBatch
+from pipelines.rewards.frames import first_per_event_id
 
 _EMPTY = pl.DataFrame(schema={"event_id": pl.String, "event_time": pl.Datetime("us", "UTC")})
 
@@ -31,8 +32,10 @@ class DedupeByEventIdFn(beam.DoFn):
         known: pl.DataFrame = seen.read()
         if known is None:
             known = _EMPTY
-        frame = batch.frame.unique("event_id", keep="first", maintain_order=True)
-        fresh = frame.join(known.select("event_id"), on="event_id", how="anti", maintain_order="left")
+        fresh = first_per_event_id(batch.frame)
+        seen_before = fresh["event_id"].is_in(known["event_id"])
+        if seen_before.any():
+            fresh = fresh.filter(~seen_before)
         dropped = batch.frame.height - fresh.height
         if dropped:
             self.duplicates.inc(dropped)

@@ -1,11 +1,16 @@
-"""Events as polars frames, one per event type, with the Arrow schema from `schemas/` (empty when absent)."""
+"""Events as polars frames, one per event type, with the Arrow schema from `schemas/` (empty when absent).
+
+Importing this module makes polars frames pickle as Arrow IPC (see `_reduce_frame`).
+"""
 
 from __future__ import annotations
 
+import copyreg
 from collections import defaultdict
 from typing import Iterable
 
 import polars as pl
+import pyarrow as pa
 
 from schemas import Event, arrow_schema, to_arrow
 from schemas.events import EVENT_TYPES
@@ -35,5 +40,38 @@ def concat_frames(parts: Iterable[dict[str, pl.DataFrame]]) -> dict[str, pl.Data
         for t, f in p.items():
             if f.height:
                 acc[t].append(f)
-    return {t: (pl.concat(acc[t]).unique("event_id", keep="first", maintain_order=True) if acc.get(t)
-                else empty_frame(t)) for t in EVENT_TYPES}
+    return {t: first_per_event_id(pl.concat(acc[t])) if acc.get(t) else empty_frame(t) for t in EVENT_TYPES}
+
+
+def first_per_event_id(frame: pl.DataFrame) -> pl.DataFrame:
+    """The first row of each event_id, order kept; the frame itself when ids are unique (the common case: no
+    gather of the token lists)."""
+    if frame["event_id"].n_unique() == frame.height:
+        return frame
+    return frame.unique("event_id", keep="first", maintain_order=True)
+
+
+_IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+def _frame_from_ipc(data: bytes) -> pl.DataFrame:
+    return pl.from_arrow(pa.ipc.open_stream(data).read_all())
+
+
+def _reduce_frame(frame: pl.DataFrame):
+    """Pickle a frame as an LZ4-compressed Arrow IPC stream. Beam pickles every frame that crosses a stage or
+    enters state; polars' own serialization is ~10x slower on the list columns of trajectories (token ids,
+    logprobs), and without compression copying those bytes costs more than compressing them."""
+    if pl.Object in frame.dtypes:
+        return object.__reduce_ex__(frame, 2)  # Arrow would write object addresses: polars' own path
+    try:
+        table = frame.to_arrow()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema, options=_IPC) as writer:
+            writer.write_table(table)
+        return _frame_from_ipc, (sink.getvalue().to_pybytes(),)
+    except (pa.ArrowException, TypeError, ValueError):
+        return object.__reduce_ex__(frame, 2)
+
+
+copyreg.pickle(pl.DataFrame, _reduce_frame)

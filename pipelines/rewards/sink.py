@@ -28,7 +28,10 @@ def partitions_written(out: str | Path, window: str) -> list[tuple[str, int]]:
 
 
 def write_partition(out: Path, window: str, policy_version: str, frames) -> tuple[str, int]:
-    rows = pl.concat(list(frames)).unique("request_id", keep="first").sort("request_id")
+    rows = pl.concat(list(frames))
+    if rows["request_id"].n_unique() != rows.height:  # a request's row is emitted once; never write it twice
+        rows = rows.unique("request_id", keep="first")
+    rows = rows.sort("request_id")
     d = partition_dir(out, policy_version, window)
     d.mkdir(parents=True, exist_ok=True)
     final, tmp = d / "part-0.parquet", d / ".part-0.parquet.tmp"
