@@ -22,6 +22,9 @@ EPILOG = """examples:
   rtrl down                    stop everything this state dir started
 """
 
+SHARDS_HELP = ("workspace shards, the keys of the job's state: the parallelism a distributed runner can use "
+               "(default 4; the DirectRunner runs in one process, where fewer shards cost less)")
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rtrl", description="Real-time RL for coding-assistant models.",
@@ -80,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     rew.add_argument("--out", metavar="DIR", help="reward table root (default: <state_dir>/rewards/table)")
     rew.add_argument("--idle", type=float, default=2.0, metavar="S",
                      help="the range ends where every partition has been quiet for S seconds (default 2)")
-    rew.add_argument("--shards", type=int, default=16, help="workspace shards (state keys), default 16")
+    rew.add_argument("--shards", type=int, help=SHARDS_HELP)
     rew.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION", help="after --: Beam pipeline options")
 
     rep = cmd("replay", "infra.commands.rewards:replay",
@@ -90,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--end", required=True, metavar="TIME", help="exclusive; requests made in [start, end)")
     rep.add_argument("--out", required=True, metavar="DIR", help="reward table output (never the production one "
                      "unless you say so)")
-    rep.add_argument("--shards", type=int, default=16, help="workspace shards (state keys), default 16")
+    rep.add_argument("--shards", type=int, help=SHARDS_HELP)
     rep.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION",
                      help="after --: Beam pipeline options, e.g. -- --runner=FlinkRunner --flink_master=HOST:8081")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from schemas.compat import upgrade
 from schemas.envelope import Event, SchemaError
@@ -18,6 +18,13 @@ def _first_error(err: ValidationError) -> SchemaError:
     e = err.errors(include_url=False)[0]
     field = ".".join(str(p) for p in e.get("loc", ())) or "<event>"
     return SchemaError(field, e.get("msg", "invalid"))
+
+
+class _Header(BaseModel):
+    """What selects the model of a wire message (other fields are skipped)."""
+
+    event_type: str
+    schema_version: int
 
 
 def parse_event(d: Any) -> Event:
@@ -44,6 +51,13 @@ def parse_wire(data: bytes | str) -> Event:
     """Decode and validate one wire message."""
     if len(data) > MAX_WIRE_BYTES:
         raise SchemaError("<event>", f"message of {len(data)} bytes exceeds {MAX_WIRE_BYTES}")
+    try:
+        head = _Header.model_validate_json(data)
+        cls = EVENT_TYPES.get(head.event_type)
+        if cls is not None and head.schema_version == cls.SCHEMA_VERSION:
+            return cls.model_validate_json(data)  # JSON parsed and validated in one pass (pydantic-core)
+    except ValidationError:
+        pass  # any error: the dict path below names the field the same way every time
     try:
         d = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

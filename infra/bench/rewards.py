@@ -1,11 +1,13 @@
 """`rtrl bench rewards`: the reward job's throughput on a synthetic event log, against a polars reference.
 
-  reference_polars_events_per_s  the same spec computed by one polars pass over all events in one process
-                                 (`assemble_rewards` once) -- the speed limit the Beam job is compared with;
-  replay_events_per_s            `rtrl replay`'s job (Beam DirectRunner) over the log imported into an archive;
+  reference_polars_events_per_s  the same job in one process without Beam: read the archive's files, compute the
+                                 spec with one polars pass (`assemble_rewards` once), write the same partitioned
+                                 table -- the speed limit the Beam job is compared with (`replay_vs_reference`);
+  reference_compute_only_events_per_s  that pass alone over frames already in memory (no I/O), for scale;
+  replay_events_per_s            `rtrl replay`'s job (Beam DirectRunner) over the same archive;
   offset_range_events_per_s      a cycle run (`rtrl rewards`) over the same events produced to a private broker,
                                  fixing the range and reading it back through Beam.
-Rows from all three are compared: the benchmark fails (exit 1) if they differ.
+Rows from all of them are compared: `*_rows_match_reference` is false if any differs (and the command exits 1).
 """
 
 from __future__ import annotations
@@ -25,7 +27,23 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run(n_requests: int, kafka: bool = True, log: Callable[[str], None] = print) -> dict:
+def _reference_job(archive: Path, start, end, out: Path, spec, classifier) -> None:
+    """The replay job's work in one process: read every file, compute, write the table (no Beam)."""
+    from pipelines.archive.reader import list_files, read_file
+    from pipelines.rewards.assemble import assemble_rewards
+    from pipelines.rewards.frames import concat_frames, conform
+    from pipelines.rewards.sink import write_partition
+
+    read_until = end + timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
+    frames = concat_frames({f.event_type: conform(read_file(archive, f, start, read_until), f.event_type)}
+                           for f in list_files(archive, None, start, read_until))
+    rows = assemble_rewards(frames, spec, classifier, read_until).rows
+    rows = rows.filter((pl.col("request_time") >= start) & (pl.col("request_time") < end))
+    for (version,), part in sorted(rows.partition_by("policy_version", as_dict=True).items()):
+        write_partition(out, "reference", version, [part])
+
+
+def run(n_requests: int, kafka: bool = True, shards: int | None = None, log: Callable[[str], None] = print) -> dict:
     from pipelines.archive.importer import import_frames
     from pipelines.rewards import replay_job
     from pipelines.rewards.assemble import assemble_rewards
@@ -44,30 +62,39 @@ def run(n_requests: int, kafka: bool = True, log: Callable[[str], None] = print)
         last = frames["trajectory"]["event_time"].max()
         start, end = T0, last + timedelta(microseconds=1)
         log(f"bench: {events} events for {n_requests} requests")
+        classifier = get_classifier(spec.classifier)
+        assemble_rewards(frames, spec, classifier, None)  # warm-up: the classifier and polars' first calls
         t0 = time.perf_counter()
-        ref = assemble_rewards(frames, spec, get_classifier(spec.classifier), None).rows
-        t_ref = time.perf_counter() - t0
+        ref = assemble_rewards(frames, spec, classifier, None).rows
+        t_compute = time.perf_counter() - t0
         import_frames(tmp / "archive", frames)
         t0 = time.perf_counter()
-        s = replay_job.run(tmp / "archive", start, end, tmp / "replay", spec, shards=16)
+        _reference_job(tmp / "archive", start, end, tmp / "reference", spec, classifier)
+        t_ref = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        s = replay_job.run(tmp / "archive", start, end, tmp / "replay", spec, shards=shards)
         t_replay = time.perf_counter() - t0
         replayed = read_reward_table(tmp / "replay")
         result = {"events": events, "requests": n_requests, "rows": ref.height,
                   "reference_polars_events_per_s": round(events / t_ref, 1),
+                  "reference_compute_only_events_per_s": round(events / t_compute, 1),
                   "replay_events_per_s": round(events / t_replay, 1),
                   "replay_vs_reference": round(t_ref / t_replay, 3),
+                  "replay_vs_compute_only": round(t_compute / t_replay, 3),
+                  "reference_rows_match": read_reward_table(tmp / "reference").sort("request_id").equals(
+                      ref.sort("request_id")),
                   "replay_rows_match_reference": replayed.sort("request_id").equals(ref.sort("request_id")),
                   "replay_counters": s.counters}
-        log(f"bench: reference {t_ref:.2f}s, replay {t_replay:.2f}s")
+        log(f"bench: reference job {t_ref:.2f}s (compute alone {t_compute:.2f}s), replay {t_replay:.2f}s")
         if kafka:
-            result |= _offset_range(tmp, frames, spec, ref, log)
+            result |= _offset_range(tmp, frames, spec, ref, shards, log)
         result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
         return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _offset_range(tmp: Path, frames: dict[str, pl.DataFrame], spec, ref: pl.DataFrame, log) -> dict:
+def _offset_range(tmp: Path, frames: dict[str, pl.DataFrame], spec, ref: pl.DataFrame, shards, log) -> dict:
     from infra.bench.ingest import _free_port
     from infra.config import load_config
     from infra.stack.stack import Stack
@@ -93,7 +120,7 @@ def _offset_range(tmp: Path, frames: dict[str, pl.DataFrame], spec, ref: pl.Data
         producer.close()
         log(f"bench: produced {n} events; running a cycle over the range")
         t0 = time.perf_counter()
-        m = run_cycle("bench", cfg.kafka.bootstrap(), cfg.state_path / "rewards", tmp / "cycle", spec, shards=16,
+        m = run_cycle("bench", cfg.kafka.bootstrap(), cfg.state_path / "rewards", tmp / "cycle", spec, shards=shards,
                       idle_s=2.0, log=lambda *_: None)
         t_cycle = time.perf_counter() - t0 - 2.0  # minus the idle wait that ends the range
         got = read_reward_table(tmp / "cycle")

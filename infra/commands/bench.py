@@ -24,6 +24,6 @@ def main(args, cfg) -> int:
         result = {"benchmark": "rewards", "cpus": os.cpu_count(),
                   **run_rewards(args.requests, kafka=not args.no_kafka, log=log)}
         print(json.dumps(result))
-        ok = result["replay_rows_match_reference"] and result.get("offset_range_rows_match_reference", True)
+        ok = result["reference_rows_match"] and result["replay_rows_match_reference"] and result.get("offset_range_rows_match_reference", True)
         return 0 if ok else 1
     raise SystemExit(f"unknown benchmark {args.bench_command!r}")

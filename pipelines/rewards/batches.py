@@ -27,6 +27,9 @@ class EventBatch:
         return self.frame["event_time"].min()
 
 
+DEFAULT_SHARDS = 4  # state keys; raise it for a distributed runner's parallelism
+
+
 def shard_of(workspace_id: str, shards: int) -> int:
     return crc32(workspace_id.encode()) % shards
 

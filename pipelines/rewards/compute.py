@@ -1,6 +1,6 @@
 """ComputeRewards: events (parsed `Event`s or `EventBatch`es) -> mature reward rows (+ the open join state).
 
-    rows, carry = events | ComputeRewards(spec, shards=16, as_of=None)
+    rows, carry = events | ComputeRewards(spec, shards=4, as_of=None)
 
 The same composite serves every source: streaming (TestStream, or an unbounded Kafka read on a portable
 runner), a bounded Kafka offset range, and replay of the Parquet event log.
@@ -11,14 +11,13 @@ from __future__ import annotations
 from datetime import datetime
 
 import apache_beam as beam
-
-from pipelines.rewards.assemble_fn import CARRY, AssembleRewardsFn
 import polars as pl
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines.rewards.batches import EventBatch, micros, split_by_shard
+from pipelines.rewards.assemble_fn import CARRY, AssembleRewardsFn
+from pipelines.rewards.batches import DEFAULT_SHARDS, EventBatch, micros, split_by_shard
 from pipelines.rewards.dedupe import DedupeByEventIdFn
 from pipelines.rewards.spec import RewardSpec
 from schemas import to_arrow
@@ -58,12 +57,13 @@ class BatchByShard(beam.PTransform):
 
 
 class ComputeRewards(beam.PTransform):
-    def __init__(self, spec: RewardSpec, shards: int = 16, as_of: datetime | None = None,
+    def __init__(self, spec: RewardSpec, shards: int | None = None, as_of: datetime | None = None,
                  after: datetime | None = None):
         """as_of: emit only rows maturing by then (bounded runs); after: rows maturing by then were emitted by an
         earlier run whose open state this run continues (cycle runs)."""
         super().__init__()
-        self.spec, self.shards, self.as_of, self.after = spec, shards, as_of, after
+        self.spec, self.as_of, self.after = spec, as_of, after
+        self.shards = shards or DEFAULT_SHARDS
 
     def expand(self, events):
         retention = self.spec.maturity_delay_s(question=True) + self.spec.followup_window_s

@@ -8,7 +8,9 @@ time minus the allowed lateness; idle partitions do not hold it back); so every 
 
 Crash safety. The manifest `<state>/rewards/cycles/<cycle_id>.json` is written first with the fixed range
 (status "started"), then the Beam job writes the reward partitions (idempotent overwrite), the carry and the
-dead letters, then the manifest says "done". Rerunning a started cycle reads the same range with the same carry
+dead letters (`<state>/rewards/dead_letter/<cycle_id>.parquet`, the archive's dead-letter schema; the archiver
+publishes the same messages to the dead-letter topic, so this job does not publish them twice), then the manifest
+says "done". A started cycle is only resumed against the Kafka cluster its offsets refer to. Rerunning a started cycle reads the same range with the same carry
 and writes the same files; rerunning a done cycle does nothing.
 """
 
@@ -22,11 +24,13 @@ from pathlib import Path
 
 import apache_beam as beam
 import polars as pl
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.rewards.batches import EventBatch
 from pipelines.rewards.compute import ComputeRewards, run_and_count
-from pipelines.rewards.kafka_range import FixedRange, ReadKafkaRange, fix_range, range_watermark
+from pipelines.archive.deadletter import dead_letter_table
+from pipelines.rewards.kafka_range import FixedRange, ReadKafkaRange, cluster_id, fix_range, range_watermark
 from pipelines.rewards.parse import DEAD_LETTER, ParseEventsFn
 from pipelines.rewards.sink import WriteRewardTable, partitions_written
 from pipelines.rewards.spec import RewardSpec
@@ -63,6 +67,9 @@ class CycleStore:
 
     def manifest_path(self, cycle_id: str) -> Path:
         return self.root / "cycles" / f"{cycle_id}.json"
+
+    def dead_letter_path(self, cycle_id: str) -> Path:
+        return self.root / "dead_letter" / f"{cycle_id}.parquet"
 
     def carry_dir(self, cycle_id: str) -> Path:
         return self.root / "carry" / cycle_id
@@ -113,6 +120,17 @@ class ReadCarryFn(beam.DoFn):
             yield EventBatch(Path(path).stem, frame)
 
 
+def _write_dead_letters(path: Path, letters, cluster: str) -> int:
+    """The cycle's dead letters as Parquet (the archive's dead-letter schema), replaced whole on a rerun."""
+    table = dead_letter_table(sorted(letters, key=lambda d: (d.message.topic, d.message.partition,
+                                                              d.message.offset)), cluster)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+    return table.num_rows
+
+
 def _write_carry(directory: Path, batches) -> int:
     by_type: dict[str, list[pl.DataFrame]] = {}
     for b in batches:
@@ -128,7 +146,7 @@ def _write_carry(directory: Path, batches) -> int:
     return n
 
 
-def run_cycle(cycle_id: str, bootstrap: str, state_root: Path, out: Path, spec: RewardSpec, shards: int = 16,
+def run_cycle(cycle_id: str, bootstrap: str, state_root: Path, out: Path, spec: RewardSpec, shards: int | None = None,
               idle_s: float = 2.0, beam_args: list[str] | None = None, log=print) -> CycleManifest:
     store = CycleStore(state_root)
     m = plan(store, cycle_id, bootstrap, spec, idle_s, log)
@@ -141,6 +159,9 @@ def run_cycle(cycle_id: str, bootstrap: str, state_root: Path, out: Path, spec: 
     prev = store.load(m.previous) if m.previous else None
     carry_in = sorted(str(p) for p in store.carry_dir(prev.cycle_id).glob("*.parquet")) if prev else []
     r = FixedRange(**m.range)
+    if r.cluster_id and (now := cluster_id(bootstrap)) != r.cluster_id:
+        raise ValueError(f"cycle {cycle_id}'s range refers to Kafka cluster {r.cluster_id}, but {bootstrap} is "
+                         f"{now}: the log those offsets point into is gone (replay the archive instead)")
     log(f"rewards: cycle {cycle_id}: {r.records} records in range, carry from {m.previous or 'nothing'}, "
         f"emitting rows maturing in ({m.after}, {m.as_of}]")
     carry_dir = store.carry_dir(cycle_id)
@@ -156,9 +177,9 @@ def run_cycle(cycle_id: str, bootstrap: str, state_root: Path, out: Path, spec: 
     _ = rows | "WriteRewardTable" >> WriteRewardTable(out, cycle_id)
     _ = (carry | "CarryAll" >> beam.combiners.ToList()
          | "WriteCarry" >> beam.Map(lambda bs: _write_carry(carry_dir, bs)))
-    _ = (parsed[DEAD_LETTER] | "DeadLetterJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
-         | "WriteDeadLetters" >> beam.io.WriteToText(str(state_root / "dead_letter" / cycle_id),
-                                                     file_name_suffix=".jsonl", shard_name_template=""))
+    dead_path, cluster = store.dead_letter_path(cycle_id), r.cluster_id
+    _ = (parsed[DEAD_LETTER] | "DeadLettersAll" >> beam.combiners.ToList()
+         | "WriteDeadLetters" >> beam.Map(lambda letters: _write_dead_letters(dead_path, letters, cluster)))
     m.counters = run_and_count(p)
     m.partitions = partitions_written(out, cycle_id)
     m.status = "done"

@@ -9,13 +9,15 @@ watermark of the range.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from pydantic import AwareDatetime, BaseModel, ValidationError
+
+from pipelines.archive.messages import SourceMessage
 
 Partition = tuple[str, int]
 
@@ -26,6 +28,7 @@ class FixedRange:
     stop: dict[str, int]           # "topic/partition" -> end offset (exclusive)
     newest: dict[str, str]         # "topic/partition" -> newest event_time seen in the range (ISO), if any
     records: int
+    cluster_id: str = ""           # the Kafka cluster (log incarnation) the offsets refer to
 
 
 def key(tp: Partition) -> str:
@@ -44,6 +47,16 @@ def _consumer(bootstrap: str):
                          max_poll_records=5000, fetch_max_bytes=64 * 1024 * 1024)
 
 
+def cluster_id(bootstrap: str) -> str:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return str(admin.describe_cluster().get("cluster_id") or "")
+    finally:
+        admin.close()
+
+
 def partitions_of(bootstrap: str, topics: tuple[str, ...]) -> list[Partition]:
     c = _consumer(bootstrap)
     try:
@@ -52,11 +65,15 @@ def partitions_of(bootstrap: str, topics: tuple[str, ...]) -> list[Partition]:
         c.close()
 
 
-def _event_time(value: bytes | None) -> str | None:
+class _EventTime(BaseModel):
+    event_time: AwareDatetime
+
+
+def _event_time(value: bytes | None) -> datetime | None:
+    """The event time of a wire message, or None (malformed messages are dead-lettered later)."""
     try:
-        t = json.loads(value)["event_time"]
-        return t if isinstance(t, str) else None
-    except (ValueError, TypeError, KeyError):
+        return _EventTime.model_validate_json(value).event_time.astimezone(timezone.utc)
+    except (ValidationError, TypeError):
         return None
 
 
@@ -65,6 +82,7 @@ def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], id
     from kafka import TopicPartition
 
     parts = partitions_of(bootstrap, topics)
+    cid = cluster_id(bootstrap)
     c = _consumer(bootstrap)
     try:
         tps = [TopicPartition(t, p) for t, p in parts]
@@ -81,14 +99,15 @@ def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], id
                 for r in records:
                     stop[k] = r.offset + 1
                     t = _event_time(r.value)
-                    if t is not None and (k not in newest or _ts(t) > _ts(newest[k])):
+                    if t is not None and (k not in newest or t > newest[k]):
                         newest[k] = t
                 n += len(records)
             if got:
                 last_data = time.monotonic()
                 if progress:
                     progress(n)
-        return FixedRange(start={key(p): start.get(key(p), 0) for p in parts}, stop=stop, newest=newest, records=n)
+        return FixedRange(start={key(p): start.get(key(p), 0) for p in parts}, stop=stop,
+                          newest={k: t.isoformat() for k, t in newest.items()}, records=n, cluster_id=cid)
     finally:
         c.close()
 
@@ -111,7 +130,7 @@ def range_watermark(r: FixedRange, lateness_s: float) -> datetime | None:
 
 
 class ReadKafkaRangeFn(beam.DoFn):
-    """(topic, partition, start, stop) -> the raw values of exactly those offsets."""
+    """(topic, partition, start, stop) -> exactly those records, as `SourceMessage`s."""
 
     def __init__(self, bootstrap: str, timeout_s: float = 60.0):
         self.bootstrap, self.timeout_s = bootstrap, timeout_s
@@ -148,7 +167,7 @@ class ReadKafkaRangeFn(beam.DoFn):
                         break
                     pos = r.offset + 1
                     self.read.inc()
-                    yield r.value
+                    yield SourceMessage(r.topic, r.partition, r.offset, r.value, r.key, r.timestamp)
                 deadline = time.monotonic() + self.timeout_s
         c.assign([])
 

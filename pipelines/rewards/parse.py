@@ -1,4 +1,9 @@
-"""ParseEventsFn: raw events (wire bytes, JSON text or dicts) -> validated `Event`s; bad ones to dead letters."""
+"""ParseEventsFn: raw messages -> validated `Event`s; the ones that fail go to the dead-letter output.
+
+Dead letters use the archive's vocabulary (`pipelines.archive.deadletter`): a reason code, the offending field, the
+validator's words, the original bytes and where they came from -- so the reward job's dead letters and the
+archiver's read the same, and Kafka sources keep the topic/partition/offset of each one.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +12,43 @@ import json
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from pipelines.archive.deadletter import DeadLetter
+from pipelines.archive.messages import SourceMessage
 from schemas import SchemaError, parse_event, parse_wire
 
 DEAD_LETTER = "dead_letter"
 
 
+def as_message(raw) -> SourceMessage:
+    """Any raw input (Kafka record, wire bytes, JSON text or a decoded dict) as a SourceMessage; inputs without a
+    Kafka position (TestStream, files) get topic "" and partition/offset -1."""
+    if isinstance(raw, SourceMessage):
+        return raw
+    if isinstance(raw, dict):
+        value = json.dumps(raw, default=str).encode()
+    else:
+        value = raw.encode() if isinstance(raw, str) else raw
+    return SourceMessage(topic="", partition=-1, offset=-1, value=value)
+
+
 class ParseEventsFn(beam.DoFn):
-    """Main output: `Event`. Tagged output `dead_letter`: {"reason", "field", "raw"} with the reason counted as
-    `rewards/dead_letter_<field>`."""
+    """Main output: `Event`. Tagged output `dead_letter`: `DeadLetter`, counted as `rewards/dead_letter_<reason>`."""
 
     def __init__(self):
         self.parsed = Metrics.counter("rewards", "events_parsed")
 
     def process(self, raw):
-        try:
-            event = parse_event(raw) if isinstance(raw, dict) else parse_wire(raw)
-        except SchemaError as e:
-            Metrics.counter("rewards", f"dead_letter_{e.field.split('.')[0]}").inc()
-            text = raw if isinstance(raw, str) else (raw.decode("utf-8", "replace") if isinstance(raw, bytes)
-                                                     else json.dumps(raw, default=str))
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, {"field": e.field, "reason": e.reason, "raw": text[:10_000]})
-            return
-        self.parsed.inc()
-        yield event
+        value = raw.value if isinstance(raw, SourceMessage) else raw
+        if value is None:
+            dead = DeadLetter.of(as_message(raw), None)
+        else:
+            try:
+                event = parse_event(value) if isinstance(value, dict) else parse_wire(value)
+            except SchemaError as e:
+                dead = DeadLetter.of(as_message(raw), e)
+            else:
+                self.parsed.inc()
+                yield event
+                return
+        Metrics.counter("rewards", f"dead_letter_{dead.reason}").inc()
+        yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead)

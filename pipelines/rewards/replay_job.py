@@ -44,7 +44,7 @@ def window_label(start: datetime, end: datetime) -> str:
 
 
 def build(p: beam.Pipeline, archive: str | Path, start: datetime, end: datetime, out: str | Path,
-          spec: RewardSpec, shards: int = 16):
+          spec: RewardSpec, shards: int | None = None):
     read_until = end + timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
     rows, _carry = (p
                     | "ReadArchive" >> ReadArchive(archive, start, read_until)
@@ -55,7 +55,7 @@ def build(p: beam.Pipeline, archive: str | Path, start: datetime, end: datetime,
 
 
 def run(archive: str | Path, start: datetime, end: datetime, out: str | Path, spec: RewardSpec,
-        shards: int = 16, beam_args: list[str] | None = None) -> ReplaySummary:
+        shards: int | None = None, beam_args: list[str] | None = None) -> ReplaySummary:
     if start.tzinfo is None or end.tzinfo is None:
         raise ValueError("start and end must carry a timezone (event times are UTC)")
     if end <= start:

@@ -11,6 +11,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from infra.stack.stack import Stack
@@ -45,12 +46,14 @@ def part(first: int, last: int, extra=()):
     return ev
 
 
-def produce(bootstrap: str, events) -> None:
+def produce(bootstrap: str, events, raw: tuple[tuple[str, bytes], ...] = ()) -> None:
     from kafka import KafkaProducer
 
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     for e in events:
         p.send(topic_for(e.event_type), key=e.user_id.encode(), value=to_wire(e))
+    for topic, value in raw:
+        p.send(topic, value=value)
     p.flush()
     p.close()
 
@@ -72,7 +75,7 @@ def test_cycle_killed_mid_way_and_rerun_then_next_cycle_emits_each_request_exact
     cfg = broker.cfg
     a = part(0, 12)
     b = part(12, 24, extra=[snapshot(600 * 11 + 1000, "abcd", user_id="u3", workspace_id="ws3", session_id="s3")])
-    produce(cfg.kafka.bootstrap(), a)
+    produce(cfg.kafka.bootstrap(), a, raw=((topic_for("followup_message"), b'{"event_type": "followup'),))
     manifest = cfg.state_path / "rewards" / "cycles" / "c1.json"
     proc = subprocess.Popen(cli(cfg, "rewards", "--cycle", "c1", "--idle", "1", "--shards", "3"), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -90,6 +93,10 @@ def test_cycle_killed_mid_way_and_rerun_then_next_cycle_emits_each_request_exact
         return json.loads(out.stdout)["rewards"]
 
     c1 = run("c1")
+    dead = pq.read_table(cfg.state_path / "rewards" / "dead_letter" / "c1.parquet").to_pylist()
+    assert [(d["reason"], d["topic"], d["value"]) for d in dead] == [
+        ("invalid_json", topic_for("followup_message"), b'{"event_type": "followup')]
+    assert dead[0]["offset"] >= 0 and dead[0]["cluster_id"] and c1["dead_letter_invalid_json"] == 1
     assert run("c1")["rows"] == c1["rows"]    # a done cycle is not run twice
     produce(cfg.kafka.bootstrap(), b)
     c2 = run("c2")

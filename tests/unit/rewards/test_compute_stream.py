@@ -130,5 +130,5 @@ def test_malformed_events_reach_the_dead_letter_output_with_a_reason():
                                          (trajectory("r1", 0), 0)]),
                              ("watermark", DELAY)])
     assert set(rows) == {"r1"}
-    assert sorted(d["field"] for d in dead) == ["<event>", "event_id"]
-    assert all(d["reason"] for d in dead)
+    assert sorted((d.reason, d.field) for d in dead) == [("invalid_field", "event_id"), ("invalid_json", "<event>")]
+    assert all(d.detail and d.message.value for d in dead)
