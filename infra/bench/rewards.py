@@ -32,12 +32,13 @@ def _reference_job(archive: Path, start, end, out: Path, spec, classifier) -> No
     from pipelines.archive.reader import list_files, read_file
     from pipelines.rewards.assemble import assemble_rewards
     from pipelines.rewards.frames import concat_frames, conform
+    from pipelines.rewards.replay_job import read_until
     from pipelines.rewards.sink import write_partition
 
-    read_until = end + timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
-    frames = concat_frames({f.event_type: conform(read_file(archive, f, start, read_until), f.event_type)}
-                           for f in list_files(archive, None, start, read_until))
-    rows = assemble_rewards(frames, spec, classifier, read_until).rows
+    until = read_until(end, spec)
+    frames = concat_frames({f.event_type: conform(read_file(archive, f, start, until), f.event_type)}
+                           for f in list_files(archive, None, start, until))
+    rows = assemble_rewards(frames, spec, classifier, until).rows
     rows = rows.filter((pl.col("request_time") >= start) & (pl.col("request_time") < end))
     for (version,), part in sorted(rows.partition_by("policy_version", as_dict=True).items()):
         write_partition(out, "reference", version, [part])

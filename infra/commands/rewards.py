@@ -1,4 +1,9 @@
-"""`rtrl rewards` (a cycle's Kafka range) and `rtrl replay` (the archived event log): the reward job."""
+"""`rtrl rewards` (a cycle's Kafka range) and `rtrl replay` (the archived event log): the reward job.
+
+Both show a progress line on stderr while the job runs and print a JSON summary on stdout: events read, dead
+letters by reason, duplicates dropped, rows emitted and requests still pending (not mature yet), unknown labels,
+late requests and late events dropped.
+"""
 
 from __future__ import annotations
 
@@ -18,43 +23,84 @@ def _time(text: str, name: str) -> datetime:
     return t.astimezone(timezone.utc)
 
 
+SUMMARY_COUNTERS = ("events_read", "duplicates_dropped", "rows_emitted", "requests_pending", "unknown_labels",
+                    "late_requests", "late_events")
+
+
+def summarize(counters: dict[str, int]) -> dict:
+    """The job's counters in the summary's shape: fixed keys (0 when absent), dead letters grouped by reason."""
+    out = {k: int(counters.get(k, 0)) for k in SUMMARY_COUNTERS}
+    out["dead_letters"] = {k.removeprefix("dead_letter_"): int(v) for k, v in sorted(counters.items())
+                           if k.startswith("dead_letter_")}
+    return out
+
+
+def _line(phase: str, elapsed: float) -> str:
+    from pipelines.rewards import progress
+
+    c = progress.snapshot()
+    parts = [phase]
+    if "range_records" in c and "events_total" not in c:
+        return f"{phase} · fixing the offset range: {c['range_records']:,} records · {elapsed:.0f}s"
+    if "files_total" in c:
+        parts.append(f"files {c.get('files_read', 0)}/{c['files_total']}")
+    if "events_total" in c:
+        total = max(c["events_total"], 1)
+        parts.append(f"events {c.get('events_read', 0):,}/{c['events_total']:,} "
+                     f"({100 * c.get('events_read', 0) // total}%)")
+    else:
+        parts.append(f"events {c.get('events_read', 0):,}")
+    parts.append(f"rows {c.get('rows_emitted', 0):,}")
+    return " · ".join(parts) + f" · {elapsed:.0f}s"
+
+
 def replay(args, cfg) -> int:
-    from pipelines.rewards import replay_job
+    from infra.progress import ProgressLine
+    from pipelines.rewards import progress, replay_job
 
     archive = args.events or str(cfg.path_or_default(cfg.archive.output_dir, "archive"))
     start, end = _time(args.start, "start"), _time(args.end, "end")
     print(f"replay: {archive} [{start.isoformat()}, {end.isoformat()}) -> {args.out} "
           f"(spec {cfg.rewards.version()})", file=sys.stderr)
     t0 = time.perf_counter()
+    progress.reset()
     try:
-        summary = replay_job.run(archive, start, end, args.out, cfg.rewards, shards=args.shards,
-                                 beam_args=args.beam_args or None)
+        with ProgressLine(lambda s: _line("replay", s)):
+            summary = replay_job.run(archive, start, end, args.out, cfg.rewards, shards=args.shards,
+                                     beam_args=args.beam_args or None)
     except ValueError as e:
         print(f"rtrl replay: {e}", file=sys.stderr)
         return 2
     print(json.dumps({"replay": {"out": summary.out, "window": summary.window, "rows": summary.rows,
                                  "partitions": [{"file": f, "rows": n} for f, n in summary.partitions],
-                                 "seconds": round(time.perf_counter() - t0, 2), **summary.counters}}, indent=2))
+                                 "seconds": round(time.perf_counter() - t0, 2), **summarize(summary.counters)}},
+                     indent=2))
     return 0
 
 
 def cycle(args, cfg) -> int:
     from pathlib import Path
 
+    from infra.progress import ProgressLine
+    from pipelines.rewards import progress
     from pipelines.rewards.cycle_job import run_cycle
 
     root = cfg.state_path / "rewards"
     out = Path(args.out) if args.out else root / "table"
     t0 = time.perf_counter()
+    progress.reset()
     try:
-        m = run_cycle(args.cycle, cfg.kafka.bootstrap(), root, out, cfg.rewards, shards=args.shards,
-                      idle_s=args.idle, beam_args=args.beam_args or None,
-                      log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        with ProgressLine(lambda s: _line(f"rewards {args.cycle}", s)):
+            m = run_cycle(args.cycle, cfg.kafka.bootstrap(), root, out, cfg.rewards, shards=args.shards,
+                          idle_s=args.idle, beam_args=args.beam_args or None,
+                          log=lambda msg: print(msg, file=sys.stderr, flush=True))
     except ValueError as e:
         print(f"rtrl rewards: {e}", file=sys.stderr)
         return 2
     print(json.dumps({"rewards": {"cycle": m.cycle_id, "seq": m.seq, "status": m.status, "after": m.after,
                                   "as_of": m.as_of, "records_in_range": m.range["records"],
                                   "rows": sum(n for _, n in m.partitions), "out": str(out),
-                                  "seconds": round(time.perf_counter() - t0, 2), **m.counters}}, indent=2))
+                                  "dead_letter_file": str(root / "dead_letter" / f"{m.cycle_id}.parquet"),
+                                  "seconds": round(time.perf_counter() - t0, 2), **summarize(m.counters)}},
+                     indent=2))
     return 0

@@ -26,6 +26,7 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 
+from pipelines.rewards import progress
 from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.batches import EventBatch, micros
 from pipelines.rewards.classifiers import get_classifier
@@ -57,6 +58,7 @@ class AssembleRewardsFn(beam.DoFn):
         self.late_requests = Metrics.counter("rewards", "late_requests")
         self.late_events = Metrics.counter("rewards", "late_events")
         self.unknown = Metrics.counter("rewards", "unknown_labels")
+        self.pending = Metrics.counter("rewards", "requests_pending")
 
     def setup(self):
         self.classifier = get_classifier(self.spec.classifier)
@@ -119,6 +121,7 @@ class AssembleRewardsFn(beam.DoFn):
                                None if fired == _NONE else _dt(fired))
         if out.rows.height:
             self.rows_emitted.inc(out.rows.height)
+            progress.add("rows_emitted", out.rows.height)
             self.unknown.inc(out.counts.get("unknown_labels", 0))
             yield out.rows
         horizon = _dt(fire_at_us) - self.keep_for
@@ -152,5 +155,7 @@ class AssembleRewardsFn(beam.DoFn):
             yield from self._flush(end_us, buffer, fired_state)
         if self.as_of is not None:
             for b in buffer.read():
+                if b.event_type == "trajectory":  # requests not mature yet: the next cycle emits them
+                    self.pending.inc(int((self._maturities(b.frame) > self.as_of).sum()))
                 yield beam.pvalue.TaggedOutput(CARRY, b)
         buffer.clear()

@@ -27,6 +27,7 @@ import polars as pl
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.rewards import progress
 from pipelines.rewards.batches import EventBatch
 from pipelines.rewards.compute import ComputeRewards, run_and_count
 from pipelines.archive.deadletter import dead_letter_table
@@ -103,7 +104,7 @@ def plan(store: CycleStore, cycle_id: str, bootstrap: str, spec: RewardSpec, idl
     prev = store.latest_done()
     start = prev.range["stop"] if prev else {}
     log(f"rewards: fixing the range of cycle {cycle_id} (after {prev.cycle_id if prev else 'the beginning'})")
-    r = fix_range(bootstrap, EVENT_TOPICS, start, idle_s, progress=lambda n: None)
+    r = fix_range(bootstrap, EVENT_TOPICS, start, idle_s, progress=lambda n: progress.put("range_records", n))
     after = _dt(prev.as_of) if prev else None
     wm = range_watermark(r, spec.allowed_lateness_s)
     as_of = max(t for t in (after, wm) if t is not None) if (after or wm) else None
@@ -159,6 +160,7 @@ def run_cycle(cycle_id: str, bootstrap: str, state_root: Path, out: Path, spec: 
     prev = store.load(m.previous) if m.previous else None
     carry_in = sorted(str(p) for p in store.carry_dir(prev.cycle_id).glob("*.parquet")) if prev else []
     r = FixedRange(**m.range)
+    progress.put("events_total", r.records)
     if r.cluster_id and (now := cluster_id(bootstrap)) != r.cluster_id:
         raise ValueError(f"cycle {cycle_id}'s range refers to Kafka cluster {r.cluster_id}, but {bootstrap} is "
                          f"{now}: the log those offsets point into is gone (replay the archive instead)")

@@ -18,6 +18,7 @@ from apache_beam.metrics import Metrics
 from pydantic import AwareDatetime, BaseModel, ValidationError
 
 from pipelines.archive.messages import SourceMessage
+from pipelines.rewards import progress
 
 Partition = tuple[str, int]
 
@@ -161,6 +162,7 @@ class ReadKafkaRangeFn(beam.DoFn):
                 raise TimeoutError(f"{topic}/{partition}: read {pos - start} of {stop - start} records of the "
                                    f"fixed range [{start}, {stop}) before timing out; is the broker's log gone?")
             for records in c.poll(timeout_ms=500).values():
+                progress.add("events_read", sum(1 for r in records if r.offset < stop))
                 for r in records:
                     if r.offset >= stop:
                         pos = stop

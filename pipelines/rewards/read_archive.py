@@ -9,6 +9,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines.archive.reader import list_files, read_file
+from pipelines.rewards import progress
 from pipelines.rewards.batches import EventBatch
 from pipelines.rewards.frames import conform
 
@@ -20,8 +21,10 @@ class ReadArchiveFileFn(beam.DoFn):
 
     def process(self, entry):
         frame = read_file(self.root, entry, self.start, self.end)
+        progress.add("files_read")
         if frame.height:
             self.events_read.inc(frame.height)
+            progress.add("events_read", frame.height)
             batch = EventBatch(entry.event_type, conform(frame, entry.event_type))
             yield beam.window.TimestampedValue(batch, batch.min_time.timestamp())
 
@@ -35,6 +38,7 @@ class ReadArchive(beam.PTransform):
 
     def expand(self, pbegin):
         files = list_files(self.root, None, self.start, self.end)
+        progress.put("files_total", len(files))
         return (pbegin
                 | "ListFiles" >> beam.Create(files, reshuffle=False)
                 | "ReadFiles" >> beam.ParDo(ReadArchiveFileFn(self.root, self.start, self.end)))

@@ -43,12 +43,16 @@ def window_label(start: datetime, end: datetime) -> str:
     return f"replay-{start.strftime(f)}-{end.strftime(f)}"
 
 
+def read_until(end: datetime, spec: RewardSpec) -> datetime:
+    """Where reading stops so that every request made before `end` is mature and has all its events."""
+    return end + timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
+
+
 def build(p: beam.Pipeline, archive: str | Path, start: datetime, end: datetime, out: str | Path,
           spec: RewardSpec, shards: int | None = None):
-    read_until = end + timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
     rows, _carry = (p
-                    | "ReadArchive" >> ReadArchive(archive, start, read_until)
-                    | "ComputeRewards" >> ComputeRewards(spec, shards, as_of=read_until))
+                    | "ReadArchive" >> ReadArchive(archive, start, read_until(end, spec))
+                    | "ComputeRewards" >> ComputeRewards(spec, shards, as_of=read_until(end, spec)))
     in_range = rows | "RequestsInRange" >> beam.Map(
         lambda f: f.filter((pl.col("request_time") >= start) & (pl.col("request_time") < end)))
     return in_range | "WriteRewardTable" >> WriteRewardTable(out, window_label(start, end))

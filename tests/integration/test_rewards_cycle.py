@@ -96,7 +96,7 @@ def test_cycle_killed_mid_way_and_rerun_then_next_cycle_emits_each_request_exact
     dead = pq.read_table(cfg.state_path / "rewards" / "dead_letter" / "c1.parquet").to_pylist()
     assert [(d["reason"], d["topic"], d["value"]) for d in dead] == [
         ("invalid_json", topic_for("followup_message"), b'{"event_type": "followup')]
-    assert dead[0]["offset"] >= 0 and dead[0]["cluster_id"] and c1["dead_letter_invalid_json"] == 1
+    assert dead[0]["offset"] >= 0 and dead[0]["cluster_id"] and c1["dead_letters"] == {"invalid_json": 1}
     assert run("c1")["rows"] == c1["rows"]    # a done cycle is not run twice
     produce(cfg.kafka.bootstrap(), b)
     c2 = run("c2")

@@ -99,9 +99,13 @@ def test_rtrl_replay_command_writes_the_table_and_prints_a_summary(archive, tmp_
                "--end", "2026-11-01T15:00Z", "--out", str(tmp_path / "out"), "--shards", "2"])
     assert rc == 0
     import json
-    summary = json.loads(capsys.readouterr().out)["replay"]
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)["replay"]
     assert summary["rows"] == read_reward_table(tmp_path / "out").height == 14
     assert summary["events_read"] > 0 and summary["partitions"][0]["file"].endswith("part-0.parquet")
+    assert summary["dead_letters"] == {} and summary["duplicates_dropped"] == 0
+    assert {"requests_pending", "unknown_labels", "late_requests", "late_events"} <= set(summary)
+    assert f"events {summary['events_read']:,}" in captured.err
 
 
 def test_rtrl_replay_rejects_a_time_without_zone(tmp_path):
