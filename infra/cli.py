@@ -86,6 +86,17 @@ def _parser() -> argparse.ArgumentParser:
     rew.add_argument("--shards", type=int, help=SHARDS_HELP)
     rew.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION", help="after --: Beam pipeline options")
 
+    strm = cmd("rewards-stream", "infra.commands.rewards:stream",
+               "run the reward job continuously on an unbounded Kafka read (a portable runner: Flink, Spark, "
+               "Dataflow)", epilog="example: rtrl rewards-stream --out /data/rewards -- --runner=FlinkRunner "
+               "--flink_master=HOST:8081 --environment_type=LOOPBACK. Needs a JDK for Beam's Kafka expansion "
+               "service (or --expansion-service HOST:PORT); the DirectRunner is refused.")
+    strm.add_argument("--out", required=True, metavar="DIR", help="reward table root")
+    strm.add_argument("--group-id", default="rtrl-rewards", help="Kafka consumer group (default rtrl-rewards)")
+    strm.add_argument("--expansion-service", metavar="HOST:PORT", help="a running Beam expansion service for KafkaIO")
+    strm.add_argument("--shards", type=int, help=SHARDS_HELP)
+    strm.add_argument("beam_args", nargs="+", metavar="BEAM_OPTION", help="after --: Beam options naming the runner")
+
     rep = cmd("replay", "infra.commands.rewards:replay",
               "recompute rewards from the archived event log over a time range (data engineers)")
     rep.add_argument("--events", metavar="ARCHIVE", help="archive root (default: archive.output_dir)")

@@ -104,3 +104,26 @@ def cycle(args, cfg) -> int:
                                   "seconds": round(time.perf_counter() - t0, 2), **summarize(m.counters)}},
                      indent=2))
     return 0
+
+
+def stream(args, cfg) -> int:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    from pipelines.rewards import stream_job
+
+    options = PipelineOptions(args.beam_args)
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    if runner in ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner"):
+        print("rtrl rewards-stream: the unbounded Kafka read needs a portable runner (e.g. -- --runner=FlinkRunner "
+              "--flink_master=HOST:8081); on this machine use `rtrl rewards --cycle ID` (bounded ranges)",
+              file=sys.stderr)
+        return 2
+    options.view_as(StandardOptions).streaming = True
+    p = beam.Pipeline(options=options)
+    stream_job.build(p, stream_job.kafka_source(cfg.kafka.bootstrap(), group_id=args.group_id,
+                                                expansion_service=args.expansion_service),
+                     cfg.rewards, args.out, args.shards)
+    print(f"rewards-stream: {runner} reading {cfg.kafka.bootstrap()} -> {args.out}", file=sys.stderr)
+    p.run().wait_until_finish()
+    return 0

@@ -33,7 +33,7 @@ class DedupeByEventIdFn(beam.DoFn):
         if known is None:
             known = _EMPTY
         fresh = first_per_event_id(batch.frame)
-        seen_before = fresh["event_id"].is_in(known["event_id"])
+        seen_before = fresh["event_id"].is_in(known["event_id"].implode())
         if seen_before.any():
             fresh = fresh.filter(~seen_before)
         dropped = batch.frame.height - fresh.height

@@ -2,11 +2,13 @@
 
 Layout: `<out>/policy_version=<v>/window=<label>/part-0.parquet`, one file per partition, rows sorted by
 request_id (one row per request_id). Each file is written to a temp name, fsynced and renamed over the old one,
-so a rerun of the same window replaces the partition whole: never duplicated, never half-written.
+so a rerun of the same window replaces the partition whole: never duplicated, never half-written. Streaming runs
+write each emitted frame as its own file instead (`WriteRewardParts`, window label = hour of mature time).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -31,10 +33,13 @@ def write_partition(out: Path, window: str, policy_version: str, frames) -> tupl
     rows = pl.concat(list(frames))
     if rows["request_id"].n_unique() != rows.height:  # a request's row is emitted once; never write it twice
         rows = rows.unique("request_id", keep="first")
-    rows = rows.sort("request_id")
-    d = partition_dir(out, policy_version, window)
+    return _write_file(partition_dir(out, policy_version, window), "part-0.parquet", rows.sort("request_id"))
+
+
+def _write_file(d: Path, name: str, rows: pl.DataFrame) -> tuple[str, int]:
+    """Write-then-rename, fsynced: a reader sees the old file or the new one, never half of one."""
     d.mkdir(parents=True, exist_ok=True)
-    final, tmp = d / "part-0.parquet", d / ".part-0.parquet.tmp"
+    final, tmp = d / name, d / f".{name}.tmp"
     with open(tmp, "wb") as fh:
         pq.write_table(rows.to_arrow().cast(ROW_SCHEMA), fh, compression="zstd")
         fh.flush()
@@ -49,6 +54,8 @@ def write_partition(out: Path, window: str, policy_version: str, frames) -> tupl
 
 
 class WriteRewardTable(beam.PTransform):
+    """Bounded runs: one `part-0.parquet` per (policy_version, window label = cycle id or replay range)."""
+
     def __init__(self, out: str | Path, window: str):
         super().__init__()
         self.out, self.window = Path(out), window
@@ -60,3 +67,29 @@ class WriteRewardTable(beam.PTransform):
                     lambda f: [(k[0], part) for k, part in f.partition_by("policy_version", as_dict=True).items()])
                 | "Group" >> beam.GroupByKey()
                 | "Write" >> beam.MapTuple(lambda v, frames: write_partition(out, window, v, frames)))
+
+
+def write_stream_parts(out: Path, rows: pl.DataFrame) -> list[tuple[str, int]]:
+    """One emitted frame of a streaming run -> a file per (policy_version, hour of mature time), named by a hash of
+    its request ids: a retried bundle that emits the same rows rewrites the same file (no duplicate), and no
+    window has to close before rows reach the table."""
+    hour = pl.col("mature_time").dt.truncate("1h").dt.strftime("%Y%m%dT%H%M%SZ")
+    written = []
+    for (version, label), part in sorted(rows.with_columns(_w=hour).partition_by(
+            "policy_version", "_w", as_dict=True).items()):
+        part = part.drop("_w").sort("request_id")
+        name = "part-s" + hashlib.sha256("\n".join(part["request_id"]).encode()).hexdigest()[:20] + ".parquet"
+        written.append(_write_file(partition_dir(out, version, label), name, part))
+    return written
+
+
+class WriteRewardParts(beam.PTransform):
+    """Streaming runs: each emitted frame written as it comes (`write_stream_parts`); no grouping, no windows."""
+
+    def __init__(self, out: str | Path):
+        super().__init__()
+        self.out = Path(out)
+
+    def expand(self, rows):
+        out = self.out
+        return rows | "WriteParts" >> beam.FlatMap(lambda f: write_stream_parts(out, f))
