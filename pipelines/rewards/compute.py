@@ -24,23 +24,32 @@ from schemas import to_arrow
 
 
 class BatchEventsFn(beam.DoFn):
-    """Parsed `Event`s -> one EventBatch per event type per bundle (batches pass through), so the stateful steps
-    downstream handle frames, not single events."""
+    """Parsed `Event`s -> EventBatches of one event type, at most `max_events` each, the rest at the end of the
+    bundle (batches pass through), so the stateful steps downstream handle frames, not single events, and a large
+    bundle never holds more than `max_events` parsed events per type."""
+
+    def __init__(self, max_events: int = 2000):
+        self.max_events = max_events
 
     def start_bundle(self):
         self.pending: dict[str, list] = {}
 
+    def _batch(self, event_type: str) -> WindowedValue:
+        batch = EventBatch(event_type, pl.from_arrow(to_arrow(self.pending.pop(event_type), event_type)))
+        return WindowedValue(batch, Timestamp(micros=micros(batch.min_time)), [GlobalWindow()])
+
     def process(self, e):
         if isinstance(e, EventBatch):
             yield e
-        else:
-            self.pending.setdefault(e.event_type, []).append(e)
+            return
+        events = self.pending.setdefault(e.event_type, [])
+        events.append(e)
+        if len(events) >= self.max_events:
+            yield self._batch(e.event_type)
 
     def finish_bundle(self):
         for event_type in sorted(self.pending):
-            batch = EventBatch(event_type, pl.from_arrow(to_arrow(self.pending[event_type], event_type)))
-            yield WindowedValue(batch, Timestamp(micros=micros(batch.min_time)), [GlobalWindow()])
-        self.pending = {}
+            yield self._batch(event_type)
 
 
 class BatchByShard(beam.PTransform):
