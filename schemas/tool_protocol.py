@@ -1,0 +1,197 @@
+"""The tool-call protocol shared by serving, the simulated users and the eval harness.
+
+A model response is plain text. Tool calls are written in it as (the Hermes convention many open models use):
+
+    <tool_call>
+    {"name": "edit_file", "arguments": {"path": "app/util.py", "old": "RETRIES = 3", "new": "RETRIES = 5"}}
+    </tool_call>
+
+one block per call; text outside the blocks is allowed only when there is no call (then the response is a plain
+answer, or a question when its last non-blank character is '?'). `parse_response` is strict and says why a call
+is broken; broken calls are recorded as `ToolCallRecord`s with status parse_error or validation_error and the
+trajectory keeps them (the reward job scores them as hard negatives).
+
+Tools (arguments are all strings unless said otherwise):
+    read_file(path)                         the file's text
+    edit_file(path, old, new)               replace the single occurrence of `old` with `new`
+    search(query)                           lines of the workspace containing `query`
+    run_terminal(command)                   run a command in the sandbox
+    lint(path)                              lint one file
+Serving turns valid calls into OpenAI `tool_calls` (arguments as a JSON string); clients send them back the
+same way, so every side speaks the OpenAI chat format on the wire and this text format to the model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.events import ResponseKind, ToolCallRecord, ToolCallStatus
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    args: tuple[tuple[str, str], ...]  # (argument, description); every argument is a required string
+
+
+TOOLS: dict[str, ToolSpec] = {t.name: t for t in (
+    ToolSpec("read_file", "Read a file of the workspace.", (("path", "workspace-relative path"),)),
+    ToolSpec("edit_file", "Replace the single occurrence of `old` in a file with `new`.",
+             (("path", "workspace-relative path"), ("old", "exact text to replace (must occur once)"),
+              ("new", "replacement text"))),
+    ToolSpec("search", "Find the lines of the workspace that contain a text.", (("query", "text to look for"),)),
+    ToolSpec("run_terminal", "Run a shell command in the workspace (sandboxed).", (("command", "the command"),)),
+    ToolSpec("lint", "Lint one file.", (("path", "workspace-relative path"),)),
+)}
+EDIT_TOOLS = frozenset({"edit_file"})
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, str]
+
+    def text(self) -> str:
+        """The canonical text of this call, as a model should write it."""
+        return f"{OPEN}\n{json.dumps({'name': self.name, 'arguments': self.arguments}, ensure_ascii=False)}\n{CLOSE}"
+
+
+@dataclass
+class ParsedResponse:
+    kind: ResponseKind
+    calls: list[ToolCall] = field(default_factory=list)          # the valid calls, in order
+    records: list[ToolCallRecord] = field(default_factory=list)  # every call, valid or broken, in order
+    content: str = ""                                            # the text outside tool-call blocks
+
+    @property
+    def broken(self) -> int:
+        return sum(r.status is not ToolCallStatus.ok for r in self.records)
+
+
+def validate_call(name: Any, arguments: Any) -> str:
+    """'' when the call is valid, else why not."""
+    if not isinstance(name, str) or name not in TOOLS:
+        return f"unknown tool {name!r}; known: {', '.join(sorted(TOOLS))}"
+    if not isinstance(arguments, dict):
+        return f"arguments of {name} must be an object, got {type(arguments).__name__}"
+    spec = TOOLS[name]
+    wanted = [a for a, _ in spec.args]
+    missing = [a for a in wanted if a not in arguments]
+    if missing:
+        return f"{name}: missing argument(s) {', '.join(missing)}"
+    extra = sorted(set(arguments) - set(wanted))
+    if extra:
+        return f"{name}: unexpected argument(s) {', '.join(extra)}"
+    for a in wanted:
+        if not isinstance(arguments[a], str):
+            return f"{name}: argument {a} must be a string, got {type(arguments[a]).__name__}"
+    if name in ("read_file", "edit_file", "lint") and not arguments["path"].strip():
+        return f"{name}: path is empty"
+    if name == "edit_file" and arguments["old"] == "":
+        return "edit_file: old is empty (nothing to replace)"
+    return ""
+
+
+def _parse_block(body: str) -> tuple[ToolCallRecord, ToolCall | None]:
+    try:
+        obj = json.loads(body)
+    except json.JSONDecodeError as e:
+        return ToolCallRecord(name=_guess_name(body), status=ToolCallStatus.parse_error,
+                              error=f"not valid JSON: {e.msg} at character {e.pos}"), None
+    if not isinstance(obj, dict) or "name" not in obj or "arguments" not in obj:
+        return ToolCallRecord(name="", status=ToolCallStatus.parse_error,
+                              error='a call must be a JSON object with "name" and "arguments"'), None
+    name, args = obj["name"], obj["arguments"]
+    extra = sorted(set(obj) - {"name", "arguments"})
+    why = f"unexpected key(s) {', '.join(extra)} in the call" if extra else validate_call(name, args)
+    shown = name[:128] if isinstance(name, str) else ""
+    if why:
+        return ToolCallRecord(name=shown, status=ToolCallStatus.validation_error, error=why[:2048]), None
+    return ToolCallRecord(name=shown, status=ToolCallStatus.ok), ToolCall(name, dict(args))
+
+
+_NAME = re.compile(r'"name"\s*:\s*"([^"]{1,128})"')
+
+
+def _guess_name(body: str) -> str:
+    m = _NAME.search(body)
+    return m.group(1) if m else ""
+
+
+def parse_response(text: str) -> ParsedResponse:
+    """Strictly parse a model response (see the module docstring for the format)."""
+    records: list[ToolCallRecord] = []
+    calls: list[ToolCall] = []
+    outside: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(OPEN, pos)
+        if start < 0:
+            outside.append(text[pos:])
+            break
+        outside.append(text[pos:start])
+        end = text.find(CLOSE, start + len(OPEN))
+        if end < 0:
+            body = text[start + len(OPEN):]
+            records.append(ToolCallRecord(name=_guess_name(body), status=ToolCallStatus.parse_error,
+                                          error=f"{OPEN} without {CLOSE}"))
+            break
+        record, call = _parse_block(text[start + len(OPEN):end].strip())
+        records.append(record)
+        if call is not None:
+            calls.append(call)
+        pos = end + len(CLOSE)
+    content = "".join(outside).strip()
+    blocks = len(records)
+    if CLOSE in content:
+        records.append(ToolCallRecord(name="", status=ToolCallStatus.parse_error, error=f"{CLOSE} without {OPEN}"))
+        content = content.replace(CLOSE, "").strip()
+    if blocks and content:
+        records.append(ToolCallRecord(name="", status=ToolCallStatus.parse_error,
+                                      error="text outside the tool-call blocks of a response that calls tools"))
+    if any(c.name in EDIT_TOOLS for c in calls):
+        kind = ResponseKind.edit
+    elif not records and content.endswith("?"):
+        kind = ResponseKind.question
+    else:
+        kind = ResponseKind.answer
+    return ParsedResponse(kind, calls, records, content)
+
+
+def openai_tools() -> list[dict]:
+    """The tools as the OpenAI chat API's `tools` parameter."""
+    return [{"type": "function", "function": {
+        "name": t.name, "description": t.description,
+        "parameters": {"type": "object", "additionalProperties": False, "required": [a for a, _ in t.args],
+                       "properties": {a: {"type": "string", "description": d} for a, d in t.args}}}}
+            for t in TOOLS.values()]
+
+
+def to_openai_tool_calls(calls: list[ToolCall], request_id: str) -> list[dict]:
+    return [{"id": f"call_{request_id}_{i}", "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+            for i, c in enumerate(calls)]
+
+
+def from_openai_tool_calls(tool_calls: list[Any]) -> list[ToolCall]:
+    """OpenAI `tool_calls` (dicts or the openai client's objects) -> ToolCalls; invalid ones raise ValueError."""
+    out = []
+    for tc in tool_calls or []:
+        fn = tc["function"] if isinstance(tc, dict) else tc.function
+        name = fn["name"] if isinstance(fn, dict) else fn.name
+        raw = fn["arguments"] if isinstance(fn, dict) else fn.arguments
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except json.JSONDecodeError as e:
+            raise ValueError(f"tool call {name}: arguments are not JSON ({e.msg})") from None
+        why = validate_call(name, args)
+        if why:
+            raise ValueError(why)
+        out.append(ToolCall(name, args))
+    return out
