@@ -16,9 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from infra.stack.config import KafkaConfig, MlflowConfig
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.config import SdkConfig
+from instrumentation.simulator.config import SimulatorConfig
 from pipelines.archive.config import ArchiveConfig
 from pipelines.quality.config import QualityConfig
 from pipelines.rewards.spec import RewardSpec
+from serving.config import ServingConfig
+from trainer.bootstrap.config import PolicyConfig
 
 DEFAULT_CONFIG = Path(__file__).with_name("rtrl.toml")
 
@@ -38,6 +41,9 @@ class RtrlConfig(BaseModel):
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     rewards: RewardSpec = Field(default_factory=RewardSpec)
     quality: QualityConfig = Field(default_factory=QualityConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    serving: ServingConfig = Field(default_factory=ServingConfig)
+    simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
 
     @property
     def state_path(self) -> Path:

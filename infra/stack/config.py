@@ -37,3 +37,5 @@ class MlflowConfig(BaseModel):
     ui_host: str = Field(default="127.0.0.1", description="MLflow UI bind address; localhost by default.")
     ui_port: int = Field(default=15000, ge=1, le=65535)
     startup_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    registered_model: str = Field(default="rtrl-policy", min_length=1, max_length=128,
+                                  description="Registered model whose versions are the policy checkpoints.")

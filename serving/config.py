@@ -1,0 +1,45 @@
+"""`[serving]`: the OpenAI-compatible endpoint, its A/B arms and the vLLM engines behind them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ArmConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, description="Arm name, logged with every request.")
+    alias: str = Field(min_length=1, max_length=64, description="Registry alias of the model version it serves.")
+    share: float = Field(ge=0, le=1, description="Fraction of users assigned to it (shares sum to 1).")
+
+
+def _default_arms() -> list[ArmConfig]:
+    return [ArmConfig(name="control", alias="control", share=0.5),
+            ArmConfig(name="treatment", alias="champion", share=0.5)]
+
+
+class ServingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(default="127.0.0.1", description="Bind address; localhost by default.")
+    port: int = Field(default=18300, ge=1, le=65535)
+    experiment: str = Field(default="rtrl-ab-1", min_length=1, max_length=64,
+                            description="Salt of the sticky user→arm hash; a new value reshuffles users.")
+    arms: list[ArmConfig] = Field(default_factory=_default_arms, min_length=1, max_length=8)
+    max_tokens: int = Field(default=192, ge=1, le=8192, description="Default completion budget per request.")
+    temperature: float = Field(default=1.0, ge=0, le=2,
+                               description="Training traffic samples the untruncated distribution at 1.0.")
+    max_model_len: int = Field(default=1024, ge=64, le=131072)
+    kv_cache_gb: float = Field(default=1.0, gt=0, le=512, description="vLLM CPU KV-cache space per engine.")
+    registry_poll_s: float = Field(default=2.0, gt=0, le=3600,
+                                   description="How often aliases are checked for a new version (hot swap).")
+
+    @model_validator(mode="after")
+    def _arms_are_a_split(self):
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arm names must be unique, got {names}")
+        total = sum(a.share for a in self.arms)
+        if abs(total - 1.0) > 1e-9:
+            raise ValueError(f"arm shares must sum to 1, got {total}")
+        return self

@@ -1,0 +1,41 @@
+"""The model registry helper against a real MLflow SQLite store: register, aliases, download once."""
+
+import json
+
+import pytest
+
+from infra.registry import Registry
+
+
+def _checkpoint(d, marker: str):
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "marker": marker}))
+    (d / "weights.bin").write_bytes(marker.encode() * 100)
+    return d
+
+
+@pytest.fixture
+def registry(tmp_path):
+    return Registry(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", "policy", tmp_path / "cache")
+
+
+def test_register_versions_move_aliases_and_download_the_right_files(registry, tmp_path):
+    v1 = registry.register(_checkpoint(tmp_path / "a", "one"), tags={"parent": ""})
+    v2 = registry.register(_checkpoint(tmp_path / "b", "two"), tags={"parent": v1})
+    assert (v1, v2) == ("1", "2") and registry.info(v2).tags["parent"] == "1"
+    assert registry.version_of("champion") is None
+    registry.set_alias("champion", v1)
+    version, path = registry.resolve("champion")
+    assert version == "1" and json.loads((path / "config.json").read_text())["marker"] == "one"
+    registry.set_alias("champion", v2)
+    version, path = registry.resolve("champion")
+    assert version == "2" and (path / "weights.bin").read_bytes() == b"two" * 100
+    assert registry.local_path("2") == path  # cached: no second download
+
+
+def test_unset_alias_and_non_checkpoint_folders_are_clear_errors(registry, tmp_path):
+    with pytest.raises(LookupError, match="rtrl bootstrap"):
+        registry.resolve("champion")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no config.json"):
+        registry.register(tmp_path / "empty")
