@@ -1,0 +1,38 @@
+"""Data selection: champion rows kept, stale rows within the bound, the rest dropped and counted; refusals."""
+
+from datetime import datetime, timedelta, timezone
+
+import polars as pl
+import pytest
+
+from trainer.selection import SelectionError, select_rows
+
+T = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def _rows(versions, reward=1.0, tokens=(1, 2), mature=T):
+    return pl.DataFrame({
+        "request_id": [f"r{i}" for i in range(len(versions))], "policy_version": versions,
+        "reward": [reward] * len(versions), "prompt_token_ids": [list(tokens)] * len(versions),
+        "completion_token_ids": [list(tokens)] * len(versions), "mature_time": [mature] * len(versions)})
+
+
+def test_champion_rows_and_recent_ancestors_are_kept_the_rest_counted():
+    s = select_rows(_rows(["3", "3", "2", "1", "9"]), champion="3", ancestors=["2", "1"], staleness=1, min_rows=1)
+    assert s.rows["request_id"].to_list() == ["r0", "r1", "r2"] and s.rows["stale"].to_list() == [False, False, True]
+    assert s.counts == {"rows_read": 5, "kept_on_policy": 2, "kept_stale": 1, "dropped_other_version": 2,
+                        "dropped_no_reward": 0}
+    wider = select_rows(_rows(["3", "2", "1"]), champion="3", ancestors=["2", "1"], staleness=2, min_rows=1)
+    assert wider.counts["kept_stale"] == 2
+    only = select_rows(_rows(["3", "2"]), champion="3", ancestors=["2"], staleness=0, min_rows=1)
+    assert only.counts["kept_stale"] == 0 and only.counts["dropped_other_version"] == 1
+
+
+def test_too_few_rows_privacy_stripped_and_immature_rows_refuse_the_run():
+    with pytest.raises(SelectionError, match="minimum batch is 3"):
+        select_rows(_rows(["3", "1"]), champion="3", ancestors=[], staleness=1, min_rows=3)
+    with pytest.raises(SelectionError, match="no token ids"):
+        select_rows(_rows(["3"], tokens=()), champion="3", ancestors=[], staleness=1, min_rows=1)
+    with pytest.raises(SelectionError, match="mature after"):
+        select_rows(_rows(["3"], mature=T + timedelta(hours=1)), champion="3", ancestors=[], staleness=1,
+                    min_rows=1, as_of=T)

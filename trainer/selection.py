@@ -1,0 +1,65 @@
+"""Which reward rows a training run may use (DESIGN.md §5): on-policy first, stale rows only within a bound.
+
+Rules, in order (each dropped row is counted under its reason):
+  1. refuse the whole run if any row is immature (mature_time after the cycle's as_of) or carries no trainable
+     content (empty token ids: privacy mode strips them; the reward job never emits such rows, so one here means
+     the table is corrupt) -- a clear error, never a silent drop;
+  2. keep rows served by the current champion;
+  3. keep rows served by one of the champion's ancestors at most `staleness` versions back (their tokens were
+     sampled from an older policy; the loss corrects them per token with truncated importance weights from the
+     logged behaviour log-probs, see `trainer.losses`);
+  4. drop every other row (`other_version`), and rows without a reward (`no_reward`);
+  5. refuse if fewer than `min_rows` remain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import polars as pl
+
+
+class SelectionError(ValueError):
+    """The data cannot be trained on as it is; the message says why."""
+
+
+@dataclass
+class Selection:
+    rows: pl.DataFrame                     # the kept rows, with a `stale` column (bool)
+    counts: dict[str, int] = field(default_factory=dict)   # kept_on_policy, kept_stale, dropped_<reason>
+
+
+def select_rows(rows: pl.DataFrame, champion: str, ancestors: list[str], staleness: int, min_rows: int,
+                as_of: datetime | None = None) -> Selection:
+    """`ancestors`: the champion's parent, grandparent, ... (nearest first)."""
+    if as_of is not None and rows.height:
+        immature = rows.filter(pl.col("mature_time") > as_of).height
+        if immature:
+            raise SelectionError(f"{immature} reward row(s) mature after {as_of.isoformat()}: their labels can "
+                                 "still change; train only on mature rows (rerun the reward job for this cycle)")
+    empty = rows.filter((pl.col("prompt_token_ids").list.len() == 0) | (pl.col("completion_token_ids").list.len() == 0))
+    if empty.height:
+        raise SelectionError(f"{empty.height} reward row(s) have no token ids (privacy-mode or stripped content, "
+                             f"e.g. request {empty['request_id'][0]}): refusing to train on this table")
+    recent = [str(v) for v in ancestors[:staleness]]
+    version = pl.col("policy_version")
+    labelled = rows.with_columns(
+        reason=pl.when(pl.col("reward").is_null()).then(pl.lit("no_reward"))
+        .when(version == str(champion)).then(pl.lit("on_policy"))
+        .when(version.is_in(recent)).then(pl.lit("stale"))
+        .otherwise(pl.lit("other_version")))
+    counts = {"rows_read": rows.height}
+    by_reason = dict(labelled.group_by("reason").len().iter_rows())
+    counts["kept_on_policy"] = by_reason.get("on_policy", 0)
+    counts["kept_stale"] = by_reason.get("stale", 0)
+    counts["dropped_other_version"] = by_reason.get("other_version", 0)
+    counts["dropped_no_reward"] = by_reason.get("no_reward", 0)
+    kept = (labelled.filter(pl.col("reason").is_in(["on_policy", "stale"]))
+            .with_columns(stale=pl.col("reason") == "stale").drop("reason").sort("request_id"))
+    if kept.height < min_rows:
+        raise SelectionError(f"only {kept.height} usable reward row(s) (champion {champion}: "
+                             f"{counts['kept_on_policy']} on-policy, {counts['kept_stale']} within staleness "
+                             f"{staleness}; dropped {counts['dropped_other_version']} from other versions); "
+                             f"the minimum batch is {min_rows}")
+    return Selection(kept, counts)
