@@ -1,0 +1,38 @@
+"""`[trainer]`: the on-policy update of one cycle (data selection, loss, DeepSpeed engine, logging)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrainerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # data selection (trainer/selection.py)
+    staleness: int = Field(default=1, ge=0, le=8, description="Older versions usable: ancestors this far back.")
+    min_rows: int = Field(default=64, ge=1, description="Refuse to train on fewer usable reward rows.")
+    # batch: one pass over the selected rows, one optimizer step per `rows_per_step` rows
+    micro_batch: int = Field(default=8, ge=1, le=4096, description="Sequences per forward/backward.")
+    rows_per_step: int = Field(default=256, ge=1, description="Effective batch: rows per optimizer step "
+                                                               "(gradient accumulation over micro-batches).")
+    max_tokens: int = Field(default=192, ge=1, le=65536,
+                            description="Completion tokens per row in the constant normalizer (Dr. GRPO).")
+    # optimizer
+    lr: float = Field(default=2e-5, gt=0, le=1)
+    weight_decay: float = Field(default=0.0, ge=0, le=1)
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    zero_stage: int = Field(default=1, ge=0, le=3, description="DeepSpeed ZeRO stage.")
+    seed: int = Field(default=0, ge=0)
+    # loss (trainer/losses.py)
+    loss: str = Field(default="pg_clip", description="pg_clip | pg")
+    clip_low: float = Field(default=0.2, ge=0, le=1)
+    clip_high: float = Field(default=0.28, ge=0, le=10)
+    tis_cap: float = Field(default=2.0, ge=1, le=100, description="Truncated importance-sampling cap.")
+    kl_coef: float = Field(default=0.0, ge=0, le=10, description="KL to the parent checkpoint; 0 = no penalty.")
+    kl_estimator: str = Field(default="k1", pattern="^(k1|k3)$")
+    aggregation: str = Field(default="constant", pattern="^(constant|token_mean|seq_mean)$")
+    normalize_std: bool = Field(default=False, description="Divide advantages by the group/stratum std.")
+    logprob_impl: str = Field(default="auto", pattern="^(auto|triton|chunked|naive)$")
+    # run
+    checkpoint_every: int = Field(default=1, ge=1, description="Optimizer steps between resumable checkpoints.")
+    threads: int = Field(default=0, ge=0, le=1024, description="torch CPU threads; 0 = all cores.")

@@ -1,0 +1,73 @@
+"""The DeepSpeed engine around the policy: ZeRO stage from config, explicit accumulation boundaries, resumable
+checkpoints. On this machine it runs on the CPU accelerator in one process (gloo); on GPUs the same code runs
+under the `deepspeed` launcher (`deepspeed --num_gpus N -m infra.cli train ...`).
+
+Accumulation: the trainer calls `backward(loss, boundary)` once per micro-batch; the loss is already normalized
+by the step's constant (Dr. GRPO aggregation), so DeepSpeed must not divide it again (`scale_wrt_gas=False`), and
+the optimizer steps exactly at the boundary the trainer says, whatever the micro-batch count of that step.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+
+def _single_process_env() -> None:
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(k, v)
+    if "MASTER_PORT" not in os.environ:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+
+
+class Engine:
+    def __init__(self, model: torch.nn.Module, lr: float, weight_decay: float, max_grad_norm: float,
+                 zero_stage: int, micro_batch: int, accumulation: int):
+        _single_process_env()
+        import deepspeed
+
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        config = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": accumulation,
+                  "gradient_clipping": max_grad_norm, "zero_optimization": {"stage": zero_stage},
+                  "steps_per_print": 10**9, "wall_clock_breakdown": False}
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return self.engine.module
+
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
+
+    def forward(self, **kw):
+        return self.engine(**kw)
+
+    def backward(self, loss: torch.Tensor, boundary: bool) -> float | None:
+        """Accumulate this micro-batch's gradient; at the step's boundary clip and step. Returns the grad norm
+        (before clipping) at a boundary."""
+        self.engine.set_gradient_accumulation_boundary(boundary)
+        self.engine.backward(loss, scale_wrt_gas=False)
+        self.engine.step()
+        if boundary:
+            norm = self.engine.get_global_grad_norm()
+            return None if norm is None else float(norm)
+        return None
+
+    def save(self, directory: Path, tag: str, client_state: dict) -> None:
+        self.engine.save_checkpoint(str(directory), tag=tag, client_state=client_state)
+
+    def load(self, directory: Path) -> dict | None:
+        """Load the latest checkpoint under `directory`; its client state, or None when there is none."""
+        if not (directory / "latest").is_file():
+            return None
+        _, client_state = self.engine.load_checkpoint(str(directory))
+        return client_state

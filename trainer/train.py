@@ -1,0 +1,174 @@
+"""One cycle's on-policy update: selected reward rows + the champion checkpoint -> the candidate checkpoint.
+
+    trainer = Trainer(cfg, rows, parent_dir, run_dir)
+    trainer.setup()            # model, frozen parent (old/reference log-probs), advantages, plan, engine
+    trainer.train()            # one pass; resumes from the last step checkpoint under run_dir
+    folder = trainer.save_checkpoint(metadata)   # HF folder + rtrl_metadata.json
+    trainer.cleanup()
+
+Per micro-batch: the policy's log-probs (with gradient) and entropy of the completion tokens; the frozen parent's
+log-probs (theta_old: the ratio's denominator and the truncated-IS numerator against serving's behaviour
+log-probs; also the KL reference); `trainer.losses.policy_loss`; DeepSpeed accumulates until the step boundary.
+Deterministic for a seed: fixed row order, no dropout, the same plan on resume.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+import torch
+
+from trainer.config import TrainerConfig
+from trainer.data import build_micro_batch, steps
+from trainer.logprobs import token_logprobs
+from trainer.losses import LossConfig, LossInputs, advantages, policy_loss
+
+
+@dataclass
+class StepMetrics:
+    step: int
+    rows: int
+    tokens: int
+    loss: float
+    reward_mean: float
+    advantage_mean: float
+    advantage_std: float
+    entropy: float
+    grad_norm: float | None
+    clipped_fraction: float
+    tis_weight_mean: float
+    mismatch: float
+    kl: float
+    seconds: float
+
+
+@dataclass
+class TrainSummary:
+    steps: int = 0
+    rows: int = 0
+    tokens: int = 0
+    resumed_from_step: int = 0
+    seconds: float = 0.0
+    history: list[StepMetrics] = field(default_factory=list)
+
+
+def _prompt_key(ids: list[int]) -> str:
+    return hashlib.blake2b(json.dumps(ids).encode(), digest_size=12).hexdigest()
+
+
+class Trainer:
+    def __init__(self, cfg: TrainerConfig, rows: pl.DataFrame, parent_dir: str | Path, run_dir: str | Path,
+                 on_step: Callable[[StepMetrics], None] | None = None):
+        self.cfg, self.rows = cfg, rows.sort("request_id")
+        self.parent_dir, self.run_dir = Path(parent_dir), Path(run_dir)
+        self.on_step = on_step or (lambda m: None)
+        self.summary = TrainSummary(rows=rows.height)
+
+    # -- setup -------------------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from trainer.engine import Engine
+
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        torch.manual_seed(self.cfg.seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.parent_dir)
+        model = AutoModelForCausalLM.from_pretrained(self.parent_dir, dtype=torch.float32)
+        self.parent = copy.deepcopy(model).eval().requires_grad_(False)
+        groups = [_prompt_key(p) for p in self.rows["prompt_token_ids"].to_list()]
+        strata = self.rows["response_kind"].to_list() if "response_kind" in self.rows.columns else None
+        self.adv = advantages(torch.tensor(self.rows["reward"].to_list(), dtype=torch.float32), groups, strata,
+                              self.cfg.normalize_std).values
+        self.plan = steps(self.rows.height, self.cfg.rows_per_step, self.cfg.micro_batch)
+        accumulation = max(len(s) for s in self.plan) if self.plan else 1
+        self.engine = Engine(model, self.cfg.lr, self.cfg.weight_decay, self.cfg.max_grad_norm, self.cfg.zero_stage,
+                             self.cfg.micro_batch, accumulation)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
+        self.loss_cfg = LossConfig(self.cfg.loss, self.cfg.clip_low, self.cfg.clip_high, self.cfg.tis_cap,
+                                   self.cfg.kl_coef, self.cfg.kl_estimator, self.cfg.aggregation)
+
+    # -- train -------------------------------------------------------------------------------------------------
+    def _logprobs(self, model, mb, grad: bool):
+        with torch.set_grad_enabled(grad):
+            logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
+            return token_logprobs(logits, mb.targets, impl=self.cfg.logprob_impl)
+
+    def _micro_step(self, start: int, end: int, rows_in_step: int, boundary: bool):
+        mb = build_micro_batch(self.rows.slice(start, end - start), self.adv[start:end], self.pad_id)
+        logp, entropy = self._logprobs(self.engine.module, mb, grad=True)
+        old, _ = self._logprobs(self.parent, mb, grad=False)
+        cfg = copy.copy(self.loss_cfg)
+        cfg.constant = float(self.cfg.max_tokens * rows_in_step)
+        out = policy_loss(LossInputs(logp, old, mb.behaviour_logp, mb.advantages, mb.mask,
+                                     ref_logp=old if self.cfg.kl_coef > 0 else None), cfg)
+        grad_norm = self.engine.backward(out.loss, boundary)
+        m = mb.mask.float()
+        return out, float((entropy.detach() * m).sum()), mb, grad_norm
+
+    def _checkpoint_dir(self) -> Path:
+        return self.run_dir / "steps"
+
+    def train(self) -> TrainSummary:
+        t0 = time.perf_counter()
+        state = self.engine.load(self._checkpoint_dir())
+        done = int(state["step"]) if state else 0
+        self.summary.resumed_from_step = done
+        for index, step in enumerate(self.plan):
+            if index < done:
+                continue
+            t_step = time.perf_counter()
+            rows_in_step = step[-1][1] - step[0][0]
+            acc = {"loss": 0.0, "tokens": 0, "entropy": 0.0, "clip": 0.0, "tis": 0.0, "mismatch": 0.0, "kl": 0.0}
+            grad_norm = None
+            for k, (start, end) in enumerate(step):
+                out, ent_sum, mb, norm = self._micro_step(start, end, rows_in_step, boundary=k == len(step) - 1)
+                grad_norm = norm if norm is not None else grad_norm
+                acc["loss"] += float(out.loss.detach())
+                acc["tokens"] += out.tokens
+                acc["entropy"] += ent_sum
+                for key, value in (("clip", out.clipped_fraction), ("tis", out.tis_weight_mean),
+                                   ("mismatch", out.mismatch), ("kl", float(out.kl))):
+                    acc[key] += value * out.tokens
+            tokens = max(acc["tokens"], 1)
+            adv = self.adv[step[0][0]:step[-1][1]]
+            rewards = self.rows["reward"][step[0][0]:step[-1][1]]
+            metrics = StepMetrics(index + 1, rows_in_step, acc["tokens"], acc["loss"], float(rewards.mean()),
+                                  float(adv.mean()), float(adv.std(unbiased=False)), acc["entropy"] / tokens,
+                                  grad_norm, acc["clip"] / tokens, acc["tis"] / tokens, acc["mismatch"] / tokens,
+                                  acc["kl"] / tokens, time.perf_counter() - t_step)
+            if (index + 1) % self.cfg.checkpoint_every == 0 and index + 1 < len(self.plan):
+                self.engine.save(self._checkpoint_dir(), f"step{index + 1}", {"step": index + 1})
+            self.summary.history.append(metrics)
+            self.summary.tokens += acc["tokens"]
+            self.on_step(metrics)
+        self.summary.steps = len(self.plan)
+        self.summary.seconds = time.perf_counter() - t0
+        return self.summary
+
+    # -- outputs -----------------------------------------------------------------------------------------------
+    def save_checkpoint(self, metadata: dict) -> Path:
+        """The trained policy as a Hugging Face folder (safetensors, tokenizer, config) + rtrl_metadata.json."""
+        folder = self.run_dir / "checkpoint"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.engine.module.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
+        for name in ("generation_config.json",):
+            src = self.parent_dir / name
+            if src.is_file() and not (folder / name).is_file():
+                (folder / name).write_bytes(src.read_bytes())
+        (folder / "rtrl_metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True, default=str))
+        return folder
+
+    def cleanup(self) -> None:
+        import shutil
+
+        shutil.rmtree(self._checkpoint_dir(), ignore_errors=True)
