@@ -40,12 +40,13 @@ class Registry:
         return cls(cfg.mlflow_tracking_uri(), cfg.path_or_default(cfg.mlflow.artifact_root, "mlflow-artifacts"),
                    cfg.mlflow.registered_model, cfg.state_path / "checkpoints")
 
-    def _experiment_id(self) -> str:
-        exp = self.client.get_experiment_by_name(EXPERIMENT)
+    def experiment_id(self, name: str = EXPERIMENT) -> str:
+        """The id of experiment `name`, created (artifacts under the artifact root) when missing."""
+        exp = self.client.get_experiment_by_name(name)
         if exp is not None:
             return exp.experiment_id
         self.artifact_root.mkdir(parents=True, exist_ok=True)
-        return self.client.create_experiment(EXPERIMENT, artifact_location=(self.artifact_root / EXPERIMENT).as_uri())
+        return self.client.create_experiment(name, artifact_location=(self.artifact_root / name).as_uri())
 
     def register(self, folder: str | Path, tags: dict[str, str] | None = None,
                  run_name: str = "checkpoint") -> str:
@@ -56,7 +57,7 @@ class Registry:
         if not (folder / "config.json").is_file():
             raise ValueError(f"{folder} is not a Hugging Face checkpoint folder (no config.json)")
         tags = {k: str(v) for k, v in (tags or {}).items()}
-        run = self.client.create_run(self._experiment_id(), run_name=run_name, tags=tags)
+        run = self.client.create_run(self.experiment_id(), run_name=run_name, tags=tags)
         try:
             self.client.log_artifacts(run.info.run_id, str(folder), ARTIFACT_DIR)
         except BaseException:

@@ -25,6 +25,10 @@ class MicroBatch:
     advantages: torch.Tensor       # [B]
     request_ids: list[str]
 
+    def to(self, device) -> "MicroBatch":
+        move = {k: v.to(device) for k, v in self.__dict__.items() if isinstance(v, torch.Tensor)}
+        return MicroBatch(**{**self.__dict__, **move})
+
     @property
     def tokens(self) -> int:
         return int(self.mask.sum())

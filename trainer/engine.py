@@ -45,6 +45,14 @@ class Engine:
         return self.engine.module
 
     @property
+    def rank(self) -> int:
+        return int(self.engine.global_rank)
+
+    @property
+    def world_size(self) -> int:
+        return int(self.engine.world_size)
+
+    @property
     def device(self) -> torch.device:
         return self.engine.device
 

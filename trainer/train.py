@@ -83,6 +83,8 @@ class Trainer:
         self.tokenizer = AutoTokenizer.from_pretrained(self.parent_dir)
         model = AutoModelForCausalLM.from_pretrained(self.parent_dir, dtype=torch.float32)
         self.parent = copy.deepcopy(model).eval().requires_grad_(False)
+        if torch.cuda.is_available():
+            self.parent = self.parent.cuda()
         groups = [_prompt_key(p) for p in self.rows["prompt_token_ids"].to_list()]
         strata = self.rows["response_kind"].to_list() if "response_kind" in self.rows.columns else None
         self.adv = advantages(torch.tensor(self.rows["reward"].to_list(), dtype=torch.float32), groups, strata,
@@ -102,15 +104,16 @@ class Trainer:
             logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
             return token_logprobs(logits, mb.targets, impl=self.cfg.logprob_impl)
 
-    def _micro_step(self, start: int, end: int, rows_in_step: int, boundary: bool):
+    def _micro_step(self, start: int, end: int, rows_in_step: int, boundary: bool, weight: float = 1.0):
         mb = build_micro_batch(self.rows.slice(start, end - start), self.adv[start:end], self.pad_id)
+        mb = mb.to(self.engine.device)
         logp, entropy = self._logprobs(self.engine.module, mb, grad=True)
         old, _ = self._logprobs(self.parent, mb, grad=False)
         cfg = copy.copy(self.loss_cfg)
         cfg.constant = float(self.cfg.max_tokens * rows_in_step)
         out = policy_loss(LossInputs(logp, old, mb.behaviour_logp, mb.advantages, mb.mask,
                                      ref_logp=old if self.cfg.kl_coef > 0 else None), cfg)
-        grad_norm = self.engine.backward(out.loss, boundary)
+        grad_norm = self.engine.backward(out.loss * weight, boundary)
         m = mb.mask.float()
         return out, float((entropy.detach() * m).sum()), mb, grad_norm
 
@@ -129,8 +132,15 @@ class Trainer:
             rows_in_step = step[-1][1] - step[0][0]
             acc = {"loss": 0.0, "tokens": 0, "entropy": 0.0, "clip": 0.0, "tis": 0.0, "mismatch": 0.0, "kl": 0.0}
             grad_norm = None
-            for k, (start, end) in enumerate(step):
-                out, ent_sum, mb, norm = self._micro_step(start, end, rows_in_step, boundary=k == len(step) - 1)
+            rank, world = self.engine.rank, self.engine.world_size
+            mine = step[rank::world]
+            # data parallel: each rank takes every world-th micro-batch; DeepSpeed averages gradients over ranks,
+            # so losses are scaled by the world size to keep the step's sum / constant. A rank without a
+            # micro-batch still joins the all-reduce with a zero-weighted one.
+            share = [(mb, world) for mb in mine] or [(step[0], 0.0)]
+            for k, ((start, end), weight) in enumerate(share):
+                out, ent_sum, mb, norm = self._micro_step(start, end, rows_in_step, boundary=k == len(share) - 1,
+                                                          weight=weight)
                 grad_norm = norm if norm is not None else grad_norm
                 acc["loss"] += float(out.loss.detach())
                 acc["tokens"] += out.tokens

@@ -1,0 +1,40 @@
+"""`rtrl train`: a cycle's reward rows -> a candidate checkpoint (trainer/run.py), with a progress line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+
+def main(args, cfg) -> int:
+    from infra.commands.rewards import _time
+    from infra.progress import ProgressLine
+    from infra.registry import Registry
+    from trainer.run import run_training
+    from trainer.selection import SelectionError
+
+    rewards = Path(args.rewards) if args.rewards else cfg.state_path / "rewards" / "table"
+    if not rewards.exists():
+        print(f"rtrl train: reward table {rewards} does not exist (run `rtrl rewards --cycle ID` first)",
+              file=sys.stderr)
+        return 2
+    as_of = _time(args.as_of, "as-of") if args.as_of else None
+    state = {"step": 0, "loss": 0.0, "reward": 0.0}
+
+    def on_step(m):
+        state.update(step=m.step, loss=m.loss, reward=m.reward_mean)
+
+    line = ProgressLine(lambda s: f"train {args.cycle} · step {state['step']} · loss {state['loss']:+.4f} · "
+                                  f"reward {state['reward']:+.3f} · {s:.0f}s")
+    try:
+        with line:
+            result = run_training(cfg.trainer, Registry.from_config(cfg), rewards, args.cycle,
+                                  cfg.state_path / "train", as_of,
+                                  log=lambda msg: print(msg, file=sys.stderr, flush=True), on_step=on_step)
+    except (SelectionError, LookupError) as e:
+        print(f"rtrl train: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"train": asdict(result)}, indent=2, default=str))
+    return 0

@@ -1,0 +1,122 @@
+"""`rtrl train`: one cycle's reward rows -> a candidate checkpoint registered in MLflow.
+
+    champion (registry alias) -> its folder; reward table rows -> `select_rows` (counts by reason);
+    Trainer (setup, train with per-step metrics to MLflow and a progress line, save_checkpoint, cleanup);
+    register the folder as a new version tagged candidate=true, parent=<champion>, with the data window, counts,
+    reward statistics, config hash and code version in the tags and in rtrl_metadata.json.
+
+A run directory per cycle (`<state>/train/<cycle>`) holds the resumable step checkpoints: rerunning a killed
+`rtrl train --cycle C` resumes it; a cycle whose candidate is registered is not trained twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+from trainer.config import TrainerConfig
+from trainer.selection import select_rows
+
+EXPERIMENT = "rtrl-training"
+
+
+@dataclass
+class TrainResult:
+    cycle: str
+    parent: str
+    candidate: str | None
+    counts: dict = field(default_factory=dict)
+    steps: int = 0
+    tokens: int = 0
+    reward_mean: float = 0.0
+    seconds: float = 0.0
+    folder: str = ""
+    resumed_from_step: int = 0
+    already_done: bool = False
+
+
+def code_version() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def ancestors(registry, version: str, depth: int) -> list[str]:
+    """The parent, grandparent, ... of `version` (from the `parent` tag), nearest first, at most `depth`."""
+    out, current = [], version
+    for _ in range(depth):
+        parent = registry.info(current).tags.get("parent", "")
+        if not parent:
+            break
+        out.append(parent)
+        current = parent
+    return out
+
+
+def _find_candidate(registry, cycle: str) -> str | None:
+    for mv in registry.client.search_model_versions(f"name = '{registry.model}'"):
+        if (mv.tags or {}).get("cycle") == cycle and (mv.tags or {}).get("candidate") == "true":
+            return str(mv.version)
+    return None
+
+
+def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_root: Path,
+                 as_of: datetime | None = None, log: Callable[[str], None] = print,
+                 on_step: Callable | None = None) -> TrainResult:
+    from pipelines.rewards.table import read_reward_table
+    from trainer.train import Trainer
+
+    existing = _find_candidate(registry, cycle)
+    parent, parent_dir = registry.resolve("champion")
+    if existing is not None:
+        log(f"train: cycle {cycle} already produced candidate version {existing}; nothing to do")
+        return TrainResult(cycle, parent, existing, already_done=True)
+    rows = read_reward_table(rewards)
+    sel = select_rows(rows, parent, ancestors(registry, parent, cfg.staleness), cfg.staleness, cfg.min_rows, as_of)
+    log(f"train: cycle {cycle}: champion v{parent}; {json.dumps(sel.counts)}")
+    config_hash = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]
+    mlflow_run = registry.client.create_run(registry.experiment_id(EXPERIMENT), run_name=f"train-{cycle}",
+                                            tags={"cycle": cycle, "parent": parent, "config_hash": config_hash})
+    run_id = mlflow_run.info.run_id
+    for k, v in cfg.model_dump().items():
+        registry.client.log_param(run_id, k, v)
+
+    def step_hook(m):
+        for name, value in asdict(m).items():
+            if name != "step" and value is not None:
+                registry.client.log_metric(run_id, name, float(value), step=m.step)
+        if on_step:
+            on_step(m)
+
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg, sel.rows, parent_dir, run_root / cycle, on_step=step_hook)
+    try:
+        trainer.setup()
+        summary = trainer.train()
+        rewards_col = sel.rows["reward"]
+        metadata = {"parent_version": parent, "cycle": cycle, "data": str(rewards), "as_of": as_of,
+                    "counts": sel.counts, "reward_mean": float(rewards_col.mean()),
+                    "reward_std": float(rewards_col.std() or 0.0), "steps": summary.steps, "tokens": summary.tokens,
+                    "config_hash": config_hash, "code_version": code_version(), "train_run": run_id}
+        folder = trainer.save_checkpoint(metadata)
+        candidate = registry.register(folder, tags={"candidate": "true", "parent": parent, "cycle": cycle,
+                                                    "train_run": run_id, "reward_mean": f"{metadata['reward_mean']:.6f}",
+                                                    "rows": str(sel.rows.height), "config_hash": config_hash,
+                                                    "code_version": metadata["code_version"]},
+                                      run_name=f"candidate-{cycle}")
+        registry.client.set_terminated(run_id, "FINISHED")
+    except BaseException:
+        registry.client.set_terminated(run_id, "FAILED")
+        raise
+    trainer.cleanup()
+    return TrainResult(cycle, parent, candidate, sel.counts, summary.steps, summary.tokens,
+                       float(sel.rows["reward"].mean()), time.perf_counter() - t0, str(folder),
+                       summary.resumed_from_step)
