@@ -31,6 +31,10 @@ from trainer.logprobs import token_logprobs
 from trainer.losses import LossConfig, LossInputs, advantages, policy_loss
 
 
+# decoder -> final norm -> lm_head with nothing after the head (no logit soft-capping or scaling)
+HEAD_ON_HIDDEN = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+
 @dataclass
 class StepMetrics:
     step: int
@@ -100,9 +104,20 @@ class Trainer:
 
     # -- train -------------------------------------------------------------------------------------------------
     def _logprobs(self, model, mb, grad: bool):
+        """Log-probs and entropy of the completion tokens, [B, L-1] (0 off the mask). For decoder + lm_head
+        models (Llama family) the head runs only on completion positions: prompt and padding positions never
+        get vocabulary-sized logits (most of a sequence is prompt)."""
         with torch.set_grad_enabled(grad):
-            logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
-            return token_logprobs(logits, mb.targets, impl=self.cfg.logprob_impl)
+            keep = mb.mask.bool()
+            if model.config.model_type in HEAD_ON_HIDDEN:
+                hidden = model.get_decoder()(input_ids=mb.input_ids, attention_mask=mb.attention_mask)
+                logits = model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][keep])
+            else:
+                logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1][keep]
+            lp, ent = token_logprobs(logits, mb.targets[keep], impl=self.cfg.logprob_impl)
+            full_lp = torch.zeros(mb.mask.shape, dtype=lp.dtype, device=lp.device).masked_scatter(keep, lp)
+            full_ent = torch.zeros(mb.mask.shape, dtype=ent.dtype, device=ent.device).masked_scatter(keep, ent)
+            return full_lp, full_ent
 
     def _micro_step(self, start: int, end: int, rows_in_step: int, boundary: bool, weight: float = 1.0):
         mb = build_micro_batch(self.rows.slice(start, end - start), self.adv[start:end], self.pad_id)

@@ -79,3 +79,23 @@ def test_a_run_killed_mid_way_resumes_to_the_same_weights(parent, tmp_path):
     resumed, summary = _run(parent, tmp_path / "resumed")
     assert summary.resumed_from_step == 2
     assert _close(full, resumed, 1e-6)
+
+
+def test_head_on_completion_positions_gives_the_full_logits_log_probs(parent):
+    from transformers import AutoModelForCausalLM
+
+    from trainer.data import build_micro_batch
+    from trainer.logprobs import naive_token_logprobs
+
+    folder, rows = parent
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    mb = build_micro_batch(rows.head(5), torch.zeros(5), pad_id=0)
+    t = Trainer(_cfg(), rows, folder, folder)
+    lp, ent = t._logprobs(model, mb, grad=False)
+    with torch.no_grad():
+        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1]
+        ref_lp, ref_ent = naive_token_logprobs(logits.reshape(-1, logits.shape[-1]), mb.targets.reshape(-1))
+    keep = mb.mask.bool()
+    torch.testing.assert_close(lp[keep], ref_lp.reshape(mb.mask.shape)[keep], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent[keep], ref_ent.reshape(mb.mask.shape)[keep], atol=1e-5, rtol=1e-5)
+    assert (lp[~keep] == 0).all()
