@@ -32,6 +32,10 @@ class TrainerConfig(BaseModel):
     kl_estimator: str = Field(default="k1", pattern="^(k1|k3)$")
     aggregation: str = Field(default="constant", pattern="^(constant|token_mean|seq_mean)$")
     normalize_std: bool = Field(default=False, description="Divide advantages by the group/stratum std.")
+    old_logprobs: str = Field(default="current", pattern="^(current|parent)$",
+                              description="theta_old of the ratio and the IS weight: the policy at the moment a row "
+                                          "is used (one pass: each row once, no extra forward) or the frozen "
+                                          "parent checkpoint (one more forward per micro-batch).")
     logprob_impl: str = Field(default="auto", pattern="^(auto|triton|chunked|naive)$")
     # run
     checkpoint_every: int = Field(default=1, ge=1, description="Optimizer steps between resumable checkpoints.")

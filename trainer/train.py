@@ -86,13 +86,16 @@ class Trainer:
         torch.manual_seed(self.cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.parent_dir)
         model = AutoModelForCausalLM.from_pretrained(self.parent_dir, dtype=torch.float32)
-        self.parent = copy.deepcopy(model).eval().requires_grad_(False)
-        if torch.cuda.is_available():
-            self.parent = self.parent.cuda()
+        self.parent = None  # the frozen parent: theta_old in "parent" mode, and the KL reference
+        if self.cfg.old_logprobs == "parent" or self.cfg.kl_coef > 0:
+            self.parent = copy.deepcopy(model).eval().requires_grad_(False)
+            if torch.cuda.is_available():
+                self.parent = self.parent.cuda()
         groups = [_prompt_key(p) for p in self.rows["prompt_token_ids"].to_list()]
         strata = self.rows["response_kind"].to_list() if "response_kind" in self.rows.columns else None
         self.adv = advantages(torch.tensor(self.rows["reward"].to_list(), dtype=torch.float32), groups, strata,
                               self.cfg.normalize_std).values
+        self._bucket_by_length()
         self.plan = steps(self.rows.height, self.cfg.rows_per_step, self.cfg.micro_batch)
         accumulation = max(len(s) for s in self.plan) if self.plan else 1
         self.engine = Engine(model, self.cfg.lr, self.cfg.weight_decay, self.cfg.max_grad_norm, self.cfg.zero_stage,
@@ -101,6 +104,16 @@ class Trainer:
         self.pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
         self.loss_cfg = LossConfig(self.cfg.loss, self.cfg.clip_low, self.cfg.clip_high, self.cfg.tis_cap,
                                    self.cfg.kl_coef, self.cfg.kl_estimator, self.cfg.aggregation)
+
+    def _bucket_by_length(self) -> None:
+        """Within each optimizer step, order rows by length, so micro-batches pad little. The rows of a step (and
+        so its gradient sum) do not change; only which micro-batch carries which row."""
+        lengths = (self.rows["prompt_token_ids"].list.len() + self.rows["completion_token_ids"].list.len()).to_list()
+        order: list[int] = []
+        for s in range(0, self.rows.height, self.cfg.rows_per_step):
+            order += sorted(range(s, min(s + self.cfg.rows_per_step, self.rows.height)), key=lambda i: (lengths[i], i))
+        self.rows = self.rows[order]
+        self.adv = self.adv[torch.tensor(order, dtype=torch.long)] if order else self.adv
 
     # -- train -------------------------------------------------------------------------------------------------
     def _logprobs(self, model, mb, grad: bool):
@@ -123,11 +136,14 @@ class Trainer:
         mb = build_micro_batch(self.rows.slice(start, end - start), self.adv[start:end], self.pad_id)
         mb = mb.to(self.engine.device)
         logp, entropy = self._logprobs(self.engine.module, mb, grad=True)
-        old, _ = self._logprobs(self.parent, mb, grad=False)
+        parent_logp = None
+        if self.parent is not None:
+            parent_logp, _ = self._logprobs(self.parent, mb, grad=False)
+        old = parent_logp if self.cfg.old_logprobs == "parent" else logp.detach()
         cfg = copy.copy(self.loss_cfg)
         cfg.constant = float(self.cfg.max_tokens * rows_in_step)
         out = policy_loss(LossInputs(logp, old, mb.behaviour_logp, mb.advantages, mb.mask,
-                                     ref_logp=old if self.cfg.kl_coef > 0 else None), cfg)
+                                     ref_logp=parent_logp if self.cfg.kl_coef > 0 else None), cfg)
         grad_norm = self.engine.backward(out.loss * weight, boundary)
         m = mb.mask.float()
         return out, float((entropy.detach() * m).sum()), mb, grad_norm

@@ -99,3 +99,10 @@ def test_head_on_completion_positions_gives_the_full_logits_log_probs(parent):
     torch.testing.assert_close(lp[keep], ref_lp.reshape(mb.mask.shape)[keep], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ent[keep], ref_ent.reshape(mb.mask.shape)[keep], atol=1e-5, rtol=1e-5)
     assert (lp[~keep] == 0).all()
+
+
+def test_parent_mode_recomputes_theta_old_and_the_kl_to_the_parent_grows_from_zero(parent, tmp_path):
+    _, summary = _run(parent, tmp_path / "p", old_logprobs="parent", kl_coef=0.05, kl_estimator="k3")
+    kls = [m.kl for m in summary.history]
+    assert kls[0] == pytest.approx(0.0, abs=1e-6) and kls[-1] > 1e-6
+    assert summary.history[-1].clipped_fraction >= 0 and summary.history[0].mismatch < 1e-4
