@@ -27,7 +27,7 @@ import torch
 
 from trainer.config import TrainerConfig
 from trainer.data import build_micro_batch, steps
-from trainer.logprobs import token_logprobs
+from trainer.logprobs import linear_token_logprobs, token_logprobs
 from trainer.losses import LossConfig, LossInputs, advantages, policy_loss
 
 
@@ -118,16 +118,20 @@ class Trainer:
     # -- train -------------------------------------------------------------------------------------------------
     def _logprobs(self, model, mb, grad: bool):
         """Log-probs and entropy of the completion tokens, [B, L-1] (0 off the mask). For decoder + lm_head
-        models (Llama family) the head runs only on completion positions: prompt and padding positions never
-        get vocabulary-sized logits (most of a sequence is prompt)."""
+        models (Llama family) the head runs only on completion positions, in chunks fused with the log-probs
+        (`linear_token_logprobs`): prompt and padding positions never get logits, and the completion logits never
+        exist whole. Other models: their full logits, then the chosen log-prob path."""
         with torch.set_grad_enabled(grad):
             keep = mb.mask.bool()
-            if model.config.model_type in HEAD_ON_HIDDEN:
+            head = model.get_output_embeddings()
+            if (model.config.model_type in HEAD_ON_HIDDEN and head.bias is None and self.cfg.zero_stage < 3
+                    and self.cfg.logprob_impl != "naive"):
                 hidden = model.get_decoder()(input_ids=mb.input_ids, attention_mask=mb.attention_mask)
-                logits = model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][keep])
+                lp, ent = linear_token_logprobs(hidden.last_hidden_state[:, :-1][keep], head.weight, mb.targets[keep],
+                                                impl=self.cfg.logprob_impl)
             else:
                 logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1][keep]
-            lp, ent = token_logprobs(logits, mb.targets[keep], impl=self.cfg.logprob_impl)
+                lp, ent = token_logprobs(logits, mb.targets[keep], impl=self.cfg.logprob_impl)
             full_lp = torch.zeros(mb.mask.shape, dtype=lp.dtype, device=lp.device).masked_scatter(keep, lp)
             full_ent = torch.zeros(mb.mask.shape, dtype=ent.dtype, device=ent.device).masked_scatter(keep, ent)
             return full_lp, full_ent

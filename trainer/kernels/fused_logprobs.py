@@ -94,3 +94,13 @@ class _FusedLogprobs(torch.autograd.Function):
 def fused_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(logprobs, entropy) for logits [N, V] and tokens [N] (int64)."""
     return _FusedLogprobs.apply(logits, tokens)
+
+
+def row_stats(logits: torch.Tensor, tokens: torch.Tensor):
+    """(lse, E_p[x], logprob, entropy) per row, forward only (the linear path's chunks use it)."""
+    logits, tokens = logits.contiguous(), tokens.contiguous()
+    n, v = logits.shape
+    lp, ent, lse, mean = (torch.empty(n, dtype=torch.float32, device=logits.device) for _ in range(4))
+    if n:
+        _forward[(n,)](logits, tokens, lp, ent, lse, mean, v, logits.stride(0), BLOCK=min(BLOCK, triton.next_power_of_2(v)))
+    return lse, mean, lp, ent

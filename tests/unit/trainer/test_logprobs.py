@@ -59,3 +59,23 @@ def test_batched_shapes_and_extreme_logits_stay_finite():
 def test_unknown_implementation_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown log-prob implementation"):
         token_logprobs(torch.zeros(1, 2), torch.zeros(1, dtype=torch.long), impl="magic")
+
+
+@pytest.mark.parametrize("impl", ["chunked", "triton"])
+def test_linear_path_matches_head_then_log_softmax_in_values_and_both_gradients(impl):
+    from trainer.logprobs import linear_token_logprobs
+
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(29, 16, generator=g, requires_grad=True)
+    weight = (torch.randn(300, 16, generator=g) * 0.5).requires_grad_(True)
+    tokens = torch.randint(0, 300, (29,), generator=g)
+    w1, w2 = torch.randn(29, generator=g), torch.randn(29, generator=g)
+    results = []
+    for fn in (lambda: naive_token_logprobs(hidden @ weight.t(), tokens),
+               lambda: linear_token_logprobs(hidden, weight, tokens, chunk=7, impl=impl)):
+        lp, ent = fn()
+        (lp * w1 + ent * w2).sum().backward()
+        results.append((lp.detach(), ent.detach(), hidden.grad.clone(), weight.grad.clone()))
+        hidden.grad = weight.grad = None
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
