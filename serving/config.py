@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -33,6 +35,20 @@ class ServingConfig(BaseModel):
     kv_cache_gb: float = Field(default=1.0, gt=0, le=512, description="vLLM CPU KV-cache space per engine.")
     registry_poll_s: float = Field(default=2.0, gt=0, le=3600,
                                    description="How often aliases are checked for a new version (hot swap).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="float32", description="Weights/activations dtype of the engines. float32 keeps serving's logprobs "
+        "equal to the trainer's (vLLM's 'auto' downcasts float32 checkpoints to bfloat16); use bfloat16 on GPUs.")
+    enforce_eager: bool = Field(default=True, description="Skip torch.compile / CUDA graphs: an engine starts in "
+                                "~25 s instead of ~30-50 s on CPU, so hot swaps finish sooner; false on GPUs.")
+    max_num_seqs: int = Field(default=256, ge=1, le=4096, description="Sequences one engine batches at once.")
+    seed: int = Field(default=0, ge=0, description="Engine seed; a request's own `seed` makes its sample repeatable.")
+    drain_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="After a hot swap the old engine "
+                                   "finishes its in-flight requests for at most this long, then shuts down.")
+    startup_timeout_s: float = Field(default=300.0, gt=0, le=3600,
+                                     description="`rtrl serve --detach` waits this long for GET /health to be ready.")
+    telemetry: bool = Field(default=True, description="Emit one trajectory event per request through the SDK "
+                            "(Kafka; spooled on disk while the broker is down).")
+    access_log: bool = False
 
     @model_validator(mode="after")
     def _arms_are_a_split(self):

@@ -1,0 +1,130 @@
+"""`rtrl serve [--detach]`: the OpenAI-compatible gateway with its A/B arms (vLLM engines, hot swaps).
+
+    rtrl serve             serve in the foreground (Ctrl-C stops it: in-flight requests finish, engines shut down)
+    rtrl serve --detach    serve in the background; `rtrl down` stops it
+
+Before anything heavy starts, the arms' registry aliases must be set (`rtrl bootstrap` registers the default
+policy and points them at it) and the port must be free.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from infra.stack.process import ManagedProcess, StackError, port_is_free
+
+NAME = "serving"
+
+
+def _url(cfg) -> str:
+    from serving.server import url_of
+
+    return url_of(cfg.serving)
+
+
+def _health(url: str) -> dict | None:
+    """The /health body when it answers 200 (every arm's engine loaded), else None."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=3) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError:
+        return None
+    except (OSError, ValueError):
+        return None
+
+
+def check_ready_to_serve(cfg) -> dict[str, str]:
+    """Every arm's alias resolves to a version and the port is free; StackError says what to do otherwise."""
+    from infra.registry import Registry
+
+    if not port_is_free(cfg.serving.host, cfg.serving.port):
+        raise StackError(f"port {cfg.serving.port} on {cfg.serving.host} is taken; choose another with "
+                         "--set serving.port=PORT (or `rtrl down` if it is an earlier `rtrl serve --detach`)")
+    registry = Registry.from_config(cfg)
+    versions, missing = {}, []
+    for arm in cfg.serving.arms:
+        version = registry.version_of(arm.alias)
+        if version is None:
+            missing.append(f"{arm.alias!r} (arm {arm.name})")
+        else:
+            versions[arm.name] = version
+    if missing:
+        raise StackError(f"registry alias {', '.join(missing)} of model {cfg.mlflow.registered_model!r} is not set "
+                         f"in {cfg.mlflow_tracking_uri()}: run `rtrl bootstrap` to make and register the default "
+                         "policy (or point the alias at a version)")
+    return versions
+
+
+def _warn_if_no_kafka(cfg) -> None:
+    if not cfg.serving.telemetry:
+        return
+    from instrumentation.transport import kafka_reachable
+
+    if not kafka_reachable(cfg.kafka.bootstrap(), timeout_s=2.0):
+        print(f"serving: warning: Kafka at {cfg.kafka.bootstrap()} is not reachable (`rtrl up`?): trajectory "
+              f"events are spooled on disk until it answers", file=sys.stderr, flush=True)
+
+
+def _announce(url: str, versions: dict[str, str]) -> None:
+    arms = ", ".join(f"{arm} → v{v}" for arm, v in versions.items())
+    print(f"serving: {url}  (POST {url}/v1/chat/completions, GET {url}/v1/models, GET {url}/health); arms: {arms}",
+          flush=True)
+
+
+def _detach(args, cfg) -> int:
+    proc = ManagedProcess(NAME, cfg.state_path)
+    url = _url(cfg)
+    if (rec := proc.info()) is not None:
+        print(f"serving: already running (pid {rec['pid']}); log: {proc.logfile}")
+        return 0
+    versions = check_ready_to_serve(cfg)
+    _warn_if_no_kafka(cfg)
+    argv = [sys.executable, "-m", "infra.cli"]
+    if args.config:
+        argv += ["--config", args.config]
+    for o in args.overrides:
+        argv += ["--set", o]
+    argv += ["serve"]
+    proc.start(argv, extra={"url": url})
+    print(f"serving: loading {len(set(versions.values()))} engine(s); waiting up to "
+          f"{cfg.serving.startup_timeout_s:.0f}s for {url}/health", flush=True)
+    proc.wait_healthy(lambda: _health(url) is not None, cfg.serving.startup_timeout_s, f"GET {url}/health")
+    _announce(url, versions)
+    print(f"serving: running in the background (pid {proc.info()['pid']}); log: {proc.logfile}; stop with `rtrl down`")
+    return 0
+
+
+def _serve(cfg) -> int:
+    import logging
+
+    from serving.server import make_server
+
+    versions = check_ready_to_serve(cfg)
+    _warn_if_no_kafka(cfg)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # kafka-python logs every failed reconnect as an error; the SDK already says when it starts spooling and when
+    # the broker is back.
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    server = make_server(cfg)
+    url = _url(cfg)
+    print(f"serving: loading engines for {', '.join(f'{a} → v{v}' for a, v in versions.items())} "
+          f"(~25 s each on CPU), then serving on {url}; Ctrl-C stops", flush=True)
+    t0 = time.monotonic()
+    try:
+        server.run()  # lifespan: engines load before the port opens; SIGINT/SIGTERM: graceful stop
+    finally:
+        print(f"serving: stopped after {time.monotonic() - t0:.0f}s", flush=True)
+    if not server.started:
+        print(f"rtrl serve: the gateway did not start (see the log above); {url} was never served", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(args, cfg) -> int:
+    if args.detach:
+        return _detach(args, cfg)
+    return _serve(cfg)

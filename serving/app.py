@@ -1,0 +1,136 @@
+"""The OpenAI-compatible gateway: route the user to an arm, render the chat, sample, parse, answer, log.
+
+    POST /v1/chat/completions   OpenAI chat body (non-streaming) with `user`; see serving.protocol
+    GET  /v1/models             the served model and the version each arm serves
+    GET  /health                200 {"status": "ok", arms, engines, swaps} once every arm's engine is loaded
+
+Per request: `Router.assign(user)` → arm → `Fleet.lease(arm)` (the engine of the version the arm's alias points
+to, held until the answer is built, so a hot swap never cuts it off) → the checkpoint's chat template over
+`schemas.chat_format.to_text_messages(messages)` → `engine.generate` → `schemas.tool_protocol.parse_response` →
+the OpenAI response and one `Trajectory` event (server side: token ids, behaviour logprobs, tool-call records,
+latency) through the telemetry SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from typing import Any, Callable
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from schemas.events import Trajectory
+from schemas.tool_protocol import parse_response
+from serving.arms import Fleet
+from serving.config import ServingConfig
+from serving.protocol import RequestError, Served, build_response, build_trajectory, fit_max_tokens, parse_request
+from serving.router import Router
+
+log = logging.getLogger("rtrl.serving")
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class Gateway:
+    """What the HTTP layer calls. `emit(trajectory)` hands events to telemetry (never blocks, never raises here)."""
+
+    def __init__(self, cfg: ServingConfig, fleet: Fleet, model_name: str,
+                 emit: Callable[[Trajectory], Any] | None = None, on_close: Callable[[], Any] | None = None,
+                 telemetry_stats: Callable[[], dict] | None = None):
+        self.cfg, self.fleet, self.model_name = cfg, fleet, model_name
+        self.router = Router(cfg.experiment, cfg.arms)
+        self.emit, self._on_close, self.telemetry_stats = emit, on_close, telemetry_stats
+        self.counts = {"served": 0, "failed": 0, "rejected": 0, "telemetry_errors": 0}
+
+    async def start(self, poll: bool = True) -> None:
+        await self.fleet.start()
+        if poll:
+            self.fleet.start_polling()
+
+    async def close(self) -> None:
+        await self.fleet.close()
+        if self._on_close is not None:
+            self._on_close()
+
+    async def chat(self, body: Any) -> dict:
+        req = parse_request(body, default_max_tokens=self.cfg.max_tokens, max_model_len=self.cfg.max_model_len)
+        arm = self.router.assign(req.user_id)
+        t0 = time.perf_counter()
+        with self.fleet.lease(arm) as slot:
+            engine = slot.engine
+            try:
+                prompt_ids = engine.prompt_ids(req.messages)
+            except Exception as e:  # noqa: BLE001 -- a template that rejects the conversation is the client's 400
+                raise RequestError(f"messages: the model's chat template rejected them: {e}", "messages") from None
+            max_tokens = fit_max_tokens(len(prompt_ids), req.max_tokens, engine.max_model_len)
+            gen = await engine.generate(prompt_ids, max_tokens, seed=req.seed, request_id=req.request_id)
+        served = Served(request=req, arm=arm, policy_version=slot.version, model=f"{self.model_name}/v{slot.version}",
+                        prompt_token_ids=prompt_ids, generation=gen, parsed=parse_response(gen.text),
+                        sampling=engine.sampling, latency_ms=(time.perf_counter() - t0) * 1000)
+        if self.emit is not None:
+            try:
+                self.emit(build_trajectory(served))
+            except Exception as e:  # noqa: BLE001 -- telemetry must never fail a served request
+                self.counts["telemetry_errors"] += 1
+                log.warning("trajectory of request %s not emitted: %s: %s", req.request_id, type(e).__name__, e)
+        return build_response(served)
+
+
+def _error(status: int, message: str, type_: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(RequestError(message, param, status, type_).body(), status_code=status)
+
+
+def create_app(gateway: Gateway, *, poll: bool = True) -> Starlette:
+    """The Starlette app; its lifespan loads the engines (startup) and shuts them down (shutdown)."""
+
+    async def chat_completions(request: Request) -> JSONResponse:
+        if not gateway.fleet.ready:
+            return _error(503, "the model is still loading; retry shortly", "service_unavailable")
+        raw = await request.body()
+        if len(raw) > MAX_BODY_BYTES:
+            return _error(413, f"request body over {MAX_BODY_BYTES} bytes", "invalid_request_error")
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            gateway.counts["rejected"] += 1
+            return _error(400, f"the body is not valid JSON: {e}", "invalid_request_error")
+        try:
+            answer = await gateway.chat(body)
+        except RequestError as e:
+            gateway.counts["rejected"] += 1
+            return JSONResponse(e.body(), status_code=e.status)
+        except Exception as e:  # noqa: BLE001 -- an engine failure is a 500 with its reason, never a dropped socket
+            gateway.counts["failed"] += 1
+            log.exception("request failed")
+            return _error(500, f"generation failed: {type(e).__name__}: {e}", "server_error")
+        gateway.counts["served"] += 1
+        return JSONResponse(answer)
+
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [
+            {"id": gateway.model_name, "object": "model", "created": 0, "owned_by": "rtrl",
+             "arms": gateway.fleet.arm_versions()}]})
+
+    async def health(request: Request) -> JSONResponse:
+        status = gateway.fleet.status()
+        body = {"status": "ok" if status["ready"] else "loading", **status, "requests": dict(gateway.counts)}
+        if gateway.telemetry_stats is not None:
+            body["telemetry"] = gateway.telemetry_stats()
+        return JSONResponse(body, status_code=200 if status["ready"] else 503)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await gateway.start(poll=poll)
+        try:
+            yield
+        finally:
+            await gateway.close()
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+                             Route("/v1/models", models, methods=["GET"]),
+                             Route("/health", health, methods=["GET"])], lifespan=lifespan)

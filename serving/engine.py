@@ -1,0 +1,167 @@
+"""One vLLM engine (V1 `AsyncLLM`, in-process) serving one registry version of the policy.
+
+    engine = VllmEngine.load("3", folder, cfg.serving)     # blocking, ~25 s on CPU: call it from a thread
+    ids = engine.prompt_ids([{"role": "user", "content": "fix the retry bug"}])
+    gen = await engine.generate(ids, max_tokens=128, seed=7, request_id="r1")
+    gen.token_ids, gen.logprobs, gen.text, gen.finish_reason
+    engine.shutdown()
+
+Behaviour logprobs (DESIGN.md §5): vLLM returns *raw* log-probs by default (log-softmax of the logits before
+temperature, top-k/top-p). The engine runs with `logprobs_mode="processed_logprobs"`: the log-prob of each
+sampled token under the distribution it was actually drawn from (after temperature and truncation). At the
+default temperature 1, top_p 1, top_k -1 the two are the same numbers, the model's own log-softmax, which is
+what the trainer recomputes; at another temperature they still describe the behaviour policy, and the trajectory
+records the temperature. `logprobs=0` asks for the sampled token's log-prob only.
+
+vLLM's CPU build spawns its engine-core and worker processes: the program that creates an engine must guard its
+entry point with `if __name__ == "__main__":`. Each engine gets `serving.kv_cache_gb` of KV cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+from serving.config import ServingConfig
+from serving.protocol import Generation, Sampling
+
+log = logging.getLogger("rtrl.serving.engine")
+
+GiB = 1 << 30
+
+
+def sampling_of(cfg: ServingConfig) -> Sampling:
+    """The sampling distribution of served traffic: the configured temperature, untruncated."""
+    return Sampling(temperature=cfg.temperature, top_p=1.0, top_k=-1)
+
+
+def _set_kv_cache_env(kv_cache_gb: float) -> None:
+    # vLLM CPU's own variable takes whole GiB and, when set, overrides `kv_cache_memory_bytes`: set it only when
+    # the configured size is whole; the engine argument carries the exact size either way (and works on GPUs).
+    if float(kv_cache_gb).is_integer():
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gb))
+    else:
+        os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+
+
+def engine_args(folder: str | Path, cfg: ServingConfig):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.platforms import current_platform
+
+    chunking = {}
+    if current_platform.is_cpu():
+        # vLLM 0.32 CPU: a seeded request whose prefill is split into chunks kills the engine ("CPU Generator
+        # does not use offset"). Whole prompts only (the batch budget holds the longest one) avoids the split.
+        chunking = dict(enable_chunked_prefill=False, max_num_batched_tokens=max(2048, cfg.max_model_len))
+    return AsyncEngineArgs(
+        model=str(folder), tokenizer=str(folder), dtype=cfg.dtype, max_model_len=cfg.max_model_len,
+        logprobs_mode="processed_logprobs", kv_cache_memory_bytes=int(cfg.kv_cache_gb * GiB),
+        enforce_eager=cfg.enforce_eager, max_num_seqs=cfg.max_num_seqs, seed=cfg.seed,
+        generation_config="vllm",  # the checkpoint's generation_config.json must not change the sampling
+        disable_log_stats=True, **chunking)
+
+
+class VllmEngine:
+    """A loaded version: its tokenizer (chat template) and its vLLM engine."""
+
+    def __init__(self, version: str, folder: Path, llm, tokenizer, cfg: ServingConfig):
+        self.version, self.folder, self.cfg = version, Path(folder), cfg
+        self.llm, self.tokenizer = llm, tokenizer
+        self.sampling = sampling_of(cfg)
+        self.max_model_len = cfg.max_model_len
+        self.load_seconds = 0.0
+
+    @classmethod
+    def load(cls, version: str, folder: str | Path, cfg: ServingConfig) -> "VllmEngine":
+        """Start an engine on `folder` (blocking: run it in a thread so the event loop keeps serving)."""
+        import time
+
+        from transformers import AutoTokenizer
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        t0 = time.monotonic()
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"checkpoint {folder} (version {version}) has no chat template in its tokenizer")
+        _set_kv_cache_env(cfg.kv_cache_gb)
+        llm = AsyncLLM.from_engine_args(engine_args(folder, cfg))
+        engine = cls(version, Path(folder), llm, tokenizer, cfg)
+        engine.load_seconds = time.monotonic() - t0
+        log.info("engine for version %s loaded from %s in %.1fs", version, folder, engine.load_seconds)
+        return engine
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """The checkpoint's chat template with the generation prompt, tokenized (the template writes any BOS)."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def sampling_params(self, max_tokens: int, seed: int | None = None, **extra):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        s = self.sampling
+        # FINAL_ONLY: answers are not streamed, so no per-step output objects are built (less Python per step).
+        # Special tokens stay in the text (a checkpoint may make <tool_call> one), joined as the tokenizer does.
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=max_tokens,
+                              logprobs=0, seed=seed, skip_special_tokens=False, spaces_between_special_tokens=False,
+                              output_kind=RequestOutputKind.FINAL_ONLY, **extra)
+
+    def _engine_prompt(self, prompt_ids: list[int]):
+        from vllm.inputs import TokensPrompt
+
+        prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        try:  # the renderer path vLLM recommends over raw prompts (same result, no deprecation warning)
+            from vllm.renderers.inputs.preprocess import parse_model_prompt
+
+            (rendered,) = self.llm.renderer.render_cmpl([parse_model_prompt(self.llm.model_config, prompt)])
+            return rendered
+        except (ImportError, AttributeError):
+            return prompt
+
+    async def generate(self, prompt_ids: list[int], max_tokens: int, seed: int | None = None,
+                       request_id: str = "", **extra) -> Generation:
+        import uuid
+
+        params = self.sampling_params(max_tokens, seed, **extra)
+        final = None
+        async for out in self.llm.generate(self._engine_prompt(prompt_ids), params,
+                                           f"{request_id or 'req'}-{uuid.uuid4().hex[:8]}"):
+            final = out
+        assert final is not None and final.finished
+        o = final.outputs[0]
+        ids = list(o.token_ids)
+        logprobs, tokens = [], []
+        for tid, pos in zip(ids, o.logprobs or []):
+            lp = pos[tid]
+            logprobs.append(lp.logprob if math.isfinite(lp.logprob) else -1e9)
+            tokens.append(lp.decoded_token if lp.decoded_token is not None else self.tokenizer.decode([tid]))
+        if len(logprobs) != len(ids):
+            raise RuntimeError(f"vLLM returned {len(logprobs)} logprobs for {len(ids)} tokens")
+        return Generation(token_ids=ids, logprobs=logprobs, tokens=tokens, text=o.text,
+                          finish_reason="length" if o.finish_reason == "length" else "stop")
+
+    async def aclose(self) -> None:
+        """Shut down from the event loop: stop this engine's output handler first (no request is left on it), so
+        the engine core going away is not reported as a failure, then shut down in a thread (~5 s on CPU)."""
+        import asyncio
+
+        handler = getattr(self.llm, "output_handler", None)
+        if handler is not None and not handler.done():
+            handler.cancel()
+            try:
+                await handler
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 -- it is being stopped
+                pass
+        await asyncio.to_thread(self.shutdown)
+
+    def shutdown(self) -> None:
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        llm.shutdown()
+        # AsyncLLM.__del__ calls shutdown() again, possibly at interpreter exit when vLLM's module globals are
+        # gone (a TypeError printed on exit): once is enough.
+        llm.shutdown = lambda *args, **kwargs: None
+        log.info("engine for version %s shut down", self.version)

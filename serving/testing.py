@@ -1,0 +1,77 @@
+"""A tiny random-init Llama checkpoint for serving tests and `rtrl bench serving` (no download, a second or two).
+
+    folder = make_tiny_checkpoint(tmp_path / "tiny", seed=0)   # an HF folder: config, safetensors, tokenizer
+
+The tokenizer is a byte-level BPE trained here on generated text (so every string tokenizes), with the chat
+format's special tokens (`schemas.chat_format.SPECIAL_TOKENS`), eos `<|end|>` and the chat template
+`schemas.chat_format.CHAT_TEMPLATE`: exactly what serving expects of any checkpoint. Different seeds give
+different weights (the same tokenizer), so two versions of "the policy" can be told apart.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from schemas.chat_format import CHAT_TEMPLATE, END, SPECIAL_TOKENS
+from schemas.tool_protocol import CLOSE, OPEN, TOOLS, ToolCall
+
+_WORDS = ("def class return import from self value result error file path line test list dict print "
+          "the a to of and in is it for this that fix bug add change update read write run lint search "
+          "edit function variable retry timeout config user request response please why what how").split()
+
+
+def _corpus(n: int, seed: int) -> list[str]:
+    """Generated training text: chat-formatted turns, code-ish lines and tool calls."""
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = " ".join(rnd.choice(_WORDS) for _ in range(rnd.randint(3, 12)))
+        name = rnd.choice(sorted(TOOLS))
+        call = ToolCall(name, {a: rnd.choice(_WORDS) + ".py" for a, _ in TOOLS[name].args}).text()
+        out.append(f"<|user|>\n{words}?\n<|assistant|>\n{call}{END}\n")
+        out.append(f"    {rnd.choice(_WORDS)} = {rnd.randint(0, 999)}  # {words}\n")
+    return out
+
+
+def make_tokenizer(vocab_size: int = 512, seed: int = 0):
+    """A `PreTrainedTokenizerFast` with the chat format's special tokens and template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS) + [OPEN, CLOSE],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_corpus(2000, seed), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=END, pad_token=END,
+                                   additional_special_tokens=[t for t in SPECIAL_TOKENS if t != END])
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def make_tiny_checkpoint(folder: str | Path, seed: int = 0, *, hidden: int = 64, layers: int = 2, heads: int = 2,
+                         intermediate: int | None = None, vocab_size: int = 512, max_positions: int = 2048) -> Path:
+    """Write a random-init `LlamaForCausalLM` (fp32 safetensors) and its tokenizer to `folder`. vLLM's CPU
+    attention needs a head size of at least 32 (hidden / heads)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = make_tokenizer(vocab_size)
+    eos = tokenizer.convert_tokens_to_ids(END)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate or 2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+                         max_position_embeddings=max_positions, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
+                         tie_word_embeddings=False, torch_dtype="float32")
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(torch.float32)
+    with torch.no_grad():  # a less flat distribution than the default init, so logprobs differ between tokens
+        model.lm_head.weight.normal_(0.0, 0.5)
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = eos
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -1,0 +1,244 @@
+"""The gateway with real vLLM engines (CPU build), the MLflow registry and the session broker, driven by the
+official `openai` client: response fields, the serving contract (logprobs = transformers' teacher-forced
+log-softmax), the trajectory event in Kafka, and a hot swap under concurrent load with zero failed requests.
+
+One gateway for the module (an engine takes ~25 s to start on CPU): arms control → alias `control`, treatment →
+alias `champion`, both on version A at first (one shared engine).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+LOGPROB_TOLERANCE = 1e-3  # absolute, vLLM CPU fp32 vs transformers fp32 (measured differences are ~1e-5)
+
+
+@pytest.fixture(scope="module")
+def served(stack, tmp_path_factory):
+    """(cfg, gateway, url, registry, versions, folders): a running gateway in a thread of this process."""
+    import uvicorn  # noqa: F401 -- fail here, not in the thread, when serving deps are missing
+
+    from infra.registry import Registry
+    from serving.server import build_gateway, make_server, url_of
+    from serving.testing import make_tiny_checkpoint
+
+    tmp = tmp_path_factory.mktemp("serving")
+    model = f"serving-it-{uuid.uuid4().hex[:8]}"  # the session store is shared: a registered model of our own
+    cfg = stack.cfg.model_copy(update={
+        "mlflow": stack.cfg.mlflow.model_copy(update={"registered_model": model}),
+        "serving": stack.cfg.serving.model_copy(update={"port": free_port(), "registry_poll_s": 0.5,
+                                                        "max_tokens": 48, "drain_timeout_s": 60}),
+        "sdk": stack.cfg.sdk.model_copy(update={"linger_ms": 5, "send_timeout_s": 5})})
+    registry = Registry.from_config(cfg)
+    folders = [make_tiny_checkpoint(tmp / f"ckpt{s}", seed=s) for s in (0, 1)]
+    versions = [registry.register(f, tags={"test": "serving"}) for f in folders]
+    registry.set_alias("control", versions[0])
+    registry.set_alias("champion", versions[0])
+    gateway = build_gateway(cfg)
+    server = make_server(cfg, gateway=gateway, log_level="warning")
+    thread = threading.Thread(target=server.run, name="gateway", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 240
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server.started, "the gateway did not start (see the log above)"
+    yield cfg, gateway, url_of(cfg.serving), registry, versions, folders
+    server.should_exit = True
+    thread.join(timeout=120)
+
+
+def openai_client(url: str):
+    import openai
+
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def users_of(gateway, arm: str, n: int) -> list[str]:
+    users, i = [], 0
+    while len(users) < n:
+        if gateway.router.assign(f"user-{i}") == arm:
+            users.append(f"user-{i}")
+        i += 1
+    return users
+
+
+def ask(client, user: str, **kw):
+    return client.chat.completions.create(model="rtrl-policy", user=user, logprobs=True,
+                                          messages=[{"role": "user", "content": "Raise RETRIES in app/util.py"}],
+                                          **kw)
+
+
+def trajectories(bootstrap: str, partitions: int, request_ids: set[str], deadline_s: float = 30.0) -> dict[str, dict]:
+    """Trajectory events on the `trajectories` topic with these request ids (read from the beginning)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    found: dict[str, dict] = {}
+    try:
+        consumer.assign([TopicPartition("trajectories", p) for p in range(partitions)])
+        consumer.seek_to_beginning()
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline and not request_ids <= set(found):
+            for records in consumer.poll(timeout_ms=200).values():
+                for r in records:
+                    try:
+                        d = json.loads(r.value)
+                    except ValueError:
+                        continue
+                    if isinstance(d, dict) and d.get("request_id") in request_ids:
+                        found[d["request_id"]] = d
+        return found
+    finally:
+        consumer.close()
+
+
+def test_openai_client_gets_policy_version_arm_and_per_token_logprobs(served):
+    cfg, gateway, url, _, versions, _ = served
+    client = openai_client(url)
+    for arm in ("control", "treatment"):
+        user = users_of(gateway, arm, 1)[0]
+        r = ask(client, user, max_tokens=24, seed=3)
+        extra = r.model_extra
+        assert extra["arm"] == arm and extra["policy_version"] == versions[0]
+        assert extra["request_id"] and extra["response_kind"] in ("edit", "question", "answer")
+        assert isinstance(extra["tool_call_records"], list)
+        content = r.choices[0].logprobs.content
+        assert len(content) == r.usage.completion_tokens and 0 < r.usage.completion_tokens <= 24
+        assert all(c.logprob <= 0 for c in content) and r.choices[0].finish_reason in ("stop", "length")
+        assert r.model == f"{cfg.mlflow.registered_model}/v{versions[0]}"
+        again = ask(client, user, max_tokens=24, seed=3)  # a seeded request is repeatable
+        assert [c.logprob for c in again.choices[0].logprobs.content] == [c.logprob for c in content]
+    models = client.models.list()
+    assert models.data[0].id == cfg.mlflow.registered_model
+
+
+def test_bad_requests_are_refused_with_400(served):
+    import openai
+
+    _, _, url, *_ = served
+    client = openai_client(url)
+    with pytest.raises(openai.BadRequestError, match="user is required"):
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="streaming is not supported"):
+        client.chat.completions.create(model="x", user="u", stream=True, messages=[{"role": "user", "content": "x"}])
+
+
+def test_logprobs_equal_transformers_teacher_forcing_and_the_trajectory_reaches_kafka(served):
+    """The serving contract (DESIGN.md §5): the behaviour logprobs serving logs are the log-probs the trainer
+    computes for the same prompt + completion (temperature 1, untruncated)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from schemas.chat_format import render
+
+    cfg, gateway, url, _, versions, folders = served
+    client = openai_client(url)
+    request_ids, responses, users = set(), {}, {}
+    for i, user in enumerate(users_of(gateway, "treatment", 3)):
+        rid = f"contract-{uuid.uuid4().hex}"
+        r = ask(client, user, max_tokens=48, metadata={"request_id": rid, "session_id": f"s-{i}",
+                                                       "workspace_id": "ws-1", "org_id": "org-1",
+                                                       "event_time": "2026-11-01T12:00:00Z"})
+        assert r.model_extra["request_id"] == rid
+        request_ids.add(rid)
+        responses[rid], users[rid] = r, user
+    events = trajectories(cfg.kafka.bootstrap(), cfg.kafka.partitions_for("trajectories"), request_ids)
+    assert set(events) == request_ids, "every request's trajectory reaches Kafka"
+
+    tok = AutoTokenizer.from_pretrained(str(folders[0]))
+    model = AutoModelForCausalLM.from_pretrained(str(folders[0]), dtype=torch.float32).eval()
+    prompt = tok(render([{"role": "user", "content": "Raise RETRIES in app/util.py"}]),
+                 add_special_tokens=False)["input_ids"]
+    worst = 0.0
+    for rid, e in events.items():
+        r = responses[rid]
+        assert (e["policy_version"], e["arm"], e["user_id"], e["workspace_id"], e["org_id"]) == \
+            (versions[0], "treatment", users[rid], "ws-1", "org-1")
+        assert e["event_time"].startswith("2026-11-01T12:00:00") and e["session_id"].startswith("s-")
+        assert e["prompt_token_ids"] == prompt  # serving's chat template = the shared chat format
+        assert (e["temperature"], e["top_p"], e["top_k"]) == (1.0, 1.0, -1)
+        served_lp = [c.logprob for c in r.choices[0].logprobs.content]
+        assert e["behaviour_logprobs"] == pytest.approx(served_lp, abs=1e-6)
+        assert len(e["completion_token_ids"]) == e["completion_tokens"] == r.usage.completion_tokens
+        ids = torch.tensor([e["prompt_token_ids"] + e["completion_token_ids"]])
+        with torch.no_grad():
+            logits = model(ids).logits[0].float()
+        n = len(e["prompt_token_ids"])
+        ref = torch.log_softmax(logits[n - 1:-1], dim=-1).gather(
+            1, torch.tensor(e["completion_token_ids"])[:, None])[:, 0]
+        diff = (ref - torch.tensor(e["behaviour_logprobs"])).abs().max().item()
+        worst = max(worst, diff)
+    print(f"serving contract: max |serving - transformers| logprob = {worst:.2e} over {len(events)} requests")
+    assert worst < LOGPROB_TOLERANCE, f"max |serving - transformers| = {worst:.2e}"
+
+
+def test_hot_swap_under_concurrent_load_fails_no_request(served):
+    cfg, gateway, url, registry, versions, _ = served
+    a, b = versions
+    treatment = users_of(gateway, "treatment", 6)
+    control = users_of(gateway, "control", 2)
+    results: list[dict] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def hammer(user: str):
+        client = openai_client(url)
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                r = ask(client, user, max_tokens=16)
+                rec = {"ok": True, "version": r.model_extra["policy_version"], "arm": r.model_extra["arm"]}
+            except Exception as e:  # noqa: BLE001 -- every failure is counted, none may happen
+                rec = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+            rec.update(start=t0, end=time.monotonic())
+            with lock:
+                results.append(rec)
+
+    threads = [threading.Thread(target=hammer, args=(u,), daemon=True) for u in treatment + control]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(2.0)
+        t_move = time.monotonic()
+        registry.set_alias("champion", b)  # promotion: treatment moves to B, control stays on A (shared engine)
+        deadline = time.monotonic() + 300
+        while not any(s.to_version == b for s in gateway.fleet.swaps) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        first = next(s for s in gateway.fleet.swaps if s.to_version == b)
+        t_switched = time.monotonic()
+        time.sleep(2.0)
+        registry.set_alias("control", b)  # now nobody uses A: its engine drains and shuts down
+        while not any(s.alias == "control" for s in gateway.fleet.swaps) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t_control_switched = time.monotonic()
+        while not any(s.alias == "control" and s.old_engine_shut_down for s in gateway.fleet.swaps) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+
+    failures = [r for r in results if not r["ok"]]
+    assert failures == [], failures[:3]
+    second = next(s for s in gateway.fleet.swaps if s.alias == "control")
+    assert first.from_version == a and first.arms == ["treatment"] and first.load_s > 0
+    assert second.load_s < first.load_s and second.old_engine_shut_down  # B was already loaded: no new engine
+    treat = [r for r in results if r.get("arm") == "treatment"]
+    assert {r["version"] for r in treat if r["end"] < t_move} == {a}
+    assert {r["version"] for r in treat if r["start"] > t_switched} == {b}
+    assert {r["version"] for r in results if r["arm"] == "control" and r["start"] > t_control_switched} == {b}
+    assert [e["version"] for e in gateway.fleet.status()["engines"]] == [b]
+    assert sum(r["arm"] == "treatment" for r in results) > 20
+    print(f"hot swap: {len(results)} requests, 0 failed; load {first.load_s:.1f}s, "
+          f"old engine drained in {second.drain_s}s")

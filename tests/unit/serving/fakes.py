@@ -1,0 +1,81 @@
+"""Stand-ins for vLLM and the MLflow registry, so the gateway, the router and hot swaps are tested in milliseconds."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+from schemas.chat_format import render
+from serving.config import ServingConfig
+from serving.protocol import Generation, Sampling
+
+
+class FakeRegistry:
+    """Aliases in a dict; `local_path` returns a made-up folder."""
+
+    def __init__(self, aliases: dict[str, str]):
+        self.aliases = dict(aliases)
+        self.fail_reads = False
+
+    def version_of(self, alias: str) -> str | None:
+        if self.fail_reads:
+            raise OSError("registry unreachable")
+        return self.aliases.get(alias)
+
+    def local_path(self, version: str) -> Path:
+        return Path(f"/nonexistent/v{version}")
+
+
+class FakeEngine:
+    """Answers with a scripted text (default: 'answer from v<version>'), one character per token; `delay_s` per
+    request; records shutdown."""
+
+    def __init__(self, version: str, folder: Path, reply: str | None = None, delay_s: float = 0.0,
+                 max_model_len: int = 1024):
+        self.version, self.folder = version, folder
+        self.reply = reply if reply is not None else f"answer from v{version}"
+        self.delay_s, self.max_model_len = delay_s, max_model_len
+        self.sampling = Sampling(temperature=1.0)
+        self.shut_down = False
+        self.calls: list[dict] = []
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        return [ord(c) % 500 for c in render(messages)]
+
+    async def generate(self, prompt_ids, max_tokens, seed=None, request_id=""):
+        assert not self.shut_down, "a request reached an engine that was shut down"
+        self.calls.append({"prompt_ids": prompt_ids, "max_tokens": max_tokens, "seed": seed})
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        text = self.reply[:max_tokens]
+        return Generation(token_ids=[ord(c) % 500 for c in text], logprobs=[math.log(0.5)] * len(text),
+                          tokens=list(text), text=text, finish_reason="stop" if len(text) < max_tokens else "length")
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+class FakeLoader:
+    """`loader(version, folder)` for `Fleet`: FakeEngines, remembered; `fail` makes loads raise."""
+
+    def __init__(self, **engine_kw):
+        self.engines: list[FakeEngine] = []
+        self.engine_kw = engine_kw
+        self.fail: set[str] = set()
+        self.load_delay_s = 0.0
+
+    def __call__(self, version: str, folder: Path) -> FakeEngine:
+        import time
+
+        if self.load_delay_s:
+            time.sleep(self.load_delay_s)
+        if version in self.fail:
+            raise RuntimeError(f"cannot load v{version}")
+        e = FakeEngine(version, folder, **self.engine_kw)
+        self.engines.append(e)
+        return e
+
+
+def serving_config(**kw) -> ServingConfig:
+    return ServingConfig(**kw)

@@ -1,0 +1,188 @@
+"""The gateway's request validation and response shaping, as pure functions."""
+
+import json
+import math
+from datetime import datetime, timezone
+
+import pytest
+
+from schemas.events import ResponseKind, ToolCallStatus
+from schemas.tool_protocol import ToolCall, parse_response
+from serving.protocol import (ChatRequest, Generation, RequestError, Sampling, Served, behaviour_logprob,
+                              build_response, build_trajectory, fit_max_tokens, parse_request)
+
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
+EDIT = ToolCall("edit_file", {"path": "app/util.py", "old": "RETRIES = 3", "new": "RETRIES = 5"})
+READ = ToolCall("read_file", {"path": "app/util.py"})
+
+
+def body(**kw) -> dict:
+    base = {"model": "rtrl-policy", "user": "user-1", "messages": [{"role": "user", "content": "raise the retries"}]}
+    base.update(kw)
+    return base
+
+
+def parse(b, **kw) -> ChatRequest:
+    return parse_request(b, default_max_tokens=192, max_model_len=1024, now=NOW, **kw)
+
+
+# -- validation ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("b, param, words", [
+    (body(stream=True), "stream", "streaming is not supported"),
+    ({k: v for k, v in body().items() if k != "user"}, "user", "user is required"),
+    (body(user=""), "user", "non-empty string"),
+    (body(user=7), "user", "non-empty string"),
+    (body(user="u" * 129), "user", "at most 128"),
+    (body(messages=[]), "messages", "non-empty list"),
+    (body(messages="hi"), "messages", "non-empty list"),
+    (body(messages=["hi"]), "messages[0]", "must be an object"),
+    (body(messages=[{"role": "wizard", "content": "x"}]), "messages", "unknown chat role 'wizard'"),
+    (body(messages=[{"role": "user", "content": 5}]), "messages[0].content", "string or a list of parts"),
+    (body(n=2), "n", "n must be 1"),
+    (body(top_logprobs=3), "top_logprobs", "not supported"),
+    (body(max_tokens=0), "max_tokens", "in [1, 1024]"),
+    (body(max_tokens="10"), "max_tokens", "must be an integer"),
+    (body(max_completion_tokens=5000), "max_completion_tokens", "in [1, 1024]"),
+    (body(seed=-1), "seed", "in [0"),
+    (body(metadata=[1]), "metadata", "must be an object"),
+    (body(metadata={"session_id": ""}), "metadata.session_id", "non-empty string"),
+    (body(metadata={"privacy_mode": "maybe"}), "metadata.privacy_mode", "boolean"),
+    (body(metadata={"event_time": "yesterday"}), "metadata.event_time", "not an ISO 8601 time"),
+    (body(metadata={"event_time": "2026-11-01T12:00:00"}), "metadata.event_time", "timezone"),
+    (body(messages=[{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "read_file", "arguments": "{not json"}}]}]), "messages", "messages:"),
+])
+def test_bad_requests_are_400_naming_the_parameter(b, param, words):
+    with pytest.raises(RequestError) as err:
+        parse(b)
+    assert err.value.status == 400 and err.value.param == param and words in err.value.message
+    assert err.value.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_body_that_is_not_an_object_is_refused():
+    with pytest.raises(RequestError, match="JSON object"):
+        parse([1, 2])
+
+
+def test_defaults_without_metadata():
+    r = parse(body())
+    assert r.user_id == "user-1" and r.max_tokens == 192 and r.seed is None and not r.privacy_mode
+    assert r.event_time == NOW and r.session_id == r.request_id and len(r.request_id) == 32
+    assert (r.workspace_id, r.org_id) == ("unknown", "unknown")
+    assert r.messages == [{"role": "user", "content": "raise the retries"}]
+
+
+def test_metadata_ids_privacy_and_simulated_event_time_are_taken():
+    r = parse(body(max_tokens=50, max_completion_tokens=40, seed=9, metadata={
+        "session_id": "s1", "workspace_id": "w1", "org_id": "o1", "request_id": "req-42", "privacy_mode": "true",
+        "event_time": "2026-11-02T08:30:00+01:00", "client_version": "editor/2.0", "other": "ignored"}))
+    assert (r.session_id, r.workspace_id, r.org_id, r.request_id) == ("s1", "w1", "o1", "req-42")
+    assert r.privacy_mode is True and r.client_version == "editor/2.0"
+    assert r.event_time == datetime(2026, 11, 2, 7, 30, tzinfo=timezone.utc)
+    assert r.max_tokens == 40 and r.seed == 9  # max_completion_tokens wins over the deprecated max_tokens
+    assert parse(body(metadata={"privacy_mode": False})).privacy_mode is False
+
+
+def test_assistant_tool_calls_in_the_history_become_protocol_text():
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}
+    r = parse(body(messages=[{"role": "user", "content": "look"}, {"role": "assistant", "content": None,
+                                                                   "tool_calls": [call]},
+                             {"role": "tool", "tool_call_id": "c1", "content": "X = 1"}]))
+    assert r.messages[1] == {"role": "assistant", "content": ToolCall("read_file", {"path": "a.py"}).text()}
+    assert r.messages[2] == {"role": "tool", "content": "X = 1"}
+
+
+def test_the_completion_budget_fits_the_context_window():
+    assert fit_max_tokens(100, 192, 1024) == 192
+    assert fit_max_tokens(1000, 192, 1024) == 24
+    with pytest.raises(RequestError, match="context is 1024 tokens"):
+        fit_max_tokens(1024, 10, 1024)
+
+
+# -- response shaping ---------------------------------------------------------------------------------------------
+
+def served(text: str, request: ChatRequest | None = None, finish: str = "stop") -> Served:
+    n = max(1, len(text) // 4)
+    gen = Generation(token_ids=list(range(3, 3 + n)), logprobs=[-0.5] * (n - 1) + [1e-9],
+                     tokens=[f"t{i}" for i in range(n)], text=text, finish_reason=finish)
+    return Served(request=request or parse(body()), arm="treatment", policy_version="7", model="rtrl-policy/v7",
+                  prompt_token_ids=[1, 2, 3, 4], generation=gen, parsed=parse_response(text),
+                  sampling=Sampling(temperature=1.0), latency_ms=12.5, created=1_790_000_000)
+
+
+def test_valid_tool_calls_become_openai_tool_calls_with_finish_reason_tool_calls():
+    s = served(READ.text() + "\n" + EDIT.text())
+    r = build_response(s)
+    choice = r["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    calls = choice["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["read_file", "edit_file"]
+    assert json.loads(calls[1]["function"]["arguments"]) == EDIT.arguments
+    assert calls[0]["id"] == f"call_{s.request.request_id}_0" and calls[0]["type"] == "function"
+    assert r["response_kind"] == "edit" and [x["status"] for x in r["tool_call_records"]] == ["ok", "ok"]
+    assert (r["policy_version"], r["arm"], r["request_id"]) == ("7", "treatment", s.request.request_id)
+    assert r["id"] == f"chatcmpl-{s.request.request_id}" and r["object"] == "chat.completion"
+    assert r["model"] == "rtrl-policy/v7" and r["created"] == 1_790_000_000
+
+
+def test_a_plain_answer_keeps_its_text_and_the_engine_finish_reason():
+    r = build_response(served("Which file do you mean?", finish="length"))
+    choice = r["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": "Which file do you mean?"}
+    assert choice["finish_reason"] == "length" and r["response_kind"] == "question"
+    assert r["tool_call_records"] == []
+
+
+def test_broken_calls_answer_the_raw_text_and_list_why_valid_ones_still_go_out():
+    text = READ.text() + '\n<tool_call>\n{"name": "edit_file", "arguments": {"path": "a.py"}}\n</tool_call>'
+    r = build_response(served(text))
+    msg = r["choices"][0]["message"]
+    assert msg["content"] == text  # what the model wrote, so the client sees the broken call
+    assert [c["function"]["name"] for c in msg["tool_calls"]] == ["read_file"]
+    assert r["choices"][0]["finish_reason"] == "tool_calls"
+    records = r["tool_call_records"]
+    assert [x["status"] for x in records] == ["ok", "validation_error"] and "missing argument" in records[1]["error"]
+    only_broken = build_response(served("<tool_call>\n{oops\n</tool_call>"))
+    assert "tool_calls" not in only_broken["choices"][0]["message"]
+    assert only_broken["choices"][0]["finish_reason"] == "stop"
+    assert only_broken["tool_call_records"][0]["status"] == "parse_error"
+
+
+def test_logprobs_content_and_usage_are_openai_shaped():
+    s = served("x" * 12)
+    r = build_response(s)
+    content = r["choices"][0]["logprobs"]["content"]
+    assert [c["token"] for c in content] == s.generation.tokens
+    assert [c["logprob"] for c in content] == [-0.5, -0.5, 0.0]  # rounding above 0 is clamped to 0
+    assert content[0]["bytes"] == list(b"t0") and content[0]["top_logprobs"] == []
+    assert r["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    assert r["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": -1}
+
+
+def test_trajectory_carries_tokens_logprobs_records_and_ids():
+    req = parse(body(metadata={"session_id": "s1", "workspace_id": "w1", "org_id": "o1", "request_id": "r1",
+                               "event_time": "2026-11-01T10:00:00Z"}))
+    text = EDIT.text() + "\n<tool_call>\n{bad\n</tool_call>"
+    t = build_trajectory(served(text, req))
+    assert (t.request_id, t.policy_version, t.arm, t.user_id, t.session_id, t.workspace_id, t.org_id) == \
+        ("r1", "7", "treatment", "user-1", "s1", "w1", "o1")
+    assert t.event_time == datetime(2026, 11, 1, 10, tzinfo=timezone.utc)
+    assert t.prompt_token_ids == [1, 2, 3, 4] and t.prompt_tokens == 4
+    assert len(t.completion_token_ids) == len(t.behaviour_logprobs) == t.completion_tokens
+    assert all(x <= 0 for x in t.behaviour_logprobs)
+    assert [r.status for r in t.tool_calls] == [ToolCallStatus.ok, ToolCallStatus.parse_error]
+    assert t.response_kind is ResponseKind.edit and t.latency_ms == 12.5
+    assert (t.temperature, t.top_p, t.top_k) == (1.0, 1.0, -1) and not t.privacy_mode
+
+
+def test_privacy_mode_trajectory_has_no_content_but_keeps_counts_and_records():
+    req = parse(body(metadata={"privacy_mode": True}))
+    t = build_trajectory(served(READ.text(), req))
+    assert t.privacy_mode and t.prompt_token_ids == [] and t.completion_token_ids == [] and t.behaviour_logprobs == []
+    assert t.prompt_tokens == 4 and t.completion_tokens > 0 and t.tool_calls[0].status is ToolCallStatus.ok
+
+
+def test_behaviour_logprob_is_finite_and_not_positive():
+    assert behaviour_logprob(1e-7) == 0.0 and behaviour_logprob(-2.5) == -2.5
+    assert behaviour_logprob(float("-inf")) == -1e9 and behaviour_logprob(math.nan) == -1e9
