@@ -18,7 +18,9 @@ EPILOG = """examples:
                                recompute the reward table from the archived event log
   rtrl rewards --cycle c1      a cycle's reward rows from Kafka (range since the last cycle)
   rtrl quality --rewards .rtrl/rewards/table   data-quality suites (exit 3 blocks training)
+  rtrl bootstrap               make and register policy v0 (aliases champion, control)
   rtrl bench ingest --json     SDK, collector and Kafka throughput, end-to-end delivery check
+  rtrl serve --detach          the OpenAI-compatible gateway (A/B arms, hot swap) in the background
   rtrl down                    stop everything this state dir started
 """
 
@@ -64,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     arc.add_argument("--until-idle", type=float, metavar="SECONDS",
                      help="stop after SECONDS with no new message (default: run until stopped)")
 
+    srv = cmd("serve", "infra.commands.serve:main",
+              "serve the policy: OpenAI-compatible gateway, A/B arms on registry aliases, vLLM engines, hot swap",
+              epilog="Endpoints: POST /v1/chat/completions (needs `user`), GET /v1/models, GET /health. The arms' "
+                     "aliases must be set first (`rtrl bootstrap`). Settings: [serving] in rtrl.toml.")
+    srv.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
+
     qual = cmd("quality", "infra.commands.quality:main",
                "data-quality suites over the reward table (and event log); a failure blocks training",
                epilog="exit status: 0 every suite passed; 3 a suite failed (training on this data is blocked); "
@@ -97,6 +105,14 @@ def _parser() -> argparse.ArgumentParser:
     strm.add_argument("--shards", type=int, help=SHARDS_HELP)
     strm.add_argument("beam_args", nargs="+", metavar="BEAM_OPTION", help="after --: Beam options naming the runner")
 
+    trn = cmd("train", "infra.commands.train:main",
+              "train the champion on a cycle's reward rows; register the result as a candidate version",
+              epilog="On N GPUs: deepspeed --num_gpus N --module infra.cli train --cycle ID (the same code; ZeRO stage "
+                     "from trainer.zero_stage). A killed run resumes from its last step checkpoint.")
+    trn.add_argument("--cycle", required=True, metavar="ID", help="cycle id (names the run; one candidate each)")
+    trn.add_argument("--rewards", metavar="PATH", help="reward table (default: <state_dir>/rewards/table)")
+    trn.add_argument("--as-of", metavar="TIME", help="refuse rows maturing after this ISO time (the cycle's as_of)")
+
     rep = cmd("replay", "infra.commands.rewards:replay",
               "recompute rewards from the archived event log over a time range (data engineers)")
     rep.add_argument("--events", metavar="ARCHIVE", help="archive root (default: archive.output_dir)")
@@ -108,6 +124,31 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION",
                      help="after --: Beam pipeline options, e.g. -- --runner=FlinkRunner --flink_master=HOST:8081")
 
+    sim = cmd("simulate", "infra.commands.simulate:main",
+              "drive the serving endpoint with simulated users (telemetry through the SDK, simulated clock)",
+              epilog="example: rtrl simulate --users 16 --duration 30   (30 wall seconds at the default 600x = "
+                     "5 simulated hours). Needs the stack (`rtrl up`) and serving running. Defaults: [simulator] "
+                     "in rtrl.toml.")
+    dur = sim.add_mutually_exclusive_group(required=True)
+    dur.add_argument("--duration", type=float, metavar="WALL_SECONDS",
+                     help="how long to run, in WALL-CLOCK seconds (simulated span = this x --speed)")
+    dur.add_argument("--sim-hours", type=float, metavar="HOURS",
+                     help="how long to run, in SIMULATED hours (wall time = this x 3600 / --speed)")
+    sim.add_argument("--users", type=int, metavar="N", help="simulated users (default simulator.users)")
+    sim.add_argument("--speed", type=float, metavar="X",
+                     help="simulated seconds per wall second (default simulator.speed, 600)")
+    sim.add_argument("--endpoint", metavar="URL", help="OpenAI-compatible base URL (default "
+                     "http://{serving.host}:{serving.port}/v1)")
+    sim.add_argument("--model", help="model name to send (default: the first one the endpoint lists)")
+    sim.add_argument("--seed", type=int, metavar="S", help="population seed (default simulator.seed)")
+
+    boot = cmd("bootstrap", "infra.commands.bootstrap:main",
+               "make policy checkpoint v0 (or register policy.base_checkpoint) with aliases champion and control",
+               epilog="idempotent: when alias champion is set it does nothing (exit 0) unless --force. Progress on "
+                      "stderr, a JSON summary on stdout; needs only the MLflow store, not `rtrl up`.")
+    boot.add_argument("--force", action="store_true", help="make and register a new v0 even if champion is set "
+                      "(moves champion and control to it)")
+
     bench = cmd("bench", "infra.commands.bench:main", "benchmarks that print JSON")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="WHAT", required=True)
     bi = bench_sub.add_parser("ingest", help="SDK enqueue latency, collector and Kafka throughput, archive check")
@@ -118,6 +159,19 @@ def _parser() -> argparse.ArgumentParser:
     br.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
     br.add_argument("--requests", type=int, default=100_000, help="synthetic requests (~5 events each)")
     br.add_argument("--no-kafka", action="store_true", help="skip the offset-range stage")
+    btr = bench_sub.add_parser("trainer", help="trainer tokens/s vs TRL's GRPOTrainer; log-prob memory at vocab 32k "
+                               "(installs TRL for the benchmark when missing)")
+    btr.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+    btr.add_argument("--rows", type=int, default=256, help="reward rows to train on (default 256)")
+    btr.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward (default 8)")
+    btr.add_argument("--rows-per-step", type=int, default=64, help="rows per optimizer step (default 64)")
+    bsv = bench_sub.add_parser("serving", help="vLLM vs transformers generate throughput, gateway latency, hot swap "
+                               "under load (private stack and tiny model)")
+    bsv.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+    bsv.add_argument("--batch", type=int, default=32, help="sequences generated at once (default 32)")
+    bsv.add_argument("--prompt-tokens", type=int, default=64, help="prompt length (default 64)")
+    bsv.add_argument("--new-tokens", type=int, default=128, help="tokens generated per sequence (default 128)")
+    bsv.add_argument("--clients", type=int, default=8, help="concurrent gateway clients during the swap (default 8)")
     return p
 
 

@@ -22,6 +22,7 @@ from pipelines.quality.config import QualityConfig
 from pipelines.rewards.spec import RewardSpec
 from serving.config import ServingConfig
 from trainer.bootstrap.config import PolicyConfig
+from trainer.config import TrainerConfig
 
 DEFAULT_CONFIG = Path(__file__).with_name("rtrl.toml")
 
@@ -42,6 +43,7 @@ class RtrlConfig(BaseModel):
     rewards: RewardSpec = Field(default_factory=RewardSpec)
     quality: QualityConfig = Field(default_factory=QualityConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     serving: ServingConfig = Field(default_factory=ServingConfig)
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
 

@@ -126,7 +126,10 @@ def _trl(folder: Path, rows, tok, micro: int, per_step: int, out: Path) -> float
     args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=micro,
                       gradient_accumulation_steps=per_step // micro, num_generations=micro, beta=0.0,
                       loss_type="dr_grpo", use_cpu=True, report_to=[], max_completion_length=160,
-                      logging_steps=10**6, save_strategy="no", learning_rate=2e-5)
+                      logging_steps=10**6, save_strategy="no", learning_rate=2e-5,
+                      # like ours: float32, no activation recomputation (TRL's CPU defaults, bf16 autocast and
+                      # gradient checkpointing, made it ~4x slower still; not a fair comparison)
+                      bf16=False, fp16=False, gradient_checkpointing=False)
     trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
                           train_dataset=Dataset.from_dict({"prompt": ["w2"] * micro}), processing_class=tok)
     trainer.current_gradient_accumulation_steps = per_step // micro

@@ -26,4 +26,19 @@ def main(args, cfg) -> int:
         print(json.dumps(result))
         ok = result["reference_rows_match"] and result["replay_rows_match_reference"] and result.get("offset_range_rows_match_reference", True)
         return 0 if ok else 1
+    if args.bench_command == "serving":
+        from infra.bench.serving import run as run_serving
+
+        result = {"benchmark": "serving", "cpus": os.cpu_count(),
+                  **run_serving(args.batch, args.prompt_tokens, args.new_tokens, args.clients, log=log)}
+        print(json.dumps(result))
+        ok = result["failed_requests_during_swap"] == 0 and result["old_engine_shut_down"]
+        return 0 if ok else 1
+    if args.bench_command == "trainer":
+        from infra.bench.trainer import run as run_trainer
+
+        result = {"benchmark": "trainer", "cpus": os.cpu_count(),
+                  **run_trainer(args.rows, args.micro_batch, args.rows_per_step, log=log)}
+        print(json.dumps(result))
+        return 0
     raise SystemExit(f"unknown benchmark {args.bench_command!r}")
