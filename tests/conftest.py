@@ -62,3 +62,18 @@ def private_stack(tmp_path):
     st.up(log=lambda *_: None)
     yield st
     st.down(log=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def bootstrapped(tmp_path_factory):
+    """`rtrl bootstrap` run once per session (a few minutes): (state dir, its JSON summary, its stderr). Tests read
+    the registered v0 and must not move its aliases."""
+    import json
+    import subprocess
+    import sys
+
+    state = tmp_path_factory.mktemp("bootstrap-state")
+    out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"', "bootstrap"],
+                         capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=1500)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return state, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr

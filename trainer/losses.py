@@ -12,9 +12,10 @@ Notation, per sample i (a served request) and completion token t (mask m_it = 1 
 Baselines (`advantages`):
     group mean     b_i = mean of R over the samples of i's prompt group (GRPO, Shao et al. 2024, DeepSeekMath);
                    used where a group has at least 2 samples;
-    leave-one-out  b_i = mean of R over the other samples of i's stratum (task type) in the batch
-                   (Kool et al. 2019 "Buy 4 REINFORCE samples, get a baseline for free!"; RLOO, Ahmadian et
-                   al. 2024), for samples without a group. A stratum of one sample gets b_i = R_i (A_i = 0).
+    leave-one-out  b_i = mean of R over the other samples of i's stratum in the batch (`trainer.stratify_by`,
+                   e.g. the org; one stratum by default) (Kool et al. 2019 "Buy 4 REINFORCE samples, get a
+                   baseline for free!"; RLOO, Ahmadian et al. 2024), for samples without a group.
+                   A stratum of one sample gets b_i = R_i (A_i = 0).
     std            A_i /= (std of R in the group/stratum + eps), only when `normalize_std` (Dr. GRPO, Liu et al.
                    2025, shows it biases toward easy/hard prompts; off by default).
 

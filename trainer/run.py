@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
+from trainer.bootstrap.bootstrap import code_version
 from trainer.config import TrainerConfig
 from trainer.selection import select_rows
 
@@ -39,14 +39,6 @@ class TrainResult:
     folder: str = ""
     resumed_from_step: int = 0
     already_done: bool = False
-
-
-def code_version() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def ancestors(registry, version: str, depth: int) -> list[str]:

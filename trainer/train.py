@@ -92,7 +92,10 @@ class Trainer:
             if torch.cuda.is_available():
                 self.parent = self.parent.cuda()
         groups = [_prompt_key(p) for p in self.rows["prompt_token_ids"].to_list()]
-        strata = self.rows["response_kind"].to_list() if "response_kind" in self.rows.columns else None
+        by = self.cfg.stratify_by
+        if by and by not in self.rows.columns:
+            raise ValueError(f"trainer.stratify_by: the reward table has no column {by!r}")
+        strata = [str(v) for v in self.rows[by].to_list()] if by else None
         self.adv = advantages(torch.tensor(self.rows["reward"].to_list(), dtype=torch.float32), groups, strata,
                               self.cfg.normalize_std).values
         self._bucket_by_length()

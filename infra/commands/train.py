@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from dataclasses import asdict
@@ -28,13 +29,13 @@ def main(args, cfg) -> int:
 
     line = ProgressLine(lambda s: f"train {args.cycle} · step {state['step']} · loss {state['loss']:+.4f} · "
                                   f"reward {state['reward']:+.3f} · {s:.0f}s")
-    try:
-        with line:
+    try:  # stdout carries only the JSON summary: library chatter (DeepSpeed's op builds) goes to stderr
+        with line, contextlib.redirect_stdout(sys.stderr):
             result = run_training(cfg.trainer, Registry.from_config(cfg), rewards, args.cycle,
                                   cfg.state_path / "train", as_of,
                                   log=lambda msg: print(msg, file=sys.stderr, flush=True), on_step=on_step)
     except (SelectionError, LookupError) as e:
         print(f"rtrl train: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"train": asdict(result)}, indent=2, default=str))
+    print(json.dumps({"train": asdict(result)}, default=str))
     return 0

@@ -21,20 +21,12 @@ def _rtrl(state: Path, *args: str, timeout: float = 1500) -> subprocess.Complete
                           capture_output=True, text=True, cwd=REPO, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def booted(tmp_path_factory):
-    state = tmp_path_factory.mktemp("bootstrap-state")
-    out = _rtrl(state, "bootstrap")
-    assert out.returncode == 0, out.stderr[-4000:]
-    return state, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
-
-
 def _registry(state: Path) -> Registry:
     return Registry.from_config(make_config(state))
 
 
-def test_v0_is_registered_with_champion_and_control(booted):
-    state, summary, stderr = booted
+def test_v0_is_registered_with_champion_and_control(bootstrapped):
+    state, summary, stderr = bootstrapped
     reg = _registry(state)
     assert summary["version"] == "1" and summary["kind"] == "bootstrap"
     assert reg.version_of("champion") == reg.version_of("control") == "1"
@@ -49,7 +41,7 @@ def test_v0_is_registered_with_champion_and_control(booted):
     assert "sft step" in stderr and "eval sampled" in stderr  # progress lines
 
 
-def test_v0_lands_in_the_band_on_fresh_tasks(booted):
+def test_v0_lands_in_the_band_on_fresh_tasks(bootstrapped):
     """Independent of the bootstrap's own evaluation: the registered folder, new workspaces, a new sampling seed."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -57,12 +49,12 @@ def test_v0_lands_in_the_band_on_fresh_tasks(booted):
     from trainer.bootstrap.corpus import generate_tasks
     from trainer.bootstrap.evaluate import evaluate
 
-    state, summary, _ = booted
+    state, summary, _ = bootstrapped
     folder = _registry(state).local_path("1")
     torch.set_num_threads(2)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    tasks = generate_tasks(seed=4242, workspaces=50, tasks_per_workspace=4, orgs=16)
+    tasks = generate_tasks(seed=4242, workspaces=100, tasks_per_workspace=4, orgs=16)  # ~40 ambiguous
     result = evaluate(model, tokenizer, tasks, max_new_tokens=192, batch_size=50, seed=4242, log=lambda _: None)
     print(json.dumps({"bootstrap": summary, "fresh": result.to_dict()}))
     for accuracy, broken in ((summary["accuracy"], summary["broken_rate"]),
@@ -71,8 +63,8 @@ def test_v0_lands_in_the_band_on_fresh_tasks(booted):
     assert result.sampled.question_rate_ambiguous > result.sampled.question_rate_clear
 
 
-def test_rerun_is_a_no_op(booted):
-    state, summary, _ = booted
+def test_rerun_is_a_no_op(bootstrapped):
+    state, summary, _ = bootstrapped
     out = _rtrl(state, "bootstrap", timeout=300)
     assert out.returncode == 0, out.stderr
     again = json.loads(out.stdout)
@@ -82,12 +74,12 @@ def test_rerun_is_a_no_op(booted):
     assert len(reg.client.search_model_versions(f"name='{reg.model}'")) == 1
 
 
-def test_base_checkpoint_is_registered_instead(booted, tmp_path):
+def test_base_checkpoint_is_registered_instead(bootstrapped, tmp_path):
     """Any HF causal-LM folder: here v0's files with different weights (a folder that is not the default policy)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    state, _, _ = booted
+    state, _, _ = bootstrapped
     src = _registry(state).local_path("1")
     other = tmp_path / "other-llama"
     model = AutoModelForCausalLM.from_pretrained(src)

@@ -1,6 +1,7 @@
 """The trainer on a tiny random Llama with DeepSpeed (CPU): parameters change in the rewarded direction,
 runs are deterministic, micro-batch splits do not change the update, a killed run resumes to the same weights."""
 
+import polars as pl
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -106,3 +107,19 @@ def test_parent_mode_recomputes_theta_old_and_the_kl_to_the_parent_grows_from_ze
     kls = [m.kl for m in summary.history]
     assert kls[0] == pytest.approx(0.0, abs=1e-6) and kls[-1] > 1e-6
     assert summary.history[-1].clipped_fraction >= 0 and summary.history[0].mismatch < 1e-4
+
+
+def test_baseline_strata_come_from_the_configured_column_and_an_unknown_one_is_refused(parent, tmp_path):
+    folder, rows = parent
+    orgs = rows.with_columns(org_id=pl.Series([f"org{i % 3}" for i in range(rows.height)]))
+    one = Trainer(_cfg(), orgs, folder, tmp_path / "a")
+    one.setup()
+    split = Trainer(_cfg(stratify_by="org_id"), orgs, folder, tmp_path / "b")
+    split.setup()
+    assert not torch.allclose(one.adv, split.adv)
+    for t in (one, split):  # random prompts, no groups: leave-one-out advantages sum to zero within each stratum
+        strata = t.rows["org_id"].to_list() if t is split else [""] * t.rows.height
+        for s in set(strata):
+            assert abs(float(sum(a for a, k in zip(t.adv.tolist(), strata) if k == s))) < 1e-4
+    with pytest.raises(ValueError, match="no column 'task_kind'"):
+        Trainer(_cfg(stratify_by="task_kind"), rows, folder, tmp_path / "c").setup()
