@@ -20,29 +20,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from infra.bench.ports import free_port
 from infra.config import load_config
 from infra.stack.process import ManagedProcess
 from infra.stack.stack import Stack
 from schemas.samples import sample_events
 
 BATCH = 500
-
-
-def _free_port(pair: bool = False) -> int:
-    import socket
-
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not pair:
-            return port
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -138,8 +122,8 @@ def run(n_events: int, config_path: str | None = None, base_overrides: tuple[str
         log: Callable[[str], None] = print) -> dict:
     """Measure on a private stack: the given configuration, with its own temp state dir and free ports."""
     tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-ingest-"))
-    overrides = [*base_overrides, f'state_dir="{tmp}"', f"kafka.port={_free_port(pair=True)}",
-                 f"collector.port={_free_port()}", f"mlflow.ui_port={_free_port()}"]
+    overrides = [*base_overrides, f'state_dir="{tmp}"', f"kafka.port={free_port(pair=True)}",
+                 f"collector.port={free_port()}", f"mlflow.ui_port={free_port()}"]
     cfg = load_config(config_path, overrides)
     stack = Stack(cfg)
     try:

@@ -96,14 +96,14 @@ def run(n_requests: int, kafka: bool = True, shards: int | None = None, log: Cal
 
 
 def _offset_range(tmp: Path, frames: dict[str, pl.DataFrame], spec, ref: pl.DataFrame, shards, log) -> dict:
-    from infra.bench.ingest import _free_port
+    from infra.bench.ports import free_port
     from infra.config import load_config
     from infra.stack.stack import Stack
     from pipelines.rewards.cycle_job import run_cycle
     from pipelines.rewards.table import read_reward_table
     from schemas import topic_for
 
-    cfg = load_config(None, [f'state_dir="{tmp / "state"}"', f"kafka.port={_free_port(pair=True)}"])
+    cfg = load_config(None, [f'state_dir="{tmp / "state"}"', f"kafka.port={free_port(pair=True)}"])
     stack = Stack(cfg)
     stack.up(log=lambda *_: None)
     try:

@@ -31,28 +31,13 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
+from infra.bench.ports import free_port
+
 
 ROUNDS = 3  # throughput: the best of 3 timed batches after a warm-up, for both (the machine may be shared)
 # The shape of the default policy (`rtrl bootstrap`, [policy] in rtrl.toml), random weights; the tokenizer is
 # serving.testing's (about 1,370 tokens).
 MODEL = {"hidden": 192, "layers": 4, "heads": 3, "intermediate": 512, "vocab_size": 1536}
-
-
-def _free_port(pair: bool = False) -> int:
-    import socket
-
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not pair:
-            return port
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -268,8 +253,8 @@ def run(batch: int = 32, prompt_tokens: int = 64, new_tokens: int = 128, clients
         os.environ.setdefault(var, value)
     load_at_start = round(os.getloadavg()[0], 2)  # other work on the machine skews every figure below
     tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-serving-"))
-    overrides = [f'state_dir="{tmp}"', f"kafka.port={_free_port(pair=True)}", f"collector.port={_free_port()}",
-                 f"mlflow.ui_port={_free_port()}", f"serving.port={_free_port()}", "serving.registry_poll_s=0.5"]
+    overrides = [f'state_dir="{tmp}"', f"kafka.port={free_port(pair=True)}", f"collector.port={free_port()}",
+                 f"mlflow.ui_port={free_port()}", f"serving.port={free_port()}", "serving.registry_poll_s=0.5"]
     cfg = load_config(None, overrides)
     stack = Stack(cfg)
     try:
