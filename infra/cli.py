@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="TOML config (default: infra/rtrl.toml, the embedded default)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key, e.g. --set kafka.port=29092 (repeatable)")
+    # the `deepspeed` launcher puts --local_rank=N before the command; the rank is read from the environment
+    p.add_argument("--local_rank", type=int, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def cmd(name: str, handler: str, help: str, **kw) -> argparse.ArgumentParser:

@@ -41,3 +41,10 @@ def test_schemas_validate_reports_bad_lines_and_exits_1(tmp_path):
     out = run("schemas", "validate", str(f))
     assert out.returncode == 1
     assert '"line": 2' in out.stdout and "event_id" in out.stdout
+
+
+def test_the_deepspeed_launchers_local_rank_argument_is_accepted_before_the_command():
+    from infra.cli import _parser
+
+    args = _parser().parse_args(["--local_rank=1", "train", "--cycle", "c1"])
+    assert args.command == "train" and args.cycle == "c1"
