@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evals.gate.config import GateConfig
 from infra.stack.config import KafkaConfig, MlflowConfig
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.config import SdkConfig
@@ -46,6 +47,7 @@ class RtrlConfig(BaseModel):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     serving: ServingConfig = Field(default_factory=ServingConfig)
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
 
     @property
     def state_path(self) -> Path:

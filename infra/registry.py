@@ -76,6 +76,16 @@ class Registry:
     def set_alias(self, alias: str, version: str) -> None:
         self.client.set_registered_model_alias(self.model, alias, str(version))
 
+    def delete_alias(self, alias: str) -> None:
+        """Remove `alias`; nothing happens when it is not set."""
+        if self.version_of(alias) is not None:
+            self.client.delete_registered_model_alias(self.model, alias)
+
+    def set_version_tags(self, version: str, tags: dict[str, object]) -> None:
+        """Set (overwrite) tags on a version, e.g. the gate's decision or a promotion's audit trail."""
+        for key, value in tags.items():
+            self.client.set_model_version_tag(self.model, str(version), key, str(value))
+
     def version_of(self, alias: str) -> str | None:
         """The version `alias` points to, or None when the alias (or the model) does not exist."""
         from mlflow.exceptions import MlflowException

@@ -1,0 +1,70 @@
+"""`[gate]`: how a candidate checkpoint is compared with the champion before it may be promoted (DESIGN.md §6).
+
+Every threshold of the decision lives here; `evals/gate/decision.py` reads nothing else. Differences are
+candidate − champion in absolute rate points (0.05 = five percentage points) except the token guardrail, which is
+relative (0.10 = ten per cent more median completion tokens).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GUARDRAILS = ("broken_tool_calls", "edit_rate", "clarification_rate", "median_completion_tokens")
+
+
+class GuardrailMargins(BaseModel):
+    """How much worse a guardrail metric may be shown to be before it blocks promotion. A guardrail trips only
+    when the data show, at `gate.confidence`, that the candidate is worse by more than its margin."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    broken_tool_calls: float = Field(
+        default=0.02, ge=0, le=1,
+        description="Episodes with at least one broken tool call: rate increase tolerated (absolute).")
+    edit_rate: float = Field(
+        default=0.05, ge=0, le=1,
+        description="Episodes that applied an edit: rate decrease tolerated (absolute; a model that stops "
+                    "editing can look safe on every other metric).")
+    clarification_rate: float = Field(
+        default=0.05, ge=0, le=1,
+        description="Episodes where the model asked a clarifying question: rate increase tolerated (absolute).")
+    median_completion_tokens: float = Field(
+        default=0.10, ge=0, le=10,
+        description="Median completion tokens per episode: relative increase tolerated (0.10 = +10%).")
+
+
+class GateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # primary test: one-sided paired non-inferiority on resolved rate
+    margin: float = Field(default=0.05, ge=0, le=0.5,
+                          description="Non-inferiority margin on resolved rate (absolute): the candidate passes when "
+                                      "its rate is shown to be above champion − margin.")
+    confidence: float = Field(default=0.95, ge=0.5, lt=1,
+                              description="One-sided confidence of the non-inferiority test and of every guardrail; "
+                                          "the reported two-sided interval has level 2·confidence − 1 (its ends are "
+                                          "the two one-sided bounds).")
+    guardrails: GuardrailMargins = Field(default_factory=GuardrailMargins)
+    # fail-closed conditions
+    max_infra_failure_rate: float = Field(
+        default=0.10, ge=0, le=1,
+        description="Most pairs (task, sample) that may be lost because either arm's episode was an infrastructure "
+                    "failure or is missing; above it the champion stays.")
+    min_pairs: int = Field(default=40, ge=2, description="Fewer valid pairs keep the champion (too_few_pairs).")
+    min_tasks: int = Field(default=10, ge=2,
+                           description="Fewer tasks with a valid pair keep the champion: the interval's degrees of "
+                                       "freedom are tasks − 1.")
+    # suite and sampling
+    samples_per_task: int = Field(default=4, ge=1, le=100,
+                                  description="K: samples per task and arm, the same seeds for both arms.")
+    target_power: float = Field(default=0.8, gt=0, lt=1,
+                                description="Power the report's suite-size advice aims for (an equal candidate "
+                                            "accepted with this probability).")
+    bootstrap_resamples: int = Field(default=2000, ge=100, le=100_000,
+                                     description="Task-level bootstrap resamples of the median-token guardrail.")
+    seed: int = Field(default=0, ge=0, description="Seed of the bootstrap (the decision is reproducible).")
+    # report and tracking
+    report_regressions: int = Field(default=10, ge=0, le=1000,
+                                    description="Worst regressions (tasks the champion resolved and the candidate "
+                                                "did not) shown with transcripts in the report.")
+    experiment: str = Field(default="rtrl-gate", min_length=1, description="MLflow experiment of the gate runs.")
