@@ -21,6 +21,8 @@ EPILOG = """examples:
   rtrl bootstrap               make and register policy v0 (aliases champion, control)
   rtrl bench ingest --json     SDK, collector and Kafka throughput, end-to-end delivery check
   rtrl serve --detach          the OpenAI-compatible gateway (A/B arms, hot swap) in the background
+  rtrl promote 3               make version 3 champion if its gate passed against the current champion
+  rtrl rollback                champion back to the version it replaced
   rtrl down                    stop everything this state dir started
 """
 
@@ -150,6 +152,20 @@ def _parser() -> argparse.ArgumentParser:
                       "stderr, a JSON summary on stdout; needs only the MLflow store, not `rtrl up`.")
     boot.add_argument("--force", action="store_true", help="make and register a new v0 even if champion is set "
                       "(moves champion and control to it)")
+
+    prm = cmd("promote", "infra.commands.promote:promote",
+              "make VERSION the champion if its gate passed against the version alias champion still points to",
+              epilog="Compare-and-swap under a lock: refused (exit 3) when the version's gate tags do not say "
+                     "promote or when champion moved since the eval. The old champion becomes alias previous; "
+                     "audit tags promotion.* go on the version. Prints one JSON line.")
+    prm.add_argument("version", help="registered model version, e.g. 3")
+    prm.add_argument("--force", action="store_true", help="skip the gate-decision check (recorded in "
+                     "promotion.forced); the compare-and-swap on champion still applies")
+    prm.add_argument("--expect-champion", metavar="VERSION", help="the champion to swap from when the version has "
+                     "no gate result (with --force); must agree with gate.champion_version when that exists")
+    cmd("rollback", "infra.commands.promote:rollback",
+        "point champion back at alias previous (audited); previous moves one promotion further back",
+        epilog="Refused (exit 3) when previous is not set. Prints one JSON line.")
 
     bench = cmd("bench", "infra.commands.bench:main", "benchmarks that print JSON")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="WHAT", required=True)
