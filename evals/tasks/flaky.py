@@ -1,0 +1,65 @@
+"""The flaky-task check: a task enters the gate only if its tests judge the reference solution the same way
+every time (DESIGN.md §6, issue 6).
+
+Each task is graded `runs` times on its snapshot and `runs` times on the reference solution. It is quarantined when
+  * any test's outcome differs between runs of the same tree (randomness, time, ordering: the test is flaky),
+  * a fail_to_pass test does not fail on the snapshot, or some test does not pass on the solution
+    (the task is mis-specified: it would count a non-answer as resolved, or a right answer as unresolved),
+  * it has no reference solution (it cannot be checked: fail closed), or grading it broke the sandbox.
+A quarantined task is left out of the suite the gate runs; the report lists it with the reason.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterable
+
+from evals.tasks.grade import GradeResult, grade, solved_workdir
+from evals.tasks.spec import Task
+
+
+def flaky_reason(task: Task, before: list[GradeResult], after: list[GradeResult]) -> str | None:
+    """Why the task must be quarantined given its gradings on the snapshot (`before`) and the solution
+    (`after`), or None when it is sound."""
+    for label, runs in (("snapshot", before), ("solution", after)):
+        broken = [r.infra_error for r in runs if r.infra_error]
+        if broken:
+            return f"grading the {label} failed: {broken[0]}"
+        for test_id in task.test_ids:
+            seen = {r.outcomes.get(test_id) for r in runs}
+            if len(seen) > 1:
+                return f"{test_id} changed outcome across runs on the {label}: {sorted(map(str, seen))}"
+    first_before, first_after = before[0], after[0]
+    for test_id in task.spec.fail_to_pass:
+        if first_before.passed(test_id):
+            return f"fail_to_pass test {test_id} passes on the snapshot"
+    for test_id in task.spec.pass_to_pass:
+        if not first_before.passed(test_id):
+            return f"pass_to_pass test {test_id} does not pass on the snapshot ({first_before.outcomes.get(test_id)})"
+    for test_id in task.test_ids:
+        if not first_after.passed(test_id):
+            return f"{test_id} does not pass on the reference solution ({first_after.outcomes.get(test_id)})"
+    return None
+
+
+def check_task(task: Task, runs: int = 3) -> str | None:
+    if task.solution_dir is None:
+        return "no reference solution (solution/) to check the tests against"
+    with tempfile.TemporaryDirectory(prefix=f"rtrl-flaky-{task.id}-") as tmp:
+        solved = solved_workdir(task, Path(tmp) / "solved")
+        before = [grade(task, task.repo_dir) for _ in range(runs)]
+        after = [grade(task, solved) for _ in range(runs)]
+    return flaky_reason(task, before, after)
+
+
+def check_flaky(tasks: Iterable[Task], runs: int = 3, workers: int = 2) -> dict[str, str]:
+    """{task id: reason} for the tasks to quarantine; the others are sound. Tasks are checked in parallel
+    (each grading is its own sandbox)."""
+    if runs < 2:
+        raise ValueError("runs must be at least 2 to see an outcome change")
+    tasks = list(tasks)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        reasons = list(pool.map(lambda t: check_task(t, runs), tasks))
+    return {t.id: why for t, why in zip(tasks, reasons) if why is not None}
