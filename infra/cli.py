@@ -190,6 +190,10 @@ def _parser() -> argparse.ArgumentParser:
     bsv.add_argument("--prompt-tokens", type=int, default=64, help="prompt length (default 64)")
     bsv.add_argument("--new-tokens", type=int, default=128, help="tokens generated per sequence (default 128)")
     bsv.add_argument("--clients", type=int, default=8, help="concurrent gateway clients during the swap (default 8)")
+    bsv.add_argument("--shape", choices=("default", "1b"), default="default", help="model shape of the throughput "
+                     "stage: the default policy's (default) or a ~1B-parameter Llama")
+    bsv.add_argument("--throughput-only", action="store_true", help="only vLLM vs HF generate (no broker or MLflow "
+                     "needed: e.g. on a GPU machine; there both run in bfloat16, vLLM with CUDA graphs)")
     return p
 
 

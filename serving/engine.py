@@ -103,9 +103,11 @@ class VllmEngine:
 
         s = self.sampling
         # FINAL_ONLY: answers are not streamed, so no per-step output objects are built (less Python per step).
-        # Special tokens stay in the text (a checkpoint may make <tool_call> one), joined as the tokenizer does.
+        # detokenize=False: no incremental detokenization of every sequence at every step (turns end on the eos
+        # token, never on a stop string); the finished ids are decoded once (`_texts`). On a GPU with a small
+        # model that per-step Python is most of the step time.
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=max_tokens,
-                              logprobs=0, seed=seed, skip_special_tokens=False, spaces_between_special_tokens=False,
+                              logprobs=0, seed=seed, detokenize=False,
                               output_kind=RequestOutputKind.FINAL_ONLY, **extra)
 
     def _engine_prompt(self, prompt_ids: list[int]):
@@ -132,15 +134,30 @@ class VllmEngine:
         assert final is not None and final.finished
         o = final.outputs[0]
         ids = list(o.token_ids)
-        logprobs, tokens = [], []
+        logprobs = []
         for tid, pos in zip(ids, o.logprobs or []):
-            lp = pos[tid]
-            logprobs.append(lp.logprob if math.isfinite(lp.logprob) else -1e9)
-            tokens.append(lp.decoded_token if lp.decoded_token is not None else self.tokenizer.decode([tid]))
+            lp = pos[tid].logprob
+            logprobs.append(lp if math.isfinite(lp) else -1e9)
         if len(logprobs) != len(ids):
             raise RuntimeError(f"vLLM returned {len(logprobs)} logprobs for {len(ids)} tokens")
-        return Generation(token_ids=ids, logprobs=logprobs, tokens=tokens, text=o.text,
-                          finish_reason="length" if o.finish_reason == "length" else "stop")
+        finish = "length" if o.finish_reason == "length" else "stop"
+        tokens, text = self._texts(ids, finish)
+        return Generation(token_ids=ids, logprobs=logprobs, tokens=tokens, text=text, finish_reason=finish)
+
+    def _texts(self, ids: list[int], finish: str) -> tuple[list[str], str]:
+        """Each token's text and the whole text, special tokens kept (a checkpoint may make <tool_call> one); the
+        eos that ended a turn is not part of the text (as vLLM's own detokenizer does)."""
+        tok = self.tokenizer
+        tokens = tok.batch_decode([[t] for t in ids], skip_special_tokens=False)
+        body = ids[:-1] if finish == "stop" and ids and ids[-1] in self._eos_ids else ids
+        return tokens, tok.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    @property
+    def _eos_ids(self) -> set[int]:
+        eos = self.tokenizer.eos_token_id
+        cfg_eos = getattr(self.llm.model_config.hf_config, "eos_token_id", None) if self.llm else None
+        ids = {eos} if isinstance(eos, int) else set()
+        return ids | ({cfg_eos} if isinstance(cfg_eos, int) else set(cfg_eos or ()))
 
     async def aclose(self) -> None:
         """Shut down from the event loop: stop this engine's output handler first (no request is left on it), so

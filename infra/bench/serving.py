@@ -38,6 +38,8 @@ ROUNDS = 3  # throughput: the best of 3 timed batches after a warm-up, for both 
 # The shape of the default policy (`rtrl bootstrap`, [policy] in rtrl.toml), random weights; the tokenizer is
 # serving.testing's (about 1,370 tokens).
 MODEL = {"hidden": 192, "layers": 4, "heads": 3, "intermediate": 512, "vocab_size": 1536}
+# `--shape`: the default policy's, or a ~1B-parameter Llama (where the GPU, not Python, sets the step time).
+SHAPES = {"default": MODEL, "1b": {"hidden": 2048, "layers": 16, "heads": 16, "intermediate": 5632, "vocab_size": 1536}}
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -55,34 +57,39 @@ def _prompts(folder: Path, batch: int, length: int, seed: int = 0) -> list[list[
     return [[rnd.choice(ordinary) for _ in range(length)] for _ in range(batch)]
 
 
-def hf_generate_tokens_per_s(folder: Path, prompts: list[list[int]], new_tokens: int, log) -> dict[int, float]:
-    """tokens/s of `generate` with 1 torch thread (the compute vLLM's CPU worker gets: one bound core) and with
-    every core; the baseline is the better of the two (on a shared 2-core machine two OpenMP threads can be far
-    slower than one)."""
+def hf_generate_tokens_per_s(folder: Path, prompts: list[list[int]], new_tokens: int, log,
+                             device: str = "cpu", dtype: str = "float32") -> dict[int, float]:
+    """tokens/s of `generate` on `device` in `dtype` (the engine's). On CPU with 1 torch thread (the compute vLLM's
+    CPU worker gets: one bound core) and with every core; the baseline is the better of the two (on a shared
+    2-core machine two OpenMP threads can be far slower than one). On a GPU, once (keyed by the CPU threads)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
-    ids = torch.tensor(prompts)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype)).to(device).eval()
+    ids = torch.tensor(prompts, device=device)
     mask = torch.ones_like(ids)
     kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=model.config.eos_token_id)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     default_threads = torch.get_num_threads()
     by_threads = {}
+    thread_counts = sorted({1, os.cpu_count() or 1}) if device == "cpu" else [default_threads]
     try:
-        for threads in sorted({1, os.cpu_count() or 1}):
+        for threads in thread_counts:
             torch.set_num_threads(threads)
             rates = []
             with torch.no_grad():
                 model.generate(ids, attention_mask=mask, max_new_tokens=8, min_new_tokens=8, **kw)  # warm-up
                 for _ in range(ROUNDS):
+                    sync()
                     t0 = time.perf_counter()
                     out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens,
                                          min_new_tokens=new_tokens, **kw)
+                    sync()
                     elapsed = time.perf_counter() - t0
                     rates.append((out.shape[1] - ids.shape[1]) * ids.shape[0] / elapsed)
             by_threads[threads] = max(rates)
-            log(f"hf generate, {threads} thread(s): {[round(r) for r in rates]} tokens/s over {ROUNDS} rounds "
-                f"(batch {len(prompts)})")
+            log(f"hf generate on {device} ({dtype}), {threads} thread(s): {[round(r) for r in rates]} tokens/s over "
+                f"{ROUNDS} rounds (batch {len(prompts)})")
     finally:
         torch.set_num_threads(default_threads)
     return by_threads
@@ -239,11 +246,45 @@ def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clie
         ManagedProcess("serving", cfg.state_path).stop(timeout_s=30)
 
 
+def _gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# On a GPU the engines run as serving runs there (the [serving] docs: bfloat16, CUDA graphs), and HF generate
+# gets the same dtype; KV cache is sized for the batch, not the CPU default.
+GPU_OVERRIDES = ["serving.dtype=\"bfloat16\"", "serving.enforce_eager=false", "serving.kv_cache_gb=8"]
+
+
+def throughput_stage(cfg, folder: Path, batch: int, prompt_tokens: int, new_tokens: int, log) -> dict:
+    """Stages 1-2 on `folder`: HF generate vs the serving engine, same prompts, lengths, sampling and dtype."""
+    device = "cuda" if _gpu() else "cpu"
+    prompts = _prompts(folder, batch, prompt_tokens)
+    hf_dtype = "float32" if cfg.serving.dtype == "auto" else cfg.serving.dtype
+    hf_by_threads = hf_generate_tokens_per_s(folder, prompts, new_tokens, log, device=device, dtype=hf_dtype)
+    hf = max(hf_by_threads.values())
+    vllm, load_s = vllm_tokens_per_s(folder, prompts, new_tokens, cfg.serving, log)
+    return {"device": _device_name(), "dtype": hf_dtype, "enforce_eager": cfg.serving.enforce_eager,
+            "vllm_tokens_per_s": round(vllm, 1), "hf_generate_tokens_per_s": round(hf, 1),
+            "hf_generate_tokens_per_s_by_threads": {str(k): round(v, 1) for k, v in hf_by_threads.items()},
+            "vllm_vs_hf": round(vllm / hf, 2), "engine_load_seconds": round(load_s, 1)}
+
+
+def _device_name() -> str:
+    import platform
+
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.machine()}, " \
+        f"{os.cpu_count()} cores)"
+
+
 def run(batch: int = 32, prompt_tokens: int = 64, new_tokens: int = 128, clients: int = 8, steady_s: float = 15.0,
-        log: Callable[[str], None] = print) -> dict:
+        log: Callable[[str], None] = print, gateway: bool = True, shape: str = "default") -> dict:
+    """Every stage; `gateway=False` runs only the throughput comparison (no broker, no MLflow: for a GPU machine
+    that has neither)."""
     from infra.config import load_config
-    from infra.registry import Registry
-    from infra.stack.stack import Stack
     from serving.testing import make_tiny_checkpoint
 
     # Quiet libraries in this process (the gateway process logs to its own file).
@@ -255,7 +296,31 @@ def run(batch: int = 32, prompt_tokens: int = 64, new_tokens: int = 128, clients
     tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-serving-"))
     overrides = [f'state_dir="{tmp}"', f"kafka.port={free_port(pair=True)}", f"collector.port={free_port()}",
                  f"mlflow.ui_port={free_port()}", f"serving.port={free_port()}", "serving.registry_poll_s=0.5"]
+    overrides += GPU_OVERRIDES if _gpu() else []
     cfg = load_config(None, overrides)
+    model = SHAPES[shape]
+    result = {"model": f"random-init Llama, shape {shape} (" + ", ".join(
+                  f"{k} {v}" for k, v in model.items()) + ")", "batch": batch,
+              "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "load_average_at_start": load_at_start}
+    try:
+        # seed 0: the weights of version 1 below (the gateway's control arm)
+        folder = make_tiny_checkpoint(tmp / "ckpt0", seed=0, **model)
+        result |= throughput_stage(cfg, folder, batch, prompt_tokens, new_tokens, log)
+        if gateway:
+            result |= {"clients": clients, **_gateway_with_stack(cfg, overrides, tmp, clients, new_tokens,
+                                                                steady_s, log)}
+        return result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _gateway_with_stack(cfg, overrides: list[str], tmp: Path, clients: int, new_tokens: int, steady_s: float,
+                        log) -> dict:
+    """A private stack and registry with versions 1-3 (seeds 0-2), then the gateway stage."""
+    from infra.registry import Registry
+    from infra.stack.stack import Stack
+    from serving.testing import make_tiny_checkpoint
+
     stack = Stack(cfg)
     try:
         log(f"bench: private stack and registry in {tmp}")
@@ -265,24 +330,9 @@ def run(batch: int = 32, prompt_tokens: int = 64, new_tokens: int = 128, clients
                                       tags={"bench": "serving"}) for s in range(3)]
         registry.set_alias("control", versions[0])
         registry.set_alias("champion", versions[1])
-        folder = registry.local_path(versions[0])
-        prompts = _prompts(folder, batch, prompt_tokens)
-        result = {"model": "random-init Llama, the default policy's shape (" + ", ".join(
-                      f"{k} {v}" for k, v in MODEL.items()) + "), fp32", "batch": batch,
-                  "prompt_tokens": prompt_tokens, "new_tokens": new_tokens}
-        hf_by_threads = hf_generate_tokens_per_s(folder, prompts, new_tokens, log)
-        hf = max(hf_by_threads.values())
-        vllm, load_s = vllm_tokens_per_s(folder, prompts, new_tokens, cfg.serving, log)
-        result |= {"vllm_tokens_per_s": round(vllm, 1), "hf_generate_tokens_per_s": round(hf, 1),
-                   "hf_generate_tokens_per_s_by_threads": {str(k): round(v, 1) for k, v in hf_by_threads.items()},
-                   "vllm_vs_hf": round(vllm / hf, 2), "engine_load_seconds": round(load_s, 1),
-                   "load_average_at_start": load_at_start}
-        result |= {"clients": clients, **gateway_stage(cfg, overrides, registry, versions, clients, new_tokens,
-                                                       steady_s, log)}
-        return result
+        return gateway_stage(cfg, overrides, registry, versions, clients, new_tokens, steady_s, log)
     finally:
         stack.down(log=lambda *_: None)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":  # vLLM spawns processes: this module may be run directly too
