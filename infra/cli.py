@@ -21,6 +21,7 @@ EPILOG = """examples:
   rtrl bootstrap               make and register policy v0 (aliases champion, control)
   rtrl bench ingest --json     SDK, collector and Kafka throughput, end-to-end delivery check
   rtrl serve --detach          the OpenAI-compatible gateway (A/B arms, hot swap) in the background
+  rtrl gate 3                  evaluate version 3 against the champion (held-out suite, report, MLflow)
   rtrl promote 3               make version 3 champion if its gate passed against the current champion
   rtrl rollback                champion back to the version it replaced
   rtrl down                    stop everything this state dir started
@@ -153,6 +154,46 @@ def _parser() -> argparse.ArgumentParser:
     boot.add_argument("--force", action="store_true", help="make and register a new v0 even if champion is set "
                       "(moves champion and control to it)")
 
+    gt = cmd("gate", "infra.commands.gate:gate",
+             "evaluate CANDIDATE against the champion on the held-out suite: paired non-inferiority and guardrails",
+             epilog="Both versions are served privately (vLLM, no telemetry) and run the same tasks with the same "
+                    "seeds, K samples each; tasks failing the flaky check are quarantined. Writes report.{json,md,"
+                    "html} and episodes.jsonl, logs an MLflow run and gate.* tags on the candidate (read by `rtrl "
+                    "promote`). Prints one JSON line. Exit 0: may be promoted; 3: the champion stays; 2: bad "
+                    "arguments; 1: the run broke. Defaults: [gate] in rtrl.toml.")
+    gt.add_argument("candidate", metavar="CANDIDATE", help="registered model version to evaluate, e.g. 3")
+    gt.add_argument("--champion", metavar="VERSION", help="version to compare with (default: alias champion)")
+    gt.add_argument("--suite", metavar="DIR", help="task folders (default: gate.suite_dir, else the generated "
+                    "held-out suite of gate.suite_tasks tasks)")
+    gt.add_argument("--tasks", type=int, metavar="N", help="only the first N tasks of the suite")
+    gt.add_argument("--samples", type=int, metavar="K", help="samples per task and arm (default gate.samples_per_task)")
+    gt.add_argument("--workers", type=int, metavar="W", help="episodes in flight per arm (default gate.workers)")
+    gt.add_argument("--out", metavar="DIR", help="report folder (default STATE/gate/vC-vs-vP-TIME)")
+    gt.add_argument("--no-mlflow", action="store_true", help="do not log the run or tag the candidate")
+    gt.add_argument("--promote", action="store_true", help="on a pass, promote the candidate right away "
+                    "(compare-and-swap against the champion it was compared with)")
+
+    ev = cmd("eval", "infra.commands.gate:eval_run", "the eval harness alone: make a task suite, or run one")
+    ev_sub = ev.add_subparsers(dest="eval_command", metavar="ACTION", required=True)
+    evs = ev_sub.add_parser("suite", help="generate a held-out task suite (task folders) into DIR")
+    evs.set_defaults(handler="infra.commands.gate:eval_suite")
+    evs.add_argument("--out", required=True, metavar="DIR")
+    evs.add_argument("--tasks", type=int, default=60, metavar="N", help="how many tasks (default 60)")
+    evs.add_argument("--seed", type=int, default=7, help="suite seed (default 7)")
+    evs.add_argument("--ambiguous-rate", type=float, default=0.25, help="share of ambiguous requests (default 0.25)")
+    evr = ev_sub.add_parser("run", help="run a suite on one endpoint and write its episodes (JSON lines)")
+    evr.set_defaults(handler="infra.commands.gate:eval_run")
+    target = evr.add_mutually_exclusive_group(required=True)
+    target.add_argument("--endpoint", metavar="URL", help="any OpenAI-compatible base URL, e.g. http://host:8000/v1")
+    target.add_argument("--version", metavar="VERSION", help="a registered version, served privately for the run")
+    evr.add_argument("--model", help="model name to send to --endpoint (default: the first one it lists)")
+    evr.add_argument("--arm", default="candidate", help="label of the episodes (default candidate)")
+    evr.add_argument("--suite", metavar="DIR", help="task folders (default as for rtrl gate)")
+    evr.add_argument("--tasks", type=int, metavar="N", help="only the first N tasks")
+    evr.add_argument("--samples", type=int, metavar="K", help="samples per task (default gate.samples_per_task)")
+    evr.add_argument("--workers", type=int, metavar="W", help="episodes in flight (default gate.workers)")
+    evr.add_argument("--out", required=True, metavar="FILE", help="episodes as JSON lines")
+
     prm = cmd("promote", "infra.commands.promote:promote",
               "make VERSION the champion if its gate passed against the version alias champion still points to",
               epilog="Compare-and-swap under a lock: refused (exit 3) when the version's gate tags do not say "
@@ -183,6 +224,11 @@ def _parser() -> argparse.ArgumentParser:
     btr.add_argument("--rows", type=int, default=256, help="reward rows to train on (default 256)")
     btr.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward (default 8)")
     btr.add_argument("--rows-per-step", type=int, default=64, help="rows per optimizer step (default 64)")
+    bg = bench_sub.add_parser("gate", help="the default gate suite end to end (champion vs itself): seconds per "
+                              "task, infrastructure failure rate, bubblewrap overhead vs a plain subprocess")
+    bg.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+    bg.add_argument("--tasks", type=int, help="tasks (default gate.suite_tasks)")
+    bg.add_argument("--samples", type=int, help="samples per task and arm (default gate.samples_per_task)")
     bsv = bench_sub.add_parser("serving", help="vLLM vs transformers generate throughput, gateway latency, hot swap "
                                "under load (private stack and tiny model)")
     bsv.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")

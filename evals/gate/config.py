@@ -55,6 +55,15 @@ class GateConfig(BaseModel):
                            description="Fewer tasks with a valid pair keep the champion: the interval's degrees of "
                                        "freedom are tasks − 1.")
     # suite and sampling
+    suite_dir: str = Field(default="", description="Task folders to evaluate on (evals/tasks/spec.py format); '' = "
+                           "the generated held-out suite under the state dir (suite_tasks tasks, suite_seed).")
+    suite_tasks: int = Field(default=60, ge=2, le=100_000, description="Tasks of the generated default suite.")
+    suite_seed: int = Field(default=7, ge=0, description="Seed of the generated default suite (its workspaces are "
+                            "drawn from a seed space training traffic never uses).")
+    flaky_runs: int = Field(default=3, ge=2, le=20, description="Gradings of each task's snapshot and reference "
+                            "solution by the flaky-task check; a task whose outcome changes is quarantined.")
+    workers: int = Field(default=8, ge=1, le=256, description="Episodes run concurrently per arm (the serving "
+                         "engine batches their requests; grading runs in parallel sandboxes).")
     samples_per_task: int = Field(default=4, ge=1, le=100,
                                   description="K: samples per task and arm, the same seeds for both arms.")
     target_power: float = Field(default=0.8, gt=0, lt=1,

@@ -88,7 +88,7 @@ def _task_toml(task_id: str, task: sim.Task, f2p: list[str], p2p: list[str]) -> 
     return "\n".join([
         f"id = {_toml_str(task_id)}", f"category = {_toml_str(task.kind)}", f"cluster = {_toml_str(task.org_id)}",
         f"focus_file = {_toml_str(task.path)}", f"ambiguous = {'true' if task.ambiguous else 'false'}",
-        f"clarification = {_toml_str(task.clarification)}", "max_turns = 6",
+        f"clarification = {_toml_str(task.clarification)}", "max_turns = 6", "end_on_edit = true",
         "episode_timeout_seconds = 120", "grade_timeout_seconds = 30", "test_timeout_seconds = 5",
         f"fail_to_pass = {ids(f2p)}", f"pass_to_pass = {ids(p2p)}", "",
         "[limits]", "cpu_seconds = 10", "memory_mb = 1024", "file_size_mb = 8", "processes = 32",
@@ -129,6 +129,7 @@ def write_task(out: Path, task_id: str, ws: Workspace, task: sim.Task) -> Path:
     (d / "tests").mkdir()
     (d / "tests" / "test_task.py").write_text(test_src)
     (d / "prompt.md").write_text(task.request + "\n")
+    (d / "system.md").write_text(sim.system_prompt(task.org_id) + "\n")
     (d / "task.toml").write_text(_task_toml(task_id, task, f2p, p2p))
     return d
 

@@ -3,6 +3,7 @@
     <task>/
       task.toml     metadata (the `TaskSpec` fields below; unknown keys are errors)
       prompt.md     the user's request: terse and underspecified on purpose, as users write them
+      system.md     optional system prompt the agent gets first (e.g. the org's conventions)
       repo/         the repository snapshot the agent starts from (copied into a fresh work dir per episode)
       tests/        hidden tests, outside repo/ so the agent never sees them; run by `evals.tasks.runner`
       solution/     optional reference solution: the files (repo-relative) a right answer produces; the flaky
@@ -58,6 +59,9 @@ class TaskSpec(BaseModel):
     ambiguous: bool = Field(default=False, description="The prompt needs a clarifying question to be solvable.")
     clarification: str = Field(default="", description="The user's answer if the agent asks a question.")
     max_turns: int = Field(default=8, ge=1, le=100, description="Model responses per episode.")
+    end_on_edit: bool = Field(default=False, description="The episode ends with the first response that applied an "
+                              "edit (an inline-edit flow: the suggestion goes to the user, who does not reply to "
+                              "the tool result). Otherwise it ends with a plain answer or at max_turns.")
     episode_timeout_seconds: float = Field(default=300.0, gt=0, le=7200, description="Wall budget per episode.")
     grade_timeout_seconds: float = Field(default=60.0, gt=0, le=3600, description="Wall budget of the hidden tests.")
     test_timeout_seconds: float = Field(default=10.0, gt=0, le=3600, description="Per hidden test.")
@@ -90,6 +94,7 @@ class Task:
     spec: TaskSpec
     dir: Path
     prompt: str
+    system: str = ""
 
     @property
     def id(self) -> str:
@@ -148,7 +153,9 @@ def load_task(d: str | Path) -> Task:
         raise _fail(d, f"focus_file {spec.focus_file} is not a file of repo/")
     if (d / "solution").exists() and not (d / "solution").is_dir():
         raise _fail(d, "solution must be a directory")
-    return Task(spec, d.resolve(), prompt_path.read_text(encoding="utf-8").strip())
+    system_path = d / "system.md"
+    system = system_path.read_text(encoding="utf-8").strip() if system_path.is_file() else ""
+    return Task(spec, d.resolve(), prompt_path.read_text(encoding="utf-8").strip(), system)
 
 
 def load_suite(d: str | Path) -> list[Task]:

@@ -42,4 +42,10 @@ def main(args, cfg) -> int:
                   **run_trainer(args.rows, args.micro_batch, args.rows_per_step, log=log)}
         print(json.dumps(result))
         return 0
+    if args.bench_command == "gate":
+        from infra.bench.gate import run as run_gate_bench
+
+        result = {"benchmark": "gate", "cpus": os.cpu_count(), **run_gate_bench(cfg, args.tasks, args.samples, log)}
+        print(json.dumps(result))
+        return 0 if result["infra_failure_rate"] < cfg.gate.max_infra_failure_rate else 1
     raise SystemExit(f"unknown benchmark {args.bench_command!r}")

@@ -26,7 +26,12 @@ from schemas.tool_protocol import ParsedResponse, ToolCall, from_openai_tool_cal
 
 
 class PolicyError(RuntimeError):
-    """The call failed (endpoint down, timeout, an HTTP error); the request has no outcome."""
+    """The call failed (endpoint down, timeout, an HTTP error); the request has no outcome. `status` is the HTTP
+    status when the endpoint answered one (a 400 is the request's fault, e.g. a conversation past the context)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,7 @@ class PolicyRequest:
     user: str
     metadata: dict[str, Any]
     task: Task | None = None
+    seed: int | None = None         # the sampling seed (the eval gives both arms the same one)
 
 
 @dataclass
@@ -118,12 +124,13 @@ class OpenAIPolicy:
     def respond(self, request: PolicyRequest) -> PolicyReply:
         import openai
 
+        seed = {} if request.seed is None else {"seed": request.seed}
         try:
             resp = self.client.chat.completions.create(
                 model=self.model or "default", messages=request.messages, user=request.user, tools=openai_tools(),
-                extra_body={"metadata": request.metadata})
+                extra_body={"metadata": request.metadata}, **seed)
         except openai.APIError as e:
-            raise PolicyError(f"{type(e).__name__}: {e}") from None
+            raise PolicyError(f"{type(e).__name__}: {e}", getattr(e, "status_code", None)) from None
         extra = resp.model_extra or {}
         if not resp.choices:
             raise PolicyError("the completion has no choices")

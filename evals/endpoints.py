@@ -1,0 +1,76 @@
+"""Serve one registered version on a private OpenAI-compatible endpoint for the eval (the real serving path).
+
+    with serve_version(cfg, registry, "7", arm="candidate") as url:      # http://127.0.0.1:<port>/v1
+        episodes = run_suite(tasks, OpenAIPolicy(url), arm="candidate", ...)
+
+It is the gateway `rtrl serve` runs (vLLM engine, the chat template, the strict tool-call parser), with one arm
+pinned to the version instead of following a registry alias, an ephemeral localhost port, and no telemetry: eval
+traffic must never become training traffic. The gateway runs in a thread of this process (the vLLM engine in the
+processes it spawns); leaving the block shuts it down.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+STARTUP_TIMEOUT_S = 600.0
+
+
+class PinnedRegistry:
+    """The registry as serving's Fleet reads it, with `alias` pinned to `version` (nothing else is resolved)."""
+
+    def __init__(self, registry, alias: str, version: str):
+        self.registry, self.alias, self.version = registry, alias, version
+
+    def version_of(self, alias: str) -> str | None:
+        return self.version if alias == self.alias else None
+
+    def local_path(self, version: str) -> Path:
+        return self.registry.local_path(version)
+
+
+class EndpointError(RuntimeError):
+    """The eval endpoint did not come up (the version could not be loaded or served)."""
+
+
+@contextmanager
+def serve_version(cfg, registry, version: str, *, arm: str, log_level: str = "warning") -> Iterator[str]:
+    """An OpenAI-compatible base URL serving `version` as arm `arm` until the block exits."""
+    from serving.config import ArmConfig
+    from serving.server import build_gateway, make_server
+
+    alias = f"eval-{arm}"
+    scfg = cfg.serving.model_copy(update={
+        "host": "127.0.0.1", "port": 0, "telemetry": False, "registry_poll_s": 3600.0,   # port 0: ephemeral
+        "arms": [ArmConfig(name=arm, alias=alias, share=1.0)]})
+    run_cfg = cfg.model_copy(update={"serving": scfg})
+    gateway = build_gateway(run_cfg, registry=PinnedRegistry(registry, alias, version))
+    server = make_server(run_cfg, gateway=gateway, log_level=log_level)
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            server.run()
+        except BaseException as e:  # noqa: BLE001 -- reported to the caller below
+            errors.append(e)
+
+    thread = threading.Thread(target=serve, name=f"eval-endpoint-{arm}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not server.started:
+        server.should_exit = True
+        thread.join(timeout=60)
+        why = f"{type(errors[0]).__name__}: {errors[0]}" if errors else "it did not start in time (see the log)"
+        raise EndpointError(f"serving version {version} for the {arm} arm failed: {why}")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=120)

@@ -1,0 +1,180 @@
+"""One gate run: the suite, the flaky check, both arms through the real serving path, the decision, the report.
+
+    run = run_gate(cfg, candidate="7")            # champion: the version alias `champion` points to now
+    run.result.decision                            # "promote" | "keep_champion"
+
+Steps (DESIGN.md §6):
+  1. the suite: `gate.suite_dir`, or the generated held-out suite (`gate.suite_tasks` tasks, `gate.suite_seed`),
+     made once under the state dir;
+  2. the flaky-task check grades every task's snapshot and reference solution `gate.flaky_runs` times and
+     quarantines tasks whose outcome changes (or that are mis-specified);
+  3. each arm's version is served on a private endpoint (`evals.endpoints.serve_version`: vLLM, no telemetry)
+     and runs every kept task K times (`gate.samples_per_task`) with the same seeds as the other arm;
+  4. `evals.gate.decide` → the report (JSON, Markdown, HTML) and episodes.jsonl in the run's folder → an MLflow
+     run plus gate.* tags on the candidate version, which `rtrl promote` checks.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from evals.records import Episode
+from evals.tasks.spec import Task, load_suite
+
+COMPLETE = ".complete"
+
+
+def default_suite(cfg, log: Callable[[str], None] = lambda m: None) -> Path:
+    """The generated held-out suite's folder (made on first use; a half-written one is made again)."""
+    from evals.tasks.generate import generate_suite
+
+    g = cfg.gate
+    d = cfg.state_path / "eval-suites" / f"default-n{g.suite_tasks}-seed{g.suite_seed}"
+    if not (d / COMPLETE).exists():
+        log(f"[gate] generating the held-out suite: {g.suite_tasks} tasks (seed {g.suite_seed}) in {d}")
+        generate_suite(d, g.suite_tasks, seed=g.suite_seed)
+        (d / COMPLETE).write_text(datetime.now(timezone.utc).isoformat() + "\n")
+    return d
+
+
+def suite_of(cfg, suite: str | Path | None = None, log: Callable[[str], None] = lambda m: None) -> tuple[Path,
+                                                                                                         list[Task]]:
+    d = Path(suite).expanduser().resolve() if suite else (
+        Path(cfg.gate.suite_dir).expanduser().resolve() if cfg.gate.suite_dir else default_suite(cfg, log))
+    return d, load_suite(d)
+
+
+def quarantine(tasks: list[Task], runs: int, log: Callable[[str], None] = lambda m: None) -> dict[str, str]:
+    from evals.tasks.flaky import check_flaky
+
+    t0 = time.monotonic()
+    bad = check_flaky(tasks, runs=runs)
+    log(f"[gate] flaky check: {len(tasks)} tasks graded {runs}x on snapshot and solution in "
+        f"{time.monotonic() - t0:.1f}s; quarantined {len(bad)}" + "".join(f"\n  {k}: {v}" for k, v in bad.items()))
+    return bad
+
+
+class Progress:
+    """A progress line per arm on stderr: episodes done, resolved so far, infrastructure failures."""
+
+    def __init__(self, arm: str, log: Callable[[str], None], every_s: float = 5.0):
+        self.arm, self.log, self.every_s = arm, log, every_s
+        self.t0 = self.last = time.monotonic()
+        self.resolved = self.infra = 0
+
+    def __call__(self, done: int, total: int, ep: Episode) -> None:
+        self.resolved += int(ep.resolved)
+        self.infra += int(ep.infra_error is not None)
+        now = time.monotonic()
+        if now - self.last >= self.every_s or done == total:
+            self.last = now
+            rate = done / max(now - self.t0, 1e-9)
+            eta = (total - done) / rate if rate > 0 else float("inf")
+            self.log(f"[gate] {self.arm}: {done}/{total} episodes, resolved {self.resolved / done:.2f}, "
+                     f"infra failures {self.infra}, {rate:.2f} ep/s, eta {eta:.0f}s")
+
+
+def run_arm(cfg, registry, version: str, arm: str, tasks: list[Task], suite_dir: Path, samples: int,
+            workers: int, log: Callable[[str], None]) -> tuple[list[Episode], float]:
+    """Serve `version` and run the suite on it; (episodes, seconds spent running episodes)."""
+    from evals.endpoints import serve_version
+    from evals.harness import run_suite
+    from instrumentation.simulator.policy import OpenAIPolicy
+
+    t0 = time.monotonic()
+    with serve_version(cfg, registry, version, arm=arm) as url:
+        log(f"[gate] {arm}: version {version} served at {url} (loaded in {time.monotonic() - t0:.1f}s)")
+        endpoint = OpenAIPolicy(url, timeout_s=300.0, max_retries=0)
+        endpoint.check()
+        t1 = time.monotonic()
+        episodes = run_suite(tasks, endpoint, arm=arm, samples=samples, seed=cfg.gate.seed, workers=workers,
+                             suite_dirs=[suite_dir], progress=Progress(f"{arm} v{version}", log))
+        return episodes, time.monotonic() - t1
+
+
+@dataclass
+class GateRun:
+    result: object                      # evals.gate.decision.GateResult
+    candidate_version: str
+    champion_version: str
+    out_dir: Path
+    report: dict[str, Path]
+    run_id: str | None
+    suite: Path
+    tasks: int
+    quarantined: dict[str, str]
+    episodes: list[Episode]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        r = self.result
+        p = r.primary
+        return {"decision": r.decision, "reasons": list(r.reasons), "candidate_version": self.candidate_version,
+                "champion_version": self.champion_version,
+                "resolved_candidate": p.candidate_rate if p else None,
+                "resolved_champion": p.champion_rate if p else None,
+                "difference": p.difference if p else None, "interval": r.interval_text(),
+                "tasks": self.tasks, "quarantined": len(self.quarantined), "episodes": len(self.episodes),
+                "infra_failures": sum(e.infra_error is not None for e in self.episodes),
+                "report": str(self.report.get("html", "")), "mlflow_run_id": self.run_id,
+                "seconds": {k: round(v, 1) for k, v in self.timings.items()}}
+
+
+def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | Path | None = None,
+             max_tasks: int | None = None, samples: int | None = None, workers: int | None = None,
+             out_dir: str | Path | None = None, track: bool = True, registry=None,
+             log: Callable[[str], None] | None = None) -> GateRun:
+    """Compare `candidate` with `champion` (default: the version alias champion points to) and record the result.
+    LookupError when a version or the champion alias does not exist."""
+    from evals.gate import decide, log_to_mlflow, write_report
+    from infra.registry import Registry
+
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    g = cfg.gate
+    registry = registry or Registry.from_config(cfg)
+    champion = champion or registry.version_of("champion")
+    if champion is None:
+        raise LookupError("alias champion is not set: run `rtrl bootstrap` or pass --champion VERSION")
+    for v in (candidate, champion):  # an unknown version fails here, before anything is started
+        try:
+            registry.info(v)
+        except Exception as e:  # noqa: BLE001 -- MlflowException: RESOURCE_DOES_NOT_EXIST
+            raise LookupError(f"model version {v!r} is not registered: {e}") from None
+    t0 = time.monotonic()
+    suite_dir, tasks = suite_of(cfg, suite, log)
+    if max_tasks is not None:
+        tasks = tasks[:max_tasks]
+    bad = quarantine(tasks, g.flaky_runs, log)
+    kept = [t for t in tasks if t.id not in bad]
+    timings = {"flaky_check": time.monotonic() - t0}
+    k, w = samples or g.samples_per_task, workers or g.workers
+    log(f"[gate] candidate v{candidate} vs champion v{champion}: {len(kept)} tasks x {k} samples per arm")
+    episodes: list[Episode] = []
+    for arm, version in (("candidate", candidate), ("champion", champion)):
+        t1 = time.monotonic()
+        eps, running = run_arm(cfg, registry, version, arm, kept, suite_dir, k, w, log)
+        episodes += eps
+        timings[arm] = time.monotonic() - t1
+        timings[f"{arm}_episodes"] = running
+    result = decide(episodes, g)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(out_dir) if out_dir else cfg.state_path / "gate" / f"v{candidate}-vs-v{champion}-{stamp}"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "episodes.jsonl", "w", encoding="utf-8") as f:
+        for e in episodes:
+            f.write(json.dumps(e.to_dict(), default=str) + "\n")
+    meta = {"candidate_version": candidate, "champion_version": champion, "suite": str(suite_dir),
+            "tasks": len(kept), "samples_per_task": k, "quarantined": bad}
+    report = write_report(result, episodes, out, meta)
+    run_id = log_to_mlflow(result, out, registry, candidate, champion) if track else None
+    timings["total"] = time.monotonic() - t0
+    run = GateRun(result, candidate, champion, out, report, run_id, suite_dir, len(kept), bad, episodes, timings)
+    log(f"[gate] {result.decision}: resolved {run.summary()['resolved_candidate']} vs "
+        f"{run.summary()['resolved_champion']}, interval {result.interval_text()}; report {report['html']}")
+    return run

@@ -1,0 +1,104 @@
+"""`rtrl gate`, `rtrl eval run`, `rtrl eval suite`: the evaluation gate and the harness from the command line.
+
+Exit codes of `rtrl gate`: 0 the candidate may be promoted; 3 the champion stays (the reasons are in the JSON
+line and the report); 2 bad arguments (unknown version, no champion, a bad suite folder); 1 the run broke.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+EXIT_PROMOTE, EXIT_ERROR, EXIT_USAGE, EXIT_KEEP = 0, 1, 2, 3
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def gate(args, cfg) -> int:
+    from evals.endpoints import EndpointError
+    from evals.gate_run import run_gate
+    from evals.tasks.spec import TaskError
+
+    try:
+        run = run_gate(cfg, args.candidate, args.champion, suite=args.suite, max_tasks=args.tasks,
+                       samples=args.samples, workers=args.workers, out_dir=args.out, track=not args.no_mlflow,
+                       log=_log)
+    except (LookupError, TaskError) as e:
+        print(f"rtrl gate: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except EndpointError as e:
+        print(f"rtrl gate: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    out = {"gate": run.summary()}
+    if args.promote and run.result.promote:
+        from infra.promotion import PromotionRefused, lock_path_for, promote
+
+        try:
+            res = promote(run_registry(cfg), run.candidate_version, lock_path_for(cfg.mlflow_tracking_uri(),
+                                                                                  cfg.state_path))
+            out["promote"] = {"ok": True, "champion": res.champion}
+        except PromotionRefused as e:
+            out["promote"] = {"ok": False, "refused": str(e)}
+    print(json.dumps(out))
+    return EXIT_PROMOTE if run.result.promote else EXIT_KEEP
+
+
+def run_registry(cfg):
+    from infra.registry import Registry
+
+    return Registry.from_config(cfg)
+
+
+def eval_suite(args, cfg) -> int:
+    from evals.tasks.generate import generate_suite
+
+    tasks = generate_suite(Path(args.out), args.tasks, seed=args.seed, ambiguous_rate=args.ambiguous_rate)
+    print(json.dumps({"suite": str(Path(args.out).resolve()), "tasks": len(tasks)}))
+    return 0
+
+
+def eval_run(args, cfg) -> int:
+    """One arm on one endpoint (any OpenAI-compatible URL, or a registered version served privately)."""
+    from evals.gate_run import Progress, suite_of
+    from evals.harness import run_suite
+    from evals.tasks.spec import TaskError
+    from instrumentation.simulator.policy import OpenAIPolicy, PolicyError
+
+    try:
+        suite_dir, tasks = suite_of(cfg, args.suite, _log)
+    except TaskError as e:
+        print(f"rtrl eval run: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    tasks = tasks[: args.tasks] if args.tasks else tasks
+    samples, workers = args.samples or cfg.gate.samples_per_task, args.workers or cfg.gate.workers
+
+    def go(url: str) -> list:
+        endpoint = OpenAIPolicy(url, model=args.model or "", timeout_s=300.0, max_retries=0)
+        endpoint.check()
+        return run_suite(tasks, endpoint, arm=args.arm, samples=samples, seed=cfg.gate.seed, workers=workers,
+                         suite_dirs=[suite_dir], progress=Progress(args.arm, _log))
+
+    try:
+        if args.endpoint:
+            episodes = go(args.endpoint)
+        else:
+            from evals.endpoints import serve_version
+
+            with serve_version(cfg, run_registry(cfg), args.version, arm=args.arm) as url:
+                episodes = go(url)
+    except PolicyError as e:
+        print(f"rtrl eval run: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for e in episodes:
+            f.write(json.dumps(e.to_dict(), default=str) + "\n")
+    valid = [e for e in episodes if e.infra_error is None]
+    print(json.dumps({"episodes": len(episodes), "infra_failures": len(episodes) - len(valid),
+                      "resolved_rate": sum(e.resolved for e in valid) / len(valid) if valid else None,
+                      "out": str(out.resolve())}))
+    return 0
