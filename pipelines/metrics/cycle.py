@@ -1,0 +1,222 @@
+"""One cycle's A/B metrics: reward rows in, `CycleMetrics` out (see the package docstring for the contract)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from pipelines.metrics import quantiles, sequential
+from pipelines.metrics.catalog import BY_NAME, METRICS, RATIO_METRICS
+from pipelines.metrics.config import AbConfig
+from pipelines.metrics.cuped import cuped_arms
+from pipelines.metrics.intervals import Change, moments, moments_of, ratio_change, relative_change
+from pipelines.metrics.monitors import evaluate
+from pipelines.metrics.rates import INPUT_COLUMNS, den_col, rates, unit_stats
+from pipelines.metrics.result import CycleMetrics, MetricResult, verdict
+from pipelines.metrics.srm import srm_check
+from pipelines.metrics.store import MetricsStore, check_cycle_id
+
+
+def cycle_files(table_root: str | Path, cycle_id: str) -> list[Path]:
+    """The reward table's files of one cycle: `<root>/policy_version=*/window=<cycle_id>/*.parquet` (the layout
+    `rtrl rewards --cycle ID` writes, pipelines/rewards/sink.py)."""
+    return sorted(Path(table_root).glob(f"policy_version=*/window={check_cycle_id(cycle_id)}/*.parquet"))
+
+
+def scan_cycle(table_root: str | Path, cycle_id: str) -> pl.LazyFrame:
+    """The cycle's reward rows, lazily (only the columns the metrics read are loaded)."""
+    files = cycle_files(table_root, cycle_id)
+    if not files:
+        raise FileNotFoundError(f"no reward rows for cycle {cycle_id!r} under {table_root} "
+                                f"(expected policy_version=*/window={cycle_id}/*.parquet)")
+    return pl.scan_parquet(files, hive_partitioning=False)
+
+
+def _as_utc(as_of: datetime | str | None) -> datetime | None:
+    if as_of is None:
+        return None
+    t = datetime.fromisoformat(as_of.replace("Z", "+00:00")) if isinstance(as_of, str) else as_of
+    if t.tzinfo is None:
+        raise ValueError("as_of needs a time zone")
+    return t.astimezone(timezone.utc)
+
+
+def _prepare(rewards: pl.LazyFrame | pl.DataFrame, arms: list[str], as_of: datetime | None):
+    lf = rewards.lazy()
+    names = lf.collect_schema().names()
+    missing = [c for c in INPUT_COLUMNS if c not in names]
+    if missing:
+        raise ValueError(f"reward rows lack columns {missing} (schemas/rewards.py RewardRow)")
+    lf = lf.select(INPUT_COLUMNS)
+    immature = (pl.col("mature_time") > pl.lit(as_of)) if as_of is not None else pl.lit(False)
+    counts = lf.group_by("arm").agg(rows=pl.len(), immature=immature.sum()).collect()
+    keep = lf.filter(pl.col("arm").is_in(arms) & ~immature)
+    return keep, counts
+
+
+def _metric_row(name: str, cyc: Change, den_c, den_t) -> MetricResult:
+    info = BY_NAME[name]
+    change, _, low, high, p = cyc.on(info.scale)
+    return MetricResult(metric=name, label=info.label, unit=info.unit, better=info.better, scale=info.scale,
+                        control=cyc.control, treatment=cyc.treatment, absolute=cyc.absolute, relative=cyc.relative,
+                        change=change, low=low, high=high, p_value=p, denominator_control=den_c,
+                        denominator_treatment=den_t, verdict=verdict(low, high, info.better))
+
+
+def _tau(info, change: Change, cfg: AbConfig) -> float:
+    """The mixing scale of the sequential test on the metric's scale: `sequential_tau` is relative, so an
+    absolute change mixes over sequential_tau x |control|."""
+    if info.scale == "relative":
+        return cfg.sequential_tau
+    return cfg.sequential_tau * abs(change.control) if change.control else cfg.sequential_tau
+
+
+def _changes(units: pl.DataFrame, hist: pl.DataFrame, control: str, treatment: str, cfg: AbConfig,
+             seed_offset: int = 0) -> dict[str, Change]:
+    out: dict[str, Change] = {}
+    for m in RATIO_METRICS:
+        mom = moments(units, m, ["arm"])
+        out[m] = ratio_change(moments_of(mom, arm=control), moments_of(mom, arm=treatment), cfg.alpha)
+    hc, ht = hist.filter(pl.col("arm") == control), hist.filter(pl.col("arm") == treatment)
+    for info in METRICS:
+        if info.kind == "quantile":
+            out[info.name] = quantiles.quantile_change(hc, ht, info.quantile, cfg.latency_resolution, cfg.alpha,
+                                                       cfg.bootstrap_resamples, cfg.seed + seed_offset)
+    return out
+
+
+def _denominators(units: pl.DataFrame, hist: pl.DataFrame, arm: str) -> dict[str, float]:
+    u = units.filter(pl.col("arm") == arm)
+    out = {m: float(u[den_col(m)].sum()) for m in RATIO_METRICS}
+    n = float(hist.filter(pl.col("arm") == arm)["count"].sum())
+    out.update({i.name: n for i in METRICS if i.kind == "quantile"})
+    return out
+
+
+def _by_version(units: pl.DataFrame, hist: pl.DataFrame, control: str, cfg: AbConfig) -> list[dict]:
+    table = rates(units, ["arm", "policy_version"])
+    rows = []
+    for r in table.iter_rows(named=True):
+        h = hist.filter((pl.col("arm") == r["arm"]) & (pl.col("policy_version") == r["policy_version"]))
+        for info in METRICS:
+            if info.kind == "quantile":
+                r[info.name] = quantiles.quantile(h, info.quantile, cfg.latency_resolution)
+        if r["arm"] != control:
+            sub = units.filter(((pl.col("arm") == r["arm"]) & (pl.col("policy_version") == r["policy_version"]))
+                               | (pl.col("arm") == control))
+            for m in RATIO_METRICS:
+                mom = moments(sub, m, ["arm"])
+                ch = ratio_change(moments_of(mom, arm=control), moments_of(mom, arm=r["arm"]), cfg.alpha)
+                r[f"{m}_relative"], r[f"{m}_low"], r[f"{m}_high"] = ch.relative, ch.low, ch.high
+        rows.append(r)
+    return rows
+
+
+def _by_org(units: pl.DataFrame, control: str, treatment: str, cfg: AbConfig) -> list[dict]:
+    rows = []
+    for m in RATIO_METRICS:
+        mom = moments(units, m, ["org_id", "arm"])
+        for org in sorted(mom["org_id"].unique().to_list()):
+            c, t = moments_of(mom, org_id=org, arm=control), moments_of(mom, org_id=org, arm=treatment)
+            ch = ratio_change(c, t, cfg.alpha)
+            rows.append({"org_id": org, "metric": m, "control": ch.control, "treatment": ch.treatment,
+                         "relative": ch.relative, "low": ch.low, "high": ch.high, "p_value": ch.p_value,
+                         "users_control": c.n if c else 0, "users_treatment": t.n if t else 0})
+    return rows
+
+
+def _users(units: pl.DataFrame, arm: str) -> int:
+    return units.filter(pl.col("arm") == arm)["user_id"].n_unique()
+
+
+def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, control_arm: str | None = None,
+                          treatment_arm: str | None = None, as_of: datetime | str | None = None, *,
+                          config: AbConfig | None = None, store: MetricsStore | None = None,
+                          pre_period: pl.LazyFrame | pl.DataFrame | None = None) -> CycleMetrics:
+    """A/B metrics of one cycle's reward rows; see the `pipelines.metrics` docstring for every argument."""
+    cfg = config or AbConfig()
+    control, treatment = control_arm or cfg.control_arm, treatment_arm or cfg.treatment_arm
+    check_cycle_id(cycle_id)
+    t_as_of = _as_utc(as_of)
+    rows, arm_counts = _prepare(rewards, [control, treatment], t_as_of)
+    units = unit_stats(rows).collect()
+    buckets = quantiles.user_buckets(units["user_id"], cfg.buckets)
+    hist = quantiles.latency_histogram(rows, buckets, cfg.latency_resolution).collect()
+
+    prior = store.prior(cycle_id) if store is not None else []
+    cum_units = pl.concat([*(store.units(c) for c in prior), units], how="vertical_relaxed") if prior else units
+    cum_hist = pl.concat([*(store.latency(c) for c in prior), hist], how="vertical_relaxed") if prior else hist
+    prev = store.read(prior[-1]) if prior else None
+
+    cyc = _changes(units, hist, control, treatment, cfg)
+    cum = _changes(cum_units, cum_hist, control, treatment, cfg, seed_offset=1) if prior else cyc
+    den_c, den_t = _denominators(units, hist, control), _denominators(units, hist, treatment)
+    pre_units = (unit_stats(pre_period.lazy().select(INPUT_COLUMNS)).collect()
+                 if pre_period is not None and cfg.cuped else None)
+
+    metrics = []
+    for info in METRICS:
+        name = info.name
+        mr = _metric_row(name, cyc[name], den_c[name], den_t[name])
+        c = cum[name]
+        est, var, _, _, _ = c.on(info.scale)
+        tau = _tau(info, c, cfg)
+        mr.cum_control, mr.cum_treatment, mr.cum_change = c.control, c.treatment, est
+        mr.seq_low, mr.seq_high = sequential.interval(est, var, tau, cfg.alpha)
+        p = sequential.p_value(est, var, tau)
+        if prev is not None and p is not None:
+            try:
+                earlier = prev.metric(name).seq_p_value
+            except KeyError:
+                earlier = None
+            p = min(p, earlier) if earlier is not None else p
+        mr.seq_p_value = p
+        mr.seq_verdict = verdict(mr.seq_low, mr.seq_high, info.better)
+        if pre_units is not None and info.kind == "ratio":
+            arms = cuped_arms(units, pre_units, name, (control, treatment))
+            if arms:
+                a_c, a_t = arms[control], arms[treatment]
+                ch = relative_change(a_c.adjusted, a_c.variance, a_t.adjusted, a_t.variance, cfg.alpha)
+                mr.cuped_change, _, mr.cuped_low, mr.cuped_high, _ = ch.on(info.scale)
+                raw = sum(a.variance_unadjusted for a in arms.values())
+                mr.cuped_variance_reduction = 1 - sum(a.variance for a in arms.values()) / raw if raw > 0 else None
+        metrics.append(mr)
+
+    shares = {control: 1 - cfg.treatment_share, treatment: cfg.treatment_share}
+    srm = srm_check({control: _users(units, control), treatment: _users(units, treatment)}, shares,
+                    cfg.srm_p_threshold)
+    srm_cum = srm_check({control: _users(cum_units, control), treatment: _users(cum_units, treatment)}, shares,
+                        cfg.srm_p_threshold)
+
+    by_arm = {r["arm"]: r for r in arm_counts.iter_rows(named=True)}
+    unknown = {a: int(units.filter(pl.col("arm") == a)["unknown_labels"].sum()) for a in (control, treatment)}
+    known = {a: int(units.filter(pl.col("arm") == a)["known_labels"].sum()) for a in (control, treatment)}
+    counts = {
+        "rows": int(sum(r["rows"] for r in by_arm.values())),
+        "rows_used": int(units["n"].sum()),
+        "rows_by_arm": {a: int(by_arm.get(a, {}).get("rows", 0)) for a in (control, treatment)},
+        "rows_other_arms": {a: int(r["rows"]) for a, r in by_arm.items() if a not in (control, treatment)},
+        "immature_rows_excluded": int(sum(r["immature"] for r in by_arm.values())),
+        "users_by_arm": {a: _users(units, a) for a in (control, treatment)},
+        "unknown_labels": unknown,
+        "known_labels": known,
+        "unknown_label_share": {a: (unknown[a] / (unknown[a] + known[a]) if unknown[a] + known[a] else None)
+                                for a in (control, treatment)},
+        "orgs": int(units["org_id"].n_unique()),
+    }
+    versions = {a: sorted(units.filter(pl.col("arm") == a)["policy_version"].unique().to_list())
+                for a in (control, treatment)}
+    monitors = [evaluate(m, cyc[m], th).to_dict() for m, th in cfg.monitors.items()]
+    settings = {"sequential_tau": cfg.sequential_tau, "treatment_share": cfg.treatment_share,
+                "srm_p_threshold": cfg.srm_p_threshold, "buckets": cfg.buckets,
+                "bootstrap_resamples": cfg.bootstrap_resamples, "latency_resolution": cfg.latency_resolution,
+                "seed": cfg.seed, "cuped": pre_units is not None}
+    return CycleMetrics(
+        cycle_id=cycle_id, control_arm=control, treatment_arm=treatment, alpha=cfg.alpha,
+        as_of=t_as_of.isoformat() if t_as_of else None,
+        seq=store.seq_of(cycle_id) if store is not None else None, versions=versions, counts=counts,
+        metrics=metrics, srm=srm.to_dict(), srm_cumulative=srm_cum.to_dict(),
+        by_version=_by_version(units, hist, control, cfg), by_org=_by_org(units, control, treatment, cfg),
+        monitors=monitors, cumulative_cycles=[*prior, cycle_id], settings=settings, units=units, latency=hist)

@@ -1,0 +1,47 @@
+"""Reward-hacking monitors: the treatment's edit rate, clarification rate, broken tool calls and response length
+against control, each with a threshold (`[ab.monitors]`) that turns it red.
+
+A policy trained on user outcomes can learn to avoid being judged rather than to do better: stop suggesting
+edits (no edit, no reverted edit), ask questions it does not need to, break tool calls on purpose, or answer in
+degenerate lengths. These are watched as changes against the frozen control, per cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from pipelines.metrics.config import MonitorThreshold
+from pipelines.metrics.intervals import Change
+
+
+@dataclass(frozen=True)
+class MonitorStatus:
+    metric: str
+    control: float | None
+    treatment: float | None
+    change: float | None          # relative or absolute, as the threshold says
+    relative: bool
+    max_increase: float | None
+    max_decrease: float | None
+    status: str                   # "ok" | "red" | "no data"
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def evaluate(metric: str, change: Change, threshold: MonitorThreshold) -> MonitorStatus:
+    delta = change.relative if threshold.relative else change.absolute
+    base = dict(metric=metric, control=change.control, treatment=change.treatment, change=delta,
+                relative=threshold.relative, max_increase=threshold.max_increase,
+                max_decrease=threshold.max_decrease)
+    if delta is None:
+        return MonitorStatus(**base, status="no data", reason="an arm has no rows for this metric")
+    unit = "relative" if threshold.relative else "absolute"
+    if threshold.max_increase is not None and delta > threshold.max_increase:
+        return MonitorStatus(**base, status="red",
+                             reason=f"rose {delta:+.4g} ({unit}), more than {threshold.max_increase:g}")
+    if threshold.max_decrease is not None and delta < -threshold.max_decrease:
+        return MonitorStatus(**base, status="red",
+                             reason=f"fell {delta:+.4g} ({unit}), more than {threshold.max_decrease:g}")
+    return MonitorStatus(**base, status="ok", reason="within thresholds")

@@ -1,0 +1,146 @@
+"""The A/B results of every cycle, under `<state_dir>/ab/`: cheap to draw as history, enough to go on cumulatively.
+
+    <state_dir>/ab/cycles/<cycle_id>/result.json     CycleMetrics.to_dict(): the table, SRM, breakdowns, monitors
+    <state_dir>/ab/cycles/<cycle_id>/units.parquet   per-user sums (rates.py), what later cycles accumulate
+    <state_dir>/ab/cycles/<cycle_id>/latency.parquet latency histogram per (arm, policy_version, bucket, bin)
+
+A cycle's folder is written beside the old one and swapped in by renames, so a reader sees the old result or
+the new one. Writing a cycle again replaces it and keeps its place (`seq`) in the order; a new cycle goes last.
+`history()` is one small frame with a row per (cycle, metric), read from the JSON files only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+from pipelines.metrics.result import CycleMetrics
+
+CYCLE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_cycle_id(cycle_id: str) -> str:
+    if not CYCLE_ID.match(str(cycle_id)):
+        raise ValueError(f"cycle id {cycle_id!r}: use letters, digits, '.', '_' or '-' (at most 128)")
+    return str(cycle_id)
+
+
+class MetricsStore:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    @classmethod
+    def for_state_dir(cls, state_dir: str | Path) -> "MetricsStore":
+        return cls(Path(state_dir) / "ab")
+
+    def _dir(self, cycle_id: str) -> Path:
+        return self.root / "cycles" / check_cycle_id(cycle_id)
+
+    def _meta(self) -> list[tuple[int, str]]:
+        out = []
+        for p in (self.root / "cycles").glob("*/result.json"):
+            try:
+                seq = json.loads(p.read_text()).get("seq")
+            except (OSError, ValueError):
+                continue  # a folder being swapped in right now, or damaged: not a stored cycle
+            out.append((int(seq) if seq is not None else 0, p.parent.name))
+        return sorted(out)
+
+    def cycles(self) -> list[str]:
+        """Stored cycle ids, oldest first."""
+        return [c for _, c in self._meta()]
+
+    def seq_of(self, cycle_id: str) -> int:
+        """The cycle's place: its stored seq, or one past the last for a new cycle."""
+        meta = self._meta()
+        for s, c in meta:
+            if c == cycle_id:
+                return s
+        return (meta[-1][0] + 1) if meta else 1
+
+    def prior(self, cycle_id: str) -> list[str]:
+        """Cycles stored before `cycle_id` (all of them when it is new)."""
+        seq = self.seq_of(cycle_id)
+        return [c for s, c in self._meta() if s < seq and c != cycle_id]
+
+    def exists(self, cycle_id: str) -> bool:
+        return (self._dir(cycle_id) / "result.json").is_file()
+
+    def read(self, cycle_id: str, frames: bool = False) -> CycleMetrics:
+        d = self._dir(cycle_id)
+        if not (d / "result.json").is_file():
+            raise FileNotFoundError(f"no A/B result for cycle {cycle_id!r} under {self.root} "
+                                    f"(stored: {', '.join(self.cycles()) or 'none'})")
+        res = CycleMetrics.from_dict(json.loads((d / "result.json").read_text()))
+        if frames:
+            res.units, res.latency = self.units(cycle_id), self.latency(cycle_id)
+        return res
+
+    def latest(self) -> CycleMetrics | None:
+        cycles = self.cycles()
+        return self.read(cycles[-1]) if cycles else None
+
+    def units(self, cycle_id: str) -> pl.DataFrame:
+        return pl.read_parquet(self._dir(cycle_id) / "units.parquet")
+
+    def latency(self, cycle_id: str) -> pl.DataFrame:
+        return pl.read_parquet(self._dir(cycle_id) / "latency.parquet")
+
+    def write(self, cycle_id: str, result: CycleMetrics) -> Path:
+        """Store `result` (with its frames) as cycle `cycle_id`; returns the cycle's folder."""
+        if result.cycle_id != cycle_id:
+            raise ValueError(f"result is for cycle {result.cycle_id!r}, not {cycle_id!r}")
+        if result.units is None or result.latency is None:
+            raise ValueError("the result has no unit stats / latency histogram (compute_cycle_metrics makes them)")
+        final = self._dir(cycle_id)
+        if result.seq is None:
+            result.seq = self.seq_of(cycle_id)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{cycle_id}-", dir=final.parent))
+        try:
+            result.units.write_parquet(tmp / "units.parquet", compression="zstd")
+            result.latency.write_parquet(tmp / "latency.parquet", compression="zstd")
+            with open(tmp / "result.json", "w", encoding="utf-8") as fh:
+                json.dump(result.to_dict(), fh, indent=2, allow_nan=False)
+                fh.flush()
+                os.fsync(fh.fileno())
+            old = None
+            if final.exists():
+                old = final.parent / f".{cycle_id}-old-{os.getpid()}"
+                os.replace(final, old)
+            os.replace(tmp, final)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+    def history(self) -> pl.DataFrame:
+        """One row per (cycle, metric): seq, cycle_id, as_of, metric, control, treatment, relative, low, high,
+        change, scale, cum_change, seq_low, seq_high, verdict, seq_verdict, srm_p_value, srm_flagged, treatment_versions."""
+        rows = []
+        for cycle_id in self.cycles():
+            r = self.read(cycle_id)
+            tv = ",".join(r.versions.get(r.treatment_arm, []))
+            for m in r.metrics:
+                rows.append({"seq": r.seq, "cycle_id": r.cycle_id, "as_of": r.as_of, "metric": m.metric,
+                             "label": m.label, "unit": m.unit, "control": m.control, "treatment": m.treatment,
+                             "relative": m.relative, "change": m.change, "scale": m.scale, "low": m.low,
+                             "high": m.high, "cum_change": m.cum_change,
+                             "seq_low": m.seq_low, "seq_high": m.seq_high, "verdict": m.verdict,
+                             "seq_verdict": m.seq_verdict, "srm_p_value": r.srm.get("p_value"),
+                             "srm_flagged": bool(r.srm.get("flagged", False)), "treatment_versions": tv})
+        schema = {"seq": pl.Int64, "cycle_id": pl.String, "as_of": pl.String, "metric": pl.String,
+                  "label": pl.String, "unit": pl.String, "control": pl.Float64, "treatment": pl.Float64,
+                  "relative": pl.Float64, "low": pl.Float64, "high": pl.Float64, "cum_change": pl.Float64,
+                  "change": pl.Float64, "scale": pl.String,
+                  "seq_low": pl.Float64, "seq_high": pl.Float64, "verdict": pl.String, "seq_verdict": pl.String,
+                  "srm_p_value": pl.Float64, "srm_flagged": pl.Boolean, "treatment_versions": pl.String}
+        return pl.DataFrame(rows, schema=schema)
