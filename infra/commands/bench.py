@@ -18,6 +18,13 @@ def main(args, cfg) -> int:
         result = {"benchmark": "ingest", "cpus": os.cpu_count(), **result}
         print(json.dumps(result))
         return 0 if result["events_archived"] == result["events_sent"] else 1
+    if args.bench_command == "fuzz":
+        from infra.bench.fuzz import DEFAULT_CASES, run as run_fuzz
+
+        cases = {k: max(1, round(v * args.scale)) for k, v in DEFAULT_CASES.items()}
+        result = {"benchmark": "fuzz", "cpus": os.cpu_count(), **run_fuzz(cases, args.seed, log=log)}
+        print(json.dumps(result))
+        return 0 if result["crashes"] == 0 else 1
     if args.bench_command == "rewards":
         from infra.bench.rewards import run as run_rewards
 
@@ -43,9 +50,16 @@ def main(args, cfg) -> int:
         print(json.dumps(result))
         return 0
     if args.bench_command == "gate":
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from infra.bench.gate import run as run_gate_bench
 
         result = {"benchmark": "gate", "cpus": os.cpu_count(), **run_gate_bench(cfg, args.tasks, args.samples, log)}
         print(json.dumps(result))
         return 0 if result["infra_failure_rate"] < cfg.gate.max_infra_failure_rate else 1
+    if args.bench_command == "ab":
+        from infra.bench.ab import run as run_ab
+
+        result = {"benchmark": "ab", "cpus": os.cpu_count(), **run_ab(args.rows, args.users, log=log)}
+        print(json.dumps(result))
+        return 0
     raise SystemExit(f"unknown benchmark {args.bench_command!r}")

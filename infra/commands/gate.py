@@ -7,10 +7,16 @@ line and the report); 2 bad arguments (unknown version, no champion, a bad suite
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 EXIT_PROMOTE, EXIT_ERROR, EXIT_USAGE, EXIT_KEEP = 0, 1, 2, 3
+
+
+def _quiet_vllm() -> None:
+    """vLLM's per-engine INFO chatter would bury the gate's progress lines (set before vLLM is imported)."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
 def _log(msg: str) -> None:
@@ -18,6 +24,7 @@ def _log(msg: str) -> None:
 
 
 def gate(args, cfg) -> int:
+    _quiet_vllm()
     from evals.endpoints import EndpointError
     from evals.gate_run import run_gate
     from evals.tasks.spec import TaskError
@@ -62,6 +69,7 @@ def eval_suite(args, cfg) -> int:
 
 def eval_run(args, cfg) -> int:
     """One arm on one endpoint (any OpenAI-compatible URL, or a registered version served privately)."""
+    _quiet_vllm()
     from evals.gate_run import Progress, suite_of
     from evals.harness import run_suite
     from evals.tasks.spec import TaskError

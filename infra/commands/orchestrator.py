@@ -1,0 +1,61 @@
+"""`rtrl orchestrator`: the Dagster UI and daemon over the cycle's definitions (infra/orchestrator/definitions.py).
+
+    rtrl orchestrator            foreground (Ctrl-C stops); the cadence sensor starts cycles on its interval
+    rtrl orchestrator --detach   background; `rtrl down` stops it
+
+The Dagster instance lives in <state_dir>/dagster (runs, sensor ticks with their skip reasons, asset lineage).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from infra.stack.process import ManagedProcess, StackError, port_is_free
+
+NAME = "orchestrator"
+
+
+def _argv_env(args, cfg) -> tuple[list[str], dict[str, str]]:
+    o = cfg.orchestrator
+    home = cfg.state_path / "dagster"
+    home.mkdir(parents=True, exist_ok=True)
+    dagster = Path(sys.executable).with_name("dagster")
+    argv = [str(dagster), "dev", "-m", "infra.orchestrator.definitions", "-h", o.dagster_host,
+            "-p", str(o.dagster_port)]
+    env = {"DAGSTER_HOME": str(home), "RTRL_CONFIG": args.config or "", "RTRL_SET": json.dumps(args.overrides)}
+    return argv, env
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/server_info", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def main(args, cfg) -> int:
+    o = cfg.orchestrator
+    url = f"http://{o.dagster_host}:{o.dagster_port}"
+    proc = ManagedProcess(NAME, cfg.state_path)
+    if (rec := proc.info()) is not None:
+        print(f"orchestrator: already running (pid {rec['pid']}) at {url}; log: {proc.logfile}")
+        return 0
+    if not port_is_free(o.dagster_host, o.dagster_port):
+        raise StackError(f"port {o.dagster_port} on {o.dagster_host} is taken; choose another with "
+                         "--set orchestrator.dagster_port=PORT")
+    argv, env = _argv_env(args, cfg)
+    if not args.detach:
+        print(f"orchestrator: Dagster UI at {url} (instance {env['DAGSTER_HOME']}); Ctrl-C stops", flush=True)
+        os.execve(argv[0], argv, {**os.environ, **env})
+    proc.start(argv, env=env, extra={"url": url})
+    t0 = time.monotonic()
+    proc.wait_healthy(lambda: _answers(url), 180, f"GET {url}/server_info")
+    print(json.dumps({"orchestrator": {"url": url, "pid": proc.info()["pid"], "log": str(proc.logfile),
+                                       "dagster_home": env["DAGSTER_HOME"], "seconds": round(time.monotonic() - t0, 1)}}))
+    return 0

@@ -1,0 +1,113 @@
+"""When the next cycle starts (DESIGN.md §1): a true interval measured from the last cycle's START, one cycle at a
+time, and only with enough mature traffic. `decide` is the whole rule, with no I/O; the Dagster sensor and `rtrl
+demo` call it with the ledger, the orchestrator's clock and a lazy count of mature requests.
+
+    d = decide(now, ledger.all(), lambda: count_mature_requests(cfg, now), interval_s=5 * 3600, min_rows=200)
+    d.start, d.cycle_id, d.reason     # True, "c4", "5.0 h since c3 started, 1,204 mature requests"
+
+Rules, in order:
+  1. the last cycle is running and its runner is alive: skip ("previous cycle still running");
+  2. the last cycle failed, or is marked running but its runner died: start it again under the same id (resume;
+     its done steps are not redone);
+  3. less than `interval_s` since the last cycle started: skip ("too early", with the time of the next chance);
+  4. fewer than `min_rows` mature requests since the last cycle's range: skip ("too few mature rows");
+  5. otherwise start the next cycle id.
+A blocked cycle (data quality failed, data refused) is finished: the next one starts on the usual interval.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Callable
+
+from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, RUNNING, CycleRecord
+
+
+@dataclass
+class CadenceDecision:
+    start: bool
+    reason: str
+    cycle_id: str | None = None
+    resume: bool = False
+    details: dict = field(default_factory=dict)
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def decide(now: datetime, records: list[CycleRecord], mature_rows: Callable[[], int], interval_s: float,
+           min_rows: int, alive: Callable[[int | None], bool] = _alive) -> CadenceDecision:
+    last = records[-1] if records else None
+    next_id = f"c{(last.seq if last else 0) + 1}"
+    if last is not None and last.status == RUNNING:
+        if alive(last.runner_pid):
+            return CadenceDecision(False, f"previous cycle {last.cycle_id} is still running (since "
+                                          f"{last.started_at})", details={"running": last.cycle_id})
+        return CadenceDecision(True, f"cycle {last.cycle_id} was left running by a runner that died: resuming it",
+                               last.cycle_id, resume=True)
+    if last is not None and last.status == FAILED:
+        return CadenceDecision(True, f"cycle {last.cycle_id} failed ({last.error[:200]}): resuming it",
+                               last.cycle_id, resume=True)
+    if last is not None and last.status in (DONE, BLOCKED):
+        due = datetime.fromisoformat(last.started_at) + timedelta(seconds=interval_s)
+        if now < due:
+            return CadenceDecision(False, f"too early: {_hours((now - datetime.fromisoformat(last.started_at)))} "
+                                          f"since {last.cycle_id} started, the interval is "
+                                          f"{interval_s / 3600:g} h (next at {due.isoformat()})",
+                                   details={"next_at": due.isoformat()})
+    n = mature_rows()
+    if n < min_rows:
+        return CadenceDecision(False, f"too few mature rows: {n:,} mature requests since the last cycle, "
+                                      f"{min_rows:,} needed", details={"mature_rows": n})
+    since = f"{_hours(now - datetime.fromisoformat(last.started_at))} since {last.cycle_id} started, " if last else ""
+    return CadenceDecision(True, f"{since}{n:,} mature requests", next_id, details={"mature_rows": n})
+
+
+def _hours(d: timedelta) -> str:
+    return f"{d.total_seconds() / 3600:.2f} h"
+
+
+def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
+    """Served requests (trajectory events) in Kafka after the last reward cycle's range whose rows will be mature
+    by `now`: event_time + the reward spec's maturity delay + allowed lateness <= now (the watermark a range
+    fixed now would reach). Reads the trajectories topic from the last done cycle's end offsets."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from pipelines.rewards.cycle_job import CycleStore
+    from pipelines.rewards.kafka_range import _event_time, key
+    from schemas.topics import TRAJECTORY_TOPIC
+
+    last = CycleStore(cfg.state_path / "rewards").latest_done()
+    start = last.range["stop"] if last else {}
+    cutoff = now - timedelta(seconds=cfg.rewards.maturity_delay_s() + cfg.rewards.allowed_lateness_s)
+    c = KafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap(), enable_auto_commit=False, group_id=None,
+                      max_poll_records=5000, fetch_max_bytes=64 * 1024 * 1024)
+    try:
+        tps = [TopicPartition(TRAJECTORY_TOPIC, p) for p in sorted(c.partitions_for_topic(TRAJECTORY_TOPIC) or ())]
+        if not tps:
+            return 0
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, start.get(key((tp.topic, tp.partition)), 0))
+        n, idle_polls, deadline = 0, 0, datetime.now().timestamp() + timeout_s
+        while idle_polls < 3 and datetime.now().timestamp() < deadline:
+            got = c.poll(timeout_ms=300)
+            idle_polls = 0 if got else idle_polls + 1
+            for records in got.values():
+                for r in records:
+                    t = _event_time(r.value)
+                    n += int(t is not None and t <= cutoff)
+        return n
+    finally:
+        c.close()

@@ -1,0 +1,57 @@
+"""`[orchestrator]` and `[demo]`: the cycle's cadence and steps, and the `rtrl demo` loop (DESIGN.md §1, §8).
+
+Times are in the orchestrator's clock: wall time in production, the simulated clock in the demo and tests (the
+same clock the simulated users stamp event times with, so "every five hours" means five hours of event time).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class OrchestratorConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    interval_s: float = Field(default=5 * 3600, gt=0, le=30 * 86400,
+                              description="Cadence: a cycle starts at most this long after the previous cycle "
+                                          "STARTED (a true interval, not a cron slot), in the orchestrator's clock.")
+    min_mature_rows: int = Field(default=200, ge=1, le=100_000_000,
+                                 description="A cycle starts only when at least this many served requests since "
+                                             "the last cycle are mature (their reward rows can no longer change).")
+    sensor_interval_s: float = Field(default=30.0, gt=0, le=3600,
+                                     description="Wall seconds between two evaluations of the cadence sensor.")
+    clock: Literal["wall", "accelerated"] = Field(
+        default="wall", description="wall: real time (production). accelerated: the simulated clock of "
+        "<state_dir>/orchestrator/clock.json (written by `rtrl demo`), `speed` simulated seconds per wall second.")
+    deploy_timeout_s: float = Field(default=600.0, gt=0, le=7200,
+                                    description="How long the deploy step waits for serving to serve the new "
+                                                "champion (blue/green load) before the cycle fails.")
+    step_timeout_s: float = Field(default=3600.0, gt=0, le=86400,
+                                  description="Most wall seconds one step (a subprocess) may run.")
+    dagster_port: int = Field(default=13000, ge=1, le=65535, description="Dagster UI port (`rtrl orchestrator`).")
+    dagster_host: str = Field(default="127.0.0.1", description="Dagster UI bind address; localhost by default.")
+
+
+class DemoConfig(BaseModel):
+    """`rtrl demo`: the embedded stack, v0, serving with two arms, simulated users and K cycles, sized for a
+    2-core laptop. Every `gate.*`, `trainer.*` or `simulator.*` key still applies; these are the demo's own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cycles: int = Field(default=3, ge=1, le=100, description="Cycles to run (`--cycles`).")
+    users: int = Field(default=48, ge=1, le=10_000, description="Simulated users driving the serving endpoint.")
+    speed: float = Field(default=240.0, gt=0, le=100_000, description="Simulated seconds per wall second of the "
+                         "users and of the orchestrator's clock.")
+    interval_s: float = Field(default=3 * 3600, gt=0, le=30 * 86400,
+                              description="The demo's cadence in simulated seconds (the production default is "
+                                          "orchestrator.interval_s, five hours).")
+    min_mature_rows: int = Field(default=300, ge=1, description="Mature requests needed before a cycle starts.")
+    gate_tasks: int = Field(default=24, ge=2, le=10_000, description="Held-out tasks of the demo's gate suite.")
+    gate_samples: int = Field(default=2, ge=1, le=100, description="Samples per task and arm in the demo's gate.")
+    ab_window: Literal["last_cycle", "since_first_promotion"] = Field(
+        default="since_first_promotion",
+        description="Traffic the A/B table compares: requests served since the treatment arm first differed from "
+                    "control, or only those of the last cycle's range.")
+    timeout_s: float = Field(default=3600.0, gt=0, le=86400, description="Wall seconds before the demo gives up.")

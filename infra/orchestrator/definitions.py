@@ -1,0 +1,209 @@
+"""Dagster definitions of the cycle, its cadence sensor and the replay jobs (DESIGN.md §1, §8).
+
+    rtrl orchestrator                                   # Dagster UI + daemon (the sensor starts cycles)
+    dagster dev -m infra.orchestrator.definitions      # the same, by hand (RTRL_CONFIG / RTRL_SET name the config)
+
+Assets, one per step, partitioned by cycle id (a dynamic partition added by the sensor), so the UI shows each
+cycle's lineage: fixed_range -> reward_rows -> quality_report -> (ab_metrics, candidate_checkpoint ->
+gate_decision -> champion_alias) -> serving_deployment. Each asset runs its step through `infra.orchestrator.steps.run_step`: the
+ledger skips steps a crashed run already finished, and every step's own work is idempotent by cycle id, so
+re-executing a failed run (or the sensor resuming it) never doubles work or data.
+
+Jobs: `rtrl_cycle` (every step asset for one cycle partition), `rtrl_replay` (one time range of the archived event
+log through the reward job, to a separate output; config start/end/out) and `rtrl_replay_hourly` (the same as an
+hourly-partitioned asset: a backfill over a range of hours writes one window per hour).
+Sensor: `cadence` (infra.orchestrator.cadence.decide), every orchestrator.sensor_interval_s; each tick's decision
+is also appended to <state_dir>/orchestrator/cadence.jsonl.
+"""
+# no `from __future__ import annotations`: Dagster reads the context and config annotations at definition time
+import json
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import dagster as dg
+
+from infra.config import load_config
+from infra.orchestrator.cadence import count_mature_requests, decide
+from infra.orchestrator.clock import clock_for
+from infra.orchestrator.ledger import Ledger
+from infra.orchestrator.rtrl_cli import RtrlCli
+from infra.orchestrator.steps import STEPS, context_for, finish, run_step, step_log_dir
+
+CONFIG_ENV, OVERRIDES_ENV = "RTRL_CONFIG", "RTRL_SET"
+CYCLE_JOB, REPLAY_JOB = "rtrl_cycle", "rtrl_replay"
+cycles = dg.DynamicPartitionsDefinition(name="cycles")
+
+ASSETS = {  # step -> (asset name, what the asset is)
+    "collect": ("fixed_range", "The Kafka offset range of the cycle and the champion that served it."),
+    "distill": ("reward_rows", "The cycle's reward rows (Beam reward job; window = cycle id)."),
+    "validate": ("quality_report", "Data-quality suites over the cycle's rows; a failure blocks the cycle."),
+    "measure": ("ab_metrics", "The cycle's A/B metrics, treatment vs control (<state_dir>/ab; the dashboard)."),
+    "train": ("candidate_checkpoint", "The candidate trained on the cycle's rows (MLflow version)."),
+    "evaluate": ("gate_decision", "Gate: candidate vs the champion it was trained from."),
+    "promote": ("champion_alias", "Compare-and-swap of alias champion to the candidate when the gate passed."),
+    "deploy": ("serving_deployment", "Serving reports the champion on its treatment arm."),
+}
+
+
+class RtrlResource(dg.ConfigurableResource):
+    """The rtrl configuration the steps run with (the same file and overrides as the `rtrl` command)."""
+
+    config_path: str = ""
+    overrides: list[str] = []
+
+    def load(self):
+        return load_config(self.config_path or None, self.overrides)
+
+    def cli(self, cfg, cycle_id: str) -> RtrlCli:
+        return RtrlCli(self.config_path or None, list(self.overrides), step_log_dir(cfg, cycle_id),
+                       cfg.orchestrator.step_timeout_s)
+
+
+def resource_from_env() -> RtrlResource:
+    return RtrlResource(config_path=os.environ.get(CONFIG_ENV, ""),
+                        overrides=json.loads(os.environ.get(OVERRIDES_ENV, "[]")))
+
+
+def _metadata(result: dict) -> dict:
+    out = {}
+    for k, v in result.items():
+        if isinstance(v, bool) or v is None:
+            out[k] = dg.MetadataValue.text(str(v))
+        elif isinstance(v, (int, float)):
+            out[k] = v
+        elif isinstance(v, (dict, list)):
+            out[k] = dg.MetadataValue.json(v)
+        else:
+            out[k] = dg.MetadataValue.text(str(v))
+    return out
+
+
+# what each step's asset is derived from (lineage in the UI); the ledger runs them in STEPS order
+UPSTREAM = {"collect": [], "distill": ["collect"], "validate": ["distill"], "measure": ["validate"],
+            "train": ["validate"], "evaluate": ["train"], "promote": ["evaluate"], "deploy": ["promote", "measure"]}
+
+
+def _step_asset(step: str):
+    name, description = ASSETS[step]
+
+    @dg.asset(name=name, partitions_def=cycles, deps=[ASSETS[u][0] for u in UPSTREAM[step]], group_name="cycle",
+              description=description)
+    def _asset(context: dg.AssetExecutionContext, rtrl: RtrlResource) -> dg.MaterializeResult:
+        cfg = rtrl.load()
+        cycle_id = context.partition_key
+        ctx, ledger = context_for(cfg, rtrl.cli(cfg, cycle_id), cycle_id, clock_for(cfg).now(),
+                                  log=context.log.info)
+        result = run_step(ctx, ledger, step)
+        if step == STEPS[-1]:
+            finish(ctx, ledger)
+        return dg.MaterializeResult(metadata=_metadata({"step": step, **result}))
+
+    return _asset
+
+
+cycle_assets = [_step_asset(step) for step in STEPS]
+cycle_job = dg.define_asset_job(CYCLE_JOB, selection=[ASSETS[s][0] for s in STEPS], partitions_def=cycles,
+                                description="One cycle: collect -> distill -> validate -> train -> evaluate -> "
+                                            "promote -> deploy, resumable by cycle id.")
+
+ACTIVE = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+          dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+
+def record_decision(state_path: Path, now: datetime, decision, source: str) -> None:
+    """Append one tick's decision to <state_dir>/orchestrator/cadence.jsonl (why a cycle started or not)."""
+    p = Path(state_path) / "orchestrator" / "cadence.jsonl"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"at": now.isoformat(), "wall": datetime.now(timezone.utc).isoformat(),
+                            "source": source, "start": decision.start, "cycle_id": decision.cycle_id,
+                            "resume": decision.resume, "reason": decision.reason, **decision.details}) + "\n")
+
+
+def evaluate_cadence(instance, rtrl: RtrlResource, source: str = "sensor"):
+    """One sensor tick: (decision, the run request or None). Skips while a cycle run is active in Dagster."""
+    from infra.orchestrator.cadence import CadenceDecision
+
+    cfg = rtrl.load()
+    now = clock_for(cfg).now()
+    active = instance.get_runs(filters=dg.RunsFilter(job_name=CYCLE_JOB, statuses=ACTIVE), limit=1)
+    if active:
+        d = CadenceDecision(False, f"previous cycle still running (Dagster run {active[0].run_id[:8]}, "
+                                   f"partition {active[0].tags.get('dagster/partition')})")
+    else:
+        o = cfg.orchestrator
+        d = decide(now, Ledger(cfg.state_path).all(), lambda: count_mature_requests(cfg, now), o.interval_s,
+                   o.min_mature_rows)
+    record_decision(cfg.state_path, now, d, source)
+    if not d.start:
+        return d, None
+    return d, dg.RunRequest(partition_key=d.cycle_id, run_key=f"{d.cycle_id}@{time.time():.0f}",
+                            tags={"rtrl/reason": d.reason[:200], "rtrl/resume": str(d.resume).lower()})
+
+
+def _sensor_interval() -> int:
+    try:
+        return max(1, int(resource_from_env().load().orchestrator.sensor_interval_s))
+    except Exception:  # noqa: BLE001 -- a bad config is reported by the assets and `rtrl config --check`
+        return 30
+
+
+@dg.sensor(name="cadence", job=cycle_job, minimum_interval_seconds=_sensor_interval(),
+           default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Starts a cycle every orchestrator.interval_s after the last one started, when it has "
+                       "finished and enough mature rows exist; otherwise skips with the reason.")
+def cadence_sensor(context: dg.SensorEvaluationContext, rtrl: RtrlResource):
+    decision, request = evaluate_cadence(context.instance, rtrl)
+    if request is None:
+        return dg.SkipReason(decision.reason)
+    return dg.SensorResult(run_requests=[request],
+                           dynamic_partitions_requests=[cycles.build_add_request([decision.cycle_id])])
+
+
+# --- replay ------------------------------------------------------------------------------------------------------
+
+class ReplayConfig(dg.Config):
+    start: str                 # ISO time with zone; requests made in [start, end)
+    end: str
+    out: str = ""              # "" = <state_dir>/replay/<start>--<end>; never the production table
+
+
+@dg.op(description="Recompute reward rows from the archived event log over [start, end) into a separate table.")
+def replay_window(context: dg.OpExecutionContext, config: ReplayConfig, rtrl: RtrlResource) -> dict:
+    from infra.orchestrator.replay import replay_range
+
+    cfg = rtrl.load()
+    return replay_range(cfg, rtrl.cli(cfg, "replay"), config.start, config.end, config.out or None,
+                        log=context.log.info)
+
+
+@dg.job(name=REPLAY_JOB, description="Replay one time range of the event log through the reward job.")
+def replay_job():
+    replay_window()
+
+
+hourly = dg.HourlyPartitionsDefinition(start_date="2026-01-01-00:00", timezone="UTC")
+
+
+@dg.asset(name="replayed_rewards_hourly", partitions_def=hourly, group_name="replay",
+          description="The reward job replayed over one hour of the event log (backfill a range of hours); "
+                      "written to <state_dir>/replay/hourly/window=<hour>.")
+def replayed_rewards_hourly(context: dg.AssetExecutionContext, rtrl: RtrlResource) -> dg.MaterializeResult:
+    from infra.orchestrator.replay import replay_range
+
+    cfg = rtrl.load()
+    w = context.partition_time_window
+    out = cfg.state_path / "replay" / "hourly" / f"window={w.start.strftime('%Y-%m-%dT%H')}"
+    r = replay_range(cfg, rtrl.cli(cfg, "replay"), w.start.isoformat(), w.end.isoformat(), str(out),
+                     log=context.log.info)
+    return dg.MaterializeResult(metadata=_metadata(r))
+
+
+replay_hourly_job = dg.define_asset_job("rtrl_replay_hourly", selection=["replayed_rewards_hourly"],
+                                        partitions_def=hourly)
+
+defs = dg.Definitions(assets=[*cycle_assets, replayed_rewards_hourly], jobs=[cycle_job, replay_job,
+                                                                               replay_hourly_job],
+                      sensors=[cadence_sensor], resources={"rtrl": resource_from_env()})

@@ -1,0 +1,251 @@
+"""`rtrl demo`: the whole loop on one machine, from nothing (DESIGN.md §1, §8).
+
+    demo = Demo(cfg, config_path, overrides, log)
+    summary = demo.run(cycles=3)          # -> the summary dict (also written to --summary PATH)
+
+1. a fresh demo state dir (`<state_dir>/demo`; `--resume` keeps it) with the embedded stack (broker, topics,
+   MLflow store) and the archiver;
+2. policy v0: the first demo bootstraps it (a few minutes) and keeps a copy in `<state_dir>/policy-v0`; later
+   demos register that copy (seconds). Aliases champion and control point to it;
+3. serving with two arms: control = alias control (frozen v0), treatment = alias champion (the RL lineage);
+4. the accelerated clock (`demo.speed` simulated seconds per wall second) and the simulated users on it, driving
+   serving through the SDK -> Kafka, in the background for the whole demo;
+5. the Dagster cycle job, started by the cadence sensor (evaluated every couple of wall seconds) whenever
+   `demo.interval_s` of simulated time has passed since the last cycle started, the previous one finished and
+   enough mature requests exist; each run is recorded in the Dagster instance of the demo state dir (the UI
+   shows them), a failed run is resumed by the sensor;
+6. after K cycles: per-cycle A/B metrics of the reward rows (pipelines.metrics) and the summary.
+Without --keep-running everything is stopped at the end (also on Ctrl-C or an error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable
+
+from infra.config import load_config
+from infra.orchestrator.clock import AcceleratedClock, clock_path
+from infra.orchestrator.ledger import BLOCKED, DONE, Ledger
+from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
+
+MAX_ATTEMPTS = 3   # runs of one cycle id (the first and two resumptions) before the demo gives up
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+def demo_overrides(cfg, state: Path) -> list[str]:
+    """The keys the demo sets on top of the user's config (every other key is the user's)."""
+    d = cfg.demo
+    return [f'state_dir="{state}"', 'orchestrator.clock="accelerated"', f"orchestrator.interval_s={d.interval_s}",
+            f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
+            f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}"]
+
+
+class Demo:
+    def __init__(self, cfg, config_path: str | None, overrides: list[str], log: Callable[[str], None] = print):
+        self.base = cfg
+        self.state = cfg.state_path / "demo"
+        self.v0_cache = cfg.state_path / "policy-v0"
+        self.config_path = config_path
+        self.overrides = [*overrides, *demo_overrides(cfg, self.state)]
+        self.cfg = load_config(config_path, self.overrides)
+        self.log = log
+        self.cli = RtrlCli(config_path, self.overrides, self.state / "orchestrator" / "logs" / "demo",
+                           cfg.orchestrator.step_timeout_s)
+        self.t0 = time.monotonic()
+
+    # --- set-up ----------------------------------------------------------------------------------------------
+    def prepare_state(self, resume: bool) -> None:
+        if self.state.exists() and not resume:
+            self.stop_all(quiet=True)
+            shutil.rmtree(self.state)
+        self.state.mkdir(parents=True, exist_ok=True)
+
+    def start_stack(self) -> None:
+        from infra.stack.stack import Stack
+
+        Stack(self.cfg).up(log=lambda m: self.log(f"[stack] {m}"))
+        self.cli.run("archive", "--detach", step="archive")
+
+    def ensure_v0(self) -> str:
+        from infra.registry import Registry
+
+        registry = Registry.from_config(self.cfg)
+        if (v := registry.version_of("champion")) is not None:
+            return v
+        if (self.v0_cache / "config.json").exists():
+            self.log(f"[v0] registering the cached default policy {self.v0_cache}")
+            cli = RtrlCli(self.config_path, [*self.overrides, f'policy.base_checkpoint="{self.v0_cache}"'],
+                          self.cli.log_dir, self.cli.timeout_s)
+            cli.run("bootstrap", step="bootstrap")
+        else:
+            self.log("[v0] bootstrapping the default policy (first demo on this machine: a few minutes; later "
+                     f"demos reuse {self.v0_cache})")
+            self.cli.run("bootstrap", step="bootstrap")
+            version = registry.version_of("champion")
+            tmp = self.v0_cache.with_name(self.v0_cache.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(registry.local_path(version), tmp)
+            shutil.rmtree(self.v0_cache, ignore_errors=True)
+            tmp.rename(self.v0_cache)
+        return registry.version_of("champion")
+
+    def start_serving(self) -> None:
+        self.log("[serving] loading the control and treatment engines (vLLM)")
+        self.cli.run("serve", "--detach", step="serving")
+
+    def start_clock_and_users(self) -> AcceleratedClock:
+        d = self.cfg.demo
+        # simulated time runs `speed`x; it starts far enough in the past that no event time passes the present
+        origin = (datetime.now(timezone.utc) - timedelta(seconds=d.timeout_s * d.speed + 86400)).replace(
+            microsecond=0)
+        clock = AcceleratedClock(origin.isoformat(), time.time(), d.speed)
+        clock.save(clock_path(self.state))
+        from infra.stack.process import ManagedProcess
+
+        proc = ManagedProcess("simulator", self.state)
+        argv = self.cli.argv("--set", f'simulator.start_time="{clock.now().isoformat()}"', "simulate",
+                             "--users", str(d.users), "--speed", str(d.speed), "--duration", str(d.timeout_s))
+        proc.start(argv)
+        self.log(f"[users] {d.users} simulated users at {d.speed:g}x from {clock.now().isoformat()} "
+                 f"(log: {proc.logfile})")
+        return clock
+
+    # --- the loop --------------------------------------------------------------------------------------------
+    def run_cycles(self, cycles: int) -> list[str]:
+        os.environ["DAGSTER_HOME"] = str(self.state / "dagster")
+        (self.state / "dagster").mkdir(parents=True, exist_ok=True)
+        os.environ["RTRL_CONFIG"] = self.config_path or ""
+        os.environ["RTRL_SET"] = json.dumps(self.overrides)
+        import dagster as dg
+
+        from infra.orchestrator import definitions as defs_mod
+
+        instance = dg.DagsterInstance.get()
+        job = defs_mod.defs.resolve_job_def(defs_mod.CYCLE_JOB)
+        resource = defs_mod.resource_from_env()
+        ledger = Ledger(self.state)
+        attempts: dict[str, int] = {}
+        last_reason, deadline = "", self.t0 + self.cfg.demo.timeout_s
+        while len([r for r in ledger.all() if r.status in (DONE, BLOCKED)]) < cycles:
+            if time.monotonic() > deadline:
+                raise DemoError(f"the demo ran past demo.timeout_s ({self.cfg.demo.timeout_s:.0f}s); last: "
+                                f"{last_reason}")
+            self.check_background()
+            decision, request = defs_mod.evaluate_cadence(instance, resource, source="demo")
+            if request is None:
+                if decision.reason.split(":")[0] != last_reason.split(":")[0]:
+                    self.log(f"[cadence] skip: {decision.reason}")
+                last_reason = decision.reason
+                time.sleep(self.cfg.orchestrator.sensor_interval_s)
+                continue
+            cid = decision.cycle_id
+            attempts[cid] = attempts.get(cid, 0) + 1
+            if attempts[cid] > MAX_ATTEMPTS:
+                rec = ledger.load(cid)
+                raise DemoError(f"cycle {cid} failed {MAX_ATTEMPTS} times; last error: {rec.error if rec else '?'}")
+            self.log(f"[cadence] start {cid}: {decision.reason} (elapsed {self.elapsed():.0f}s)")
+            instance.add_dynamic_partitions(defs_mod.cycles.name, [cid])
+            result = job.execute_in_process(partition_key=cid, instance=instance, raise_on_error=False,
+                                            tags=request.tags)
+            rec = ledger.load(cid)
+            self.log(f"[cycle {cid}] {rec.status if rec else '?'} after {self.elapsed():.0f}s"
+                     + ("" if result.success else f": {rec.error[:300] if rec else 'run failed'}"))
+        return [r.cycle_id for r in ledger.all() if r.status in (DONE, BLOCKED)][:cycles]
+
+    def check_background(self) -> None:
+        from infra.stack.process import ManagedProcess
+
+        for name in ("serving", "simulator"):
+            p = ManagedProcess(name, self.state)
+            if p.info() is None:
+                raise DemoError(f"{name} stopped unexpectedly; its log ends:\n{p.log_tail(30)}")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    # --- tear-down -------------------------------------------------------------------------------------------
+    def stop_all(self, quiet: bool = False) -> None:
+        from infra.stack.process import ManagedProcess
+        from infra.stack.stack import Stack
+
+        cfg = self.cfg if self.state.exists() else None
+        if cfg is None:
+            return
+        for name in ("simulator", "dagster"):
+            ManagedProcess(name, self.state).stop(timeout_s=30)
+        Stack(cfg).down(log=(lambda m: None) if quiet else (lambda m: self.log(f"[stack] {m}")))
+
+    # --- all of it -------------------------------------------------------------------------------------------
+    def run(self, cycles: int, summary_path: str | None, keep_running: bool, resume: bool = False) -> dict:
+        from infra.orchestrator.summary import cycle_summary, render_table
+
+        self.prepare_state(resume)
+        self.log(f"[demo] state dir {self.state}; {cycles} cycle(s), cadence {self.cfg.orchestrator.interval_s / 3600:g} "
+                 f"simulated hours at {self.cfg.demo.speed:g}x")
+        stopping = False
+
+        def on_term(signum, frame):  # a SIGTERM tears down like Ctrl-C
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGTERM, on_term)
+        try:
+            self.start_stack()
+            v0 = self.ensure_v0()
+            self.log(f"[v0] champion = control = version {v0} ({self.elapsed():.0f}s)")
+            self.start_serving()
+            self.start_clock_and_users()
+            done = self.run_cycles(cycles)
+            records = [r for r in Ledger(self.state).all() if r.cycle_id in done]
+            summary = cycle_summary(self.cfg, records, self.cfg.demo.ab_window)
+            summary.update(seconds=round(self.elapsed(), 1), state_dir=str(self.state), urls=self.urls(keep_running))
+            if summary_path:
+                Path(summary_path).parent.mkdir(parents=True, exist_ok=True)
+                Path(summary_path).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+            print(render_table(summary), flush=True)
+            stopping = not keep_running
+            return summary
+        except BaseException:
+            stopping = not keep_running
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, old)
+            if stopping:
+                self.log("[demo] stopping everything (use --keep-running to leave the stack up)")
+                self.stop_all()
+            elif keep_running:
+                self.start_uis()
+
+    def urls(self, keep_running: bool) -> dict:
+        c, o = self.cfg, self.cfg.orchestrator
+        set_state = f"--set state_dir={self.state}"
+        return {"mlflow": f"http://{c.mlflow.ui_host}:{c.mlflow.ui_port}",
+                "dagster": f"http://{o.dagster_host}:{o.dagster_port}",
+                "dashboard": f"http://{c.dashboard.host}:{c.dashboard.port}" if hasattr(c, "dashboard") else None,
+                "serving": f"http://{c.serving.host}:{c.serving.port}/v1",
+                "how": "running now (--keep-running); `rtrl " + set_state + " down` stops them" if keep_running else
+                       f"stopped; start them on the demo's data with `rtrl {set_state} up --mlflow-ui`, "
+                       f"`rtrl {set_state} orchestrator --detach`, `rtrl {set_state} dashboard`"}
+
+    def start_uis(self) -> None:
+        """--keep-running: the MLflow UI, the Dagster UI (+ daemon) and the dashboard, in the background."""
+        from infra.stack.stack import Stack
+
+        try:
+            Stack(self.cfg).up(mlflow_ui=True, log=lambda m: self.log(f"[stack] {m}"))
+            self.cli.run("orchestrator", "--detach", step="orchestrator")
+            if hasattr(self.cfg, "dashboard"):
+                self.cli.run("dashboard", "--detach", step="dashboard")
+        except (StepFailed, OSError) as e:
+            self.log(f"[demo] warning: a UI did not start: {e}")
+        for name, url in self.urls(True).items():
+            if url and name != "how":
+                self.log(f"[demo] {name}: {url}")

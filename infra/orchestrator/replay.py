@@ -1,0 +1,57 @@
+"""Replay for data engineers (DESIGN.md §1): a time range of the archived event log through the same reward job,
+into a table of its own. The production table (`<state_dir>/rewards/table`) is never a replay's output: an `out`
+inside it is refused, and the default is `<state_dir>/replay/<start>--<end>`.
+
+    replay_range(cfg, cli, "2026-11-01T00:00Z", "2026-11-01T05:00Z")     # -> {"out", "rows", ...}
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
+
+
+def _instant(text: str, name: str) -> datetime:
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"replay {name} {text!r} is not an ISO time (e.g. 2026-11-01T00:00Z)") from None
+    if t.tzinfo is None:
+        raise ValueError(f"replay {name} {text!r} needs a time zone (e.g. a trailing Z)")
+    return t.astimezone(timezone.utc)
+
+
+def production_table(cfg) -> Path:
+    return (cfg.state_path / "rewards" / "table").resolve()
+
+
+def output_for(cfg, start: datetime, end: datetime, out: str | None) -> Path:
+    if out:
+        p = Path(out).expanduser().resolve()
+        prod = production_table(cfg)
+        if p == prod or prod in p.parents or p in prod.parents:
+            raise ValueError(f"replay output {p} would overwrite the production reward table {prod}: choose a "
+                             "separate folder")
+        return p
+    stamp = f"{start.strftime('%Y%m%dT%H%M%SZ')}--{end.strftime('%Y%m%dT%H%M%SZ')}"
+    return cfg.state_path / "replay" / stamp
+
+
+def replay_range(cfg, cli: RtrlCli, start: str, end: str, out: str | None = None,
+                 log: Callable[[str], None] = print) -> dict:
+    s, e = _instant(start, "start"), _instant(end, "end")
+    if e <= s:
+        raise ValueError(f"replay end {end} is not after start {start}")
+    target = output_for(cfg, s, e, out)
+    archive = cfg.path_or_default(cfg.archive.output_dir, "archive")
+    if not archive.is_dir():
+        raise StepFailed(f"the event archive {archive} does not exist (is `rtrl archive` running?)")
+    log(f"replay [{s.isoformat()}, {e.isoformat()}) from {archive} -> {target}")
+    _, summary = cli.run("replay", "--events", str(archive), "--start", s.isoformat(), "--end", e.isoformat(),
+                         "--out", str(target), step=f"replay-{s.strftime('%Y%m%dT%H%M%S')}")
+    r = summary["replay"]
+    return {"out": str(target), "rows": r.get("rows"), "events_read": r.get("events_read"),
+            "dead_letters": r.get("dead_letters"), "seconds": r.get("seconds")}

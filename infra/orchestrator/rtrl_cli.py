@@ -1,0 +1,83 @@
+"""Running `rtrl` subcommands as the cycle's steps: a subprocess each (its own memory, its own crash), with the
+orchestrator's config file and overrides, stderr to a per-step log file, the JSON summary from the last stdout line.
+
+    cli = RtrlCli(config_path, overrides, log_dir)
+    out = cli.run("rewards", "--cycle", "c3", step="distill")      # -> {"rewards": {...}}, exit 0
+    out = cli.run("gate", "7", ok_codes=(0, 3))                     # exit 3 = "keep the champion" is an answer
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class StepFailed(RuntimeError):
+    """A step's command failed: exit code, the command, and the tail of its log."""
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class RtrlCli:
+    config: str | None
+    overrides: list[str] = field(default_factory=list)
+    log_dir: Path = Path(".")
+    timeout_s: float = 3600.0
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, *args: str) -> list[str]:
+        head = [sys.executable, "-m", "infra.cli"]
+        if self.config:
+            head += ["--config", self.config]
+        for o in self.overrides:
+            head += ["--set", o]
+        return head + list(args)
+
+    def run(self, *args: str, step: str, ok_codes: tuple[int, ...] = (0,)) -> tuple[int, dict]:
+        """(exit code, the JSON object of the last stdout line). StepFailed for any other exit code."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_file = self.log_dir / f"{step}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        with open(log_file, "a", encoding="utf-8") as err:
+            err.write(f"$ rtrl {' '.join(args)}\n")
+            err.flush()
+            try:
+                proc = subprocess.run(self.argv(*args), stdout=subprocess.PIPE, stderr=err, text=True, cwd=REPO,
+                                      env=env, timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                raise StepFailed(f"`rtrl {' '.join(args)}` ran past {self.timeout_s:.0f}s (log: {log_file})") from None
+        lines = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()]
+        if proc.returncode not in ok_codes:
+            tail = log_file.read_text(encoding="utf-8", errors="replace")[-1500:]
+            raise StepFailed(f"`rtrl {' '.join(args)}` exited {proc.returncode} (log: {log_file}):\n{tail}",
+                             proc.returncode)
+        try:
+            return proc.returncode, _last_json(proc.stdout)
+        except ValueError:
+            raise StepFailed(f"`rtrl {' '.join(args)}` printed no JSON summary (log: {log_file}); "
+                             f"stdout ended: {lines[-3:] if lines else 'nothing'}") from None
+
+
+def _last_json(stdout: str) -> dict:
+    """The summary: the last stdout line that is a JSON object, or the whole of stdout (indented JSON)."""
+    text = stdout.strip()
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                break
+    start = text.find("{")
+    if start < 0:
+        raise ValueError("no JSON")
+    return json.loads(text[start:])

@@ -1,0 +1,112 @@
+"""The demo's summary: one object per cycle from the ledger, and the A/B result, as JSON and as a table.
+
+    s = cycle_summary(cfg, ledger.all(), window="since_first_promotion")
+    print(render_table(s))
+
+`ab` compares treatment with control on the reward rows of the cycles whose treatment arm served another
+checkpoint than control (`since_first_promotion`; before the first promotion both arms serve v0) or of the last
+cycle only (`last_cycle`): for edit persistence and dissatisfied follow-ups, each arm's rate, the difference
+treatment − control and its 95% interval (delta method, users as the unit: pipelines.metrics).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+AB_METRICS = {"edit_persistence": "edit_persistence_rate", "dissatisfied_followup": "dissatisfied_followup_rate"}
+
+
+def _cycle_row(rec) -> dict:
+    r = {s: rec.result(s) for s in ("collect", "distill", "measure", "train", "evaluate", "promote", "deploy")}
+    counts = (r["train"] or {}).get("counts") or {}
+    gate = r["evaluate"] or {}
+    promote = r["promote"] or {}
+    row = {
+        "cycle_id": rec.cycle_id, "status": rec.status, "error": rec.error or None,
+        "started_at": rec.started_at, "wall_seconds": round((rec.finished_wall or rec.started_wall) -
+                                                             rec.started_wall, 1),
+        "champion_before": (r["collect"] or {}).get("champion"),
+        "reward_rows": (r["distill"] or {}).get("rows"),
+        "rows_trained": (counts.get("kept_on_policy", 0) + counts.get("kept_stale", 0)) if counts else None,
+        "reward_mean": (r["train"] or {}).get("reward_mean"),
+        "candidate": (r["train"] or {}).get("candidate"),
+        "gate_decision": gate.get("decision"), "gate_interval": gate.get("interval"),
+        "gate_reasons": gate.get("reasons"),
+        "promoted_version": promote.get("champion") if promote.get("promoted") else None,
+        "champion_after": promote.get("champion"),
+        "ab": {k: (r["measure"] or {}).get(v) for k, v in AB_METRICS.items()},
+        "step_seconds": {s: v.get("seconds") for s, v in rec.steps.items()},
+    }
+    return row
+
+
+def ab_object(cfg, records, window: str) -> dict:
+    """Treatment − control on the chosen cycles' reward rows (see the module docstring)."""
+    import polars as pl
+
+    from pipelines.metrics import compute_cycle_metrics, scan_cycle
+
+    table = Path(cfg.state_path) / "rewards" / "table"
+    measured = [r for r in records if r.result("measure").get("measured")]
+    if window == "last_cycle":
+        chosen = measured[-1:]
+    else:
+        chosen = [r for r in measured if _arms_differ(r.result("measure").get("versions") or {})]
+    if not chosen:
+        return {"cycles": [], "reason": "no cycle had treatment serving another checkpoint than control"
+                if window != "last_cycle" else "no cycle was measured"}
+    rows = pl.concat([scan_cycle(table, r.cycle_id) for r in chosen], how="vertical_relaxed")
+    res = compute_cycle_metrics(rows, "ab-" + chosen[-1].cycle_id, as_of=chosen[-1].result("collect").get("as_of"),
+                                config=cfg.ab)
+    out: dict = {"cycles": [r.cycle_id for r in chosen], "window": window, "versions": res.versions,
+                 "rows": res.counts.get("rows_by_arm"), "users": res.counts.get("users_by_arm"),
+                 "srm": {"p_value": res.srm.get("p_value"), "flagged": res.srm.get("flagged")}}
+    for key, name in AB_METRICS.items():
+        m = res.metric(name)
+        out[key] = {"control": m.control, "treatment": m.treatment, "diff": m.absolute, "ci_low": m.abs_low,
+                    "ci_high": m.abs_high, "relative": m.relative, "level": 1 - cfg.ab.alpha,
+                    "n_control": m.denominator_control, "n_treatment": m.denominator_treatment}
+    return out
+
+
+def _arms_differ(versions: dict) -> bool:
+    c, t = set(versions.get("control") or []), set(versions.get("treatment") or [])
+    return bool(t - c)
+
+
+def cycle_summary(cfg, records, window: str) -> dict:
+    return {"cycles": [_cycle_row(r) for r in records], "ab": ab_object(cfg, records, window)}
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def _pp(x) -> str:
+    return "—" if x is None else f"{100 * x:+.1f}"
+
+
+def render_table(summary: dict) -> str:
+    lines = ["cycle  status   rows  trained  reward   gate            interval                      promoted  "
+             "persist c/t       dissat c/t"]
+    for c in summary["cycles"]:
+        ab = c.get("ab") or {}
+        ep, df = ab.get("edit_persistence") or {}, ab.get("dissatisfied_followup") or {}
+        reward = "—" if c["reward_mean"] is None else f"{c['reward_mean']:+.3f}"
+        lines.append(f"{c['cycle_id']:<6} {c['status']:<8} {c['reward_rows'] or 0:>5} {c['rows_trained'] or 0:>8}  "
+                     f"{reward:>7}  {(c['gate_decision'] or '—'):<15} {str(c['gate_interval'] or '—')[:28]:<29} "
+                     f"{c['promoted_version'] or '—':>8}  {_pct(ep.get('control'))}/{_pct(ep.get('treatment')):<8} "
+                     f"{_pct(df.get('control'))}/{_pct(df.get('treatment'))}")
+    ab = summary["ab"]
+    if ab.get("cycles"):
+        lines.append("")
+        lines.append(f"A/B, treatment − control ({ab['window']}: cycles {', '.join(ab['cycles'])}; versions "
+                     f"control {ab['versions'].get('control')}, treatment {ab['versions'].get('treatment')}; "
+                     f"rows {ab['rows']}):")
+        for key in AB_METRICS:
+            m = ab[key]
+            lines.append(f"  {key:<22} control {_pct(m['control'])}  treatment {_pct(m['treatment'])}  "
+                         f"diff {_pp(m['diff'])} pp  95% CI [{_pp(m['ci_low'])}, {_pp(m['ci_high'])}] pp")
+    else:
+        lines.append(f"\nA/B: {ab.get('reason')}")
+    return "\n".join(lines)
