@@ -26,7 +26,10 @@ class SchemaError(ValueError):
 def _utc(value: datetime, name: str) -> datetime:
     if value.tzinfo is None:
         raise ValueError(f"{name} must carry a timezone (UTC expected), got a naive datetime")
-    return value.astimezone(timezone.utc)
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-14:00: a valid datetime whose UTC instant is past year 9999
+        raise ValueError(f"{name} is outside the representable range once converted to UTC (years 1-9999)") from None
 
 
 class Event(BaseModel):
@@ -37,7 +40,9 @@ class Event(BaseModel):
     Subclasses list in `CONTENT_FIELDS` what is trainable content: a `privacy_mode` event must leave them empty.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=False, str_max_length=1_000_000)
+    # allow_inf_nan=False: an infinite log-prob, latency or temperature is malformed (JSON has no infinity, but
+    # Python's parser reads 1e999 as one); it would poison importance weights and latency metrics downstream.
+    model_config = ConfigDict(extra="forbid", frozen=False, str_max_length=1_000_000, allow_inf_nan=False)
 
     EVENT_TYPE: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 1

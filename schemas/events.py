@@ -23,10 +23,13 @@ RequestId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
 MAX_TOKENS = 65_536
 MAX_LINES = 200_000
+MAX_INT64 = 2**63 - 1
+"""Integers are int64 on disk (`schemas.arrow`): a larger one would validate here and crash the Parquet writer."""
+TokenId = Annotated[int, Field(ge=0, le=MAX_INT64)]
 
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ToolCallStatus(str, Enum):
@@ -77,18 +80,18 @@ class Trajectory(Event):
     request_id: RequestId
     policy_version: str = Field(min_length=1, max_length=128, description="Registry version that served it.")
     arm: str = Field(min_length=1, max_length=64, description="A/B arm the user is assigned to.")
-    prompt_token_ids: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=MAX_TOKENS)
-    completion_token_ids: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=MAX_TOKENS)
+    prompt_token_ids: list[TokenId] = Field(default_factory=list, max_length=MAX_TOKENS)
+    completion_token_ids: list[TokenId] = Field(default_factory=list, max_length=MAX_TOKENS)
     behaviour_logprobs: list[Annotated[float, Field(le=0.0)]] = Field(
         default_factory=list, max_length=MAX_TOKENS,
         description="Log-prob of each sampled completion token under the distribution it was sampled from.")
     tool_calls: list[ToolCallRecord] = Field(default_factory=list, max_length=256)
     latency_ms: float = Field(ge=0)
-    prompt_tokens: int = Field(ge=0)
-    completion_tokens: int = Field(ge=0)
+    prompt_tokens: int = Field(ge=0, le=MAX_INT64)
+    completion_tokens: int = Field(ge=0, le=MAX_INT64)
     temperature: float = Field(default=1.0, ge=0, description="v2: sampling temperature used.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="v2: nucleus mass used (1 = untruncated).")
-    top_k: int = Field(default=-1, ge=-1, description="v2: top-k used (-1 = untruncated).")
+    top_k: int = Field(default=-1, ge=-1, le=MAX_INT64, description="v2: top-k used (-1 = untruncated).")
     response_kind: ResponseKind = Field(default=ResponseKind.unknown,
                                         description="v3: what the response does (edit, question, answer).")
 

@@ -98,12 +98,32 @@ def validate_call(name: Any, arguments: Any) -> str:
     return ""
 
 
+def _utf8(text: str) -> str:
+    """`text` with lone UTF-16 surrogates replaced by '?': a model (or an endpoint's JSON escapes) can produce them,
+    and neither a `ToolCallRecord` nor a UTF-8 answer can hold one."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _encodable(obj: Any) -> bool:
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _parse_block(body: str) -> tuple[ToolCallRecord, ToolCall | None]:
     try:
         obj = json.loads(body)
     except json.JSONDecodeError as e:
         return ToolCallRecord(name=_guess_name(body), status=ToolCallStatus.parse_error,
                               error=f"not valid JSON: {e.msg} at character {e.pos}"), None
+    except RecursionError:
+        return ToolCallRecord(name=_guess_name(body), status=ToolCallStatus.parse_error,
+                              error="not valid JSON: nested too deeply"), None
+    if not _encodable(obj):  # "\ud800" escapes decode to lone surrogates: not text any tool could take
+        return ToolCallRecord(name=_guess_name(_utf8(body)), status=ToolCallStatus.parse_error,
+                              error="not valid JSON text: a \\u escape is a lone UTF-16 surrogate"), None
     if not isinstance(obj, dict) or "name" not in obj or "arguments" not in obj:
         return ToolCallRecord(name="", status=ToolCallStatus.parse_error,
                               error='a call must be a JSON object with "name" and "arguments"'), None
@@ -125,7 +145,9 @@ def _guess_name(body: str) -> str:
 
 
 def parse_response(text: str) -> ParsedResponse:
-    """Strictly parse a model response (see the module docstring for the format)."""
+    """Strictly parse a model response (see the module docstring for the format). Never raises: whatever the text,
+    broken calls become records with the reason."""
+    text = _utf8(text)
     records: list[ToolCallRecord] = []
     calls: list[ToolCall] = []
     outside: list[str] = []
@@ -179,19 +201,35 @@ def to_openai_tool_calls(calls: list[ToolCall], request_id: str) -> list[dict]:
             for i, c in enumerate(calls)]
 
 
+def _field(obj: Any, name: str) -> Any:
+    """`obj[name]` of a dict, `obj.name` of the openai client's objects; ValueError when absent."""
+    value = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+    if value is None:
+        raise ValueError(f"tool call without {name!r}")
+    return value
+
+
 def from_openai_tool_calls(tool_calls: list[Any]) -> list[ToolCall]:
-    """OpenAI `tool_calls` (dicts or the openai client's objects) -> ToolCalls; invalid ones raise ValueError."""
+    """OpenAI `tool_calls` (dicts or the openai client's objects) -> ToolCalls; anything invalid or malformed (not
+    a list, a call without a function, arguments that are not a JSON object of strings) raises ValueError."""
+    if tool_calls is None:
+        return []
+    if not isinstance(tool_calls, (list, tuple)):
+        raise ValueError(f"tool_calls must be a list, got {type(tool_calls).__name__}")
     out = []
-    for tc in tool_calls or []:
-        fn = tc["function"] if isinstance(tc, dict) else tc.function
-        name = fn["name"] if isinstance(fn, dict) else fn.name
-        raw = fn["arguments"] if isinstance(fn, dict) else fn.arguments
+    for tc in tool_calls:
+        fn = _field(tc, "function")
+        name, raw = _field(fn, "name"), _field(fn, "arguments")
         try:
             args = json.loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError as e:
             raise ValueError(f"tool call {name}: arguments are not JSON ({e.msg})") from None
+        except RecursionError:
+            raise ValueError(f"tool call {name}: arguments are nested too deeply") from None
         why = validate_call(name, args)
         if why:
             raise ValueError(why)
+        if not _encodable(args):
+            raise ValueError(f"tool call {name}: an argument holds a lone UTF-16 surrogate")
         out.append(ToolCall(name, args))
     return out

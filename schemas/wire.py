@@ -60,8 +60,10 @@ def parse_wire(data: bytes | str) -> Event:
         pass  # any error: the dict path below names the field the same way every time
     try:
         d = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer past Python's digit limit
         raise SchemaError("<event>", f"not valid JSON: {e}") from None
+    except RecursionError:  # "[[[[..." a few thousand deep: refused, never a crash of the reader
+        raise SchemaError("<event>", "not valid JSON: nested too deeply") from None
     return parse_event(d)
 
 

@@ -24,10 +24,17 @@ def as_message(raw) -> SourceMessage:
     Kafka position (TestStream, files) get topic "" and partition/offset -1."""
     if isinstance(raw, SourceMessage):
         return raw
-    if isinstance(raw, dict):
-        value = json.dumps(raw, default=str).encode()
-    else:
-        value = raw.encode() if isinstance(raw, str) else raw
+    if isinstance(raw, (bytes, bytearray)):
+        value = bytes(raw)
+    elif isinstance(raw, str):
+        # surrogatepass: text decoded with errors="surrogateescape" (or JSON escapes) may hold lone surrogates; the
+        # dead letter keeps their code units instead of failing to be made
+        value = raw.encode("utf-8", "surrogatepass")
+    else:  # a decoded JSON value (a dict, or a list/number that is no event)
+        try:
+            value = json.dumps(raw, default=str).encode()
+        except (TypeError, ValueError, RecursionError):  # non-string keys, cycles, absurd nesting: keep its repr
+            value = repr(raw).encode("utf-8", "surrogatepass")
     return SourceMessage(topic="", partition=-1, offset=-1, value=value)
 
 
@@ -43,7 +50,7 @@ class ParseEventsFn(beam.DoFn):
             dead = DeadLetter.of(as_message(raw), None)
         else:
             try:
-                event = parse_event(value) if isinstance(value, dict) else parse_wire(value)
+                event = parse_wire(value) if isinstance(value, (bytes, bytearray, str)) else parse_event(value)
             except SchemaError as e:
                 dead = DeadLetter.of(as_message(raw), e)
             else:
