@@ -213,6 +213,12 @@ def _parser() -> argparse.ArgumentParser:
     bi = bench_sub.add_parser("ingest", help="SDK enqueue latency, collector and Kafka throughput, archive check")
     bi.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
     bi.add_argument("--events", type=int, default=50_000, help="events to send per stage (default 50000)")
+    bfz = bench_sub.add_parser("fuzz", help="hostile input (schemathesis, hypothesis, atheris) against the collector "
+                               "and the parsers: cases, crashes (must be 0), rejections by reason")
+    bfz.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+    bfz.add_argument("--scale", type=float, default=1.0, help="multiply every target's case count (default 1: "
+                     "about 60,000 cases)")
+    bfz.add_argument("--seed", type=int, default=0, help="generation seed (default 0)")
     br = bench_sub.add_parser("rewards", help="reward job: replay and Kafka offset-range throughput vs a polars "
                               "reference, peak RSS; rows must match")
     br.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
