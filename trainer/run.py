@@ -62,7 +62,7 @@ def _find_candidate(registry, cycle: str) -> str | None:
 
 def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_root: Path,
                  as_of: datetime | None = None, log: Callable[[str], None] = print,
-                 on_step: Callable | None = None) -> TrainResult:
+                 on_step: Callable | None = None, window: str | None = None) -> TrainResult:
     from pipelines.rewards.table import read_reward_table
     from trainer.train import Trainer
 
@@ -71,7 +71,7 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
     if existing is not None:
         log(f"train: cycle {cycle} already produced candidate version {existing}; nothing to do")
         return TrainResult(cycle, parent, existing, already_done=True)
-    rows = read_reward_table(rewards)
+    rows = read_reward_table(rewards, window)
     sel = select_rows(rows, parent, ancestors(registry, parent, cfg.staleness), cfg.staleness, cfg.min_rows, as_of)
     log(f"train: cycle {cycle}: champion v{parent}; {json.dumps(sel.counts)}")
     config_hash = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]

@@ -63,7 +63,7 @@ def main(args, cfg) -> int:
             result, events = check_archive(events_root, start, end, qcfg)
             results.append(result)
         if rewards_path:
-            rewards = read_reward_table(rewards_path)
+            rewards = read_reward_table(rewards_path, getattr(args, "window", None))
             results.append(check_rewards(rewards, spec, trajectories=events, cfg=qcfg))
     except (OSError, ArchiveError, ArrowInvalid) as e:  # missing, damaged or not Parquet
         print(f"rtrl quality: {e}", file=sys.stderr)

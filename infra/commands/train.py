@@ -33,7 +33,8 @@ def main(args, cfg) -> int:
         with line, contextlib.redirect_stdout(sys.stderr):
             result = run_training(cfg.trainer, Registry.from_config(cfg), rewards, args.cycle,
                                   cfg.state_path / "train", as_of,
-                                  log=lambda msg: print(msg, file=sys.stderr, flush=True), on_step=on_step)
+                                  log=lambda msg: print(msg, file=sys.stderr, flush=True), on_step=on_step,
+                                  window=args.window)
     except (SelectionError, LookupError) as e:
         print(f"rtrl train: {e}", file=sys.stderr)
         return 2

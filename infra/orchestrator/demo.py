@@ -73,7 +73,7 @@ class Demo:
         from infra.stack.stack import Stack
 
         Stack(self.cfg).up(log=lambda m: self.log(f"[stack] {m}"))
-        self.cli.run("archive", "--detach", step="archive")
+        self.cli.run("archive", "--detach", step="archive", expect_json=False)
 
     def ensure_v0(self) -> str:
         from infra.registry import Registry
@@ -100,7 +100,7 @@ class Demo:
 
     def start_serving(self) -> None:
         self.log("[serving] loading the control and treatment engines (vLLM)")
-        self.cli.run("serve", "--detach", step="serving")
+        self.cli.run("serve", "--detach", step="serving", expect_json=False)
 
     def start_clock_and_users(self) -> AcceleratedClock:
         d = self.cfg.demo
@@ -241,9 +241,9 @@ class Demo:
 
         try:
             Stack(self.cfg).up(mlflow_ui=True, log=lambda m: self.log(f"[stack] {m}"))
-            self.cli.run("orchestrator", "--detach", step="orchestrator")
+            self.cli.run("orchestrator", "--detach", step="orchestrator", expect_json=False)
             if hasattr(self.cfg, "dashboard"):
-                self.cli.run("dashboard", "--detach", step="dashboard")
+                self.cli.run("dashboard", "--detach", step="dashboard", expect_json=False)
         except (StepFailed, OSError) as e:
             self.log(f"[demo] warning: a UI did not start: {e}")
         for name, url in self.urls(True).items():

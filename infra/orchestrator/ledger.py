@@ -59,7 +59,7 @@ class Ledger:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.name}.tmp")
         with open(tmp, "w") as f:
-            json.dump(asdict(rec), f, indent=2, sort_keys=True)
+            json.dump(asdict(rec), f, indent=2)  # steps keep their order
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)

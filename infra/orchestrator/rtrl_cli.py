@@ -42,8 +42,10 @@ class RtrlCli:
             head += ["--set", o]
         return head + list(args)
 
-    def run(self, *args: str, step: str, ok_codes: tuple[int, ...] = (0,)) -> tuple[int, dict]:
-        """(exit code, the JSON object of the last stdout line). StepFailed for any other exit code."""
+    def run(self, *args: str, step: str, ok_codes: tuple[int, ...] = (0,),
+            expect_json: bool = True) -> tuple[int, dict]:
+        """(exit code, the JSON object of the last stdout line, {} when not `expect_json`). StepFailed for any
+        other exit code."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_file = self.log_dir / f"{step}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
@@ -60,6 +62,8 @@ class RtrlCli:
             tail = log_file.read_text(encoding="utf-8", errors="replace")[-1500:]
             raise StepFailed(f"`rtrl {' '.join(args)}` exited {proc.returncode} (log: {log_file}):\n{tail}",
                              proc.returncode)
+        if not expect_json:
+            return proc.returncode, {}
         try:
             return proc.returncode, _last_json(proc.stdout)
         except ValueError:

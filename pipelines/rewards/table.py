@@ -10,15 +10,18 @@ import pyarrow.parquet as pq
 from pipelines.rewards.assemble import ROW_SCHEMA
 
 
-def read_reward_table(path: str | Path) -> pl.DataFrame:
+def read_reward_table(path: str | Path, window: str | None = None) -> pl.DataFrame:
     """A reward table: one Parquet file, or every Parquet file under a directory (this sink's partition layout
     included; names starting with '_' or '.' are skipped), sorted by request_id. Partition directories are not
-    turned into columns: `policy_version` is already a column of every row."""
+    turned into columns: `policy_version` is already a column of every row. `window`: only the partitions of
+    that window (`.../window=<window>/...`: one cycle's rows, the cycle id being the window)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"reward table {p} does not exist")
     files = [p] if p.is_file() else sorted(
         f for f in p.rglob("*.parquet") if not any(part.startswith(("_", ".")) for part in f.relative_to(p).parts))
+    if window is not None:
+        files = [f for f in files if f"window={window}" in f.parts]
     if not files:
         return pl.from_arrow(ROW_SCHEMA.empty_table())
     # pyarrow reads each file (its errors -- ArrowInvalid for a file that is not Parquet -- are what callers

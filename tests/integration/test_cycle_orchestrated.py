@@ -1,0 +1,210 @@
+"""The cycle with real components: broker, archiver, vLLM serving with two arms, simulated users, the Beam reward
+job, the data-quality suite, DeepSpeed training, the gate (vLLM + sandbox), the registry and serving's hot swap.
+
+- a cycle with a failure injected after each step in turn resumes and completes with exactly-once data;
+- a candidate that fails the gate leaves the champion and serving unchanged;
+- the Dagster replay job over the cycle's window reproduces the cycle's reward rows;
+- the Dagster cadence sensor skips (previous running / too early / too few rows), starts, and records why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from infra.config import load_config
+from infra.orchestrator import steps
+from infra.orchestrator.clock import AcceleratedClock, clock_path
+from infra.orchestrator.ledger import DONE, Ledger
+from infra.orchestrator.rtrl_cli import RtrlCli
+from infra.registry import Registry
+from pipelines.rewards.table import read_reward_table
+from tests.conftest import free_port, free_port_pair
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).parents[2]
+SPEED = 600.0
+GATE_PASSES = ["gate.margin=0.5", "gate.min_tasks=2", "gate.min_pairs=2", "gate.suite_tasks=10",
+               "gate.samples_per_task=2", "gate.guardrails.broken_tool_calls=1.0", "gate.guardrails.edit_rate=1.0",
+               "gate.guardrails.clarification_rate=1.0", "gate.guardrails.median_completion_tokens=10.0"]
+
+
+class Loop:
+    def __init__(self, state: Path, v0: Path):
+        self.state = state
+        self.overrides = [f'state_dir="{state}"', f"kafka.port={free_port_pair()}", f"serving.port={free_port()}",
+                          f"mlflow.ui_port={free_port()}", f"collector.port={free_port()}",
+                          f'policy.base_checkpoint="{v0}"', "trainer.min_rows=16", "trainer.rows_per_step=64",
+                          'orchestrator.clock="accelerated"', "orchestrator.min_mature_rows=5",
+                          "orchestrator.interval_s=7200", "orchestrator.deploy_timeout_s=300",
+                          "simulator.privacy_rate=0.0", *GATE_PASSES]
+        self.cfg = load_config(None, self.overrides)
+        self.cli = RtrlCli(None, self.overrides, state / "test-logs", timeout_s=900)
+        # simulated time: 600x from two days ago, so no event time passes the present
+        start = (datetime.now(timezone.utc) - timedelta(days=2)).replace(microsecond=0)
+        self.clock = AcceleratedClock(start.isoformat(), time.time(), SPEED)
+        self.clock.save(clock_path(state))
+
+    def rtrl(self, *args: str, step: str, ok=(0,)) -> dict:
+        return self.cli.run(*args, step=step, ok_codes=ok)[1]
+
+    def traffic(self, seconds: float, seed: int) -> dict:
+        """Simulated users on serving for `seconds` of wall time, stamped on the loop's clock."""
+        out = self.rtrl("--set", f'simulator.start_time="{self.clock.now().isoformat()}"', "simulate", "--users",
+                        "12", "--duration", str(seconds), "--speed", str(SPEED), "--seed", str(seed), step="simulate")
+        return out["simulate"]
+
+    def cycle(self, cycle_id: str, extra: list[str] = ()) -> steps.CycleRecord:
+        cfg = load_config(None, [*self.overrides, *extra])
+        cli = RtrlCli(None, [*self.overrides, *extra], steps.step_log_dir(cfg, cycle_id), 900)
+        ctx, ledger = steps.context_for(cfg, cli, cycle_id, self.clock.now(), log=lambda m: print(m, flush=True))
+        return steps.run_cycle(ctx, ledger)
+
+    def health(self) -> dict:
+        return steps.serving_status(self.cfg)
+
+
+@pytest.fixture(scope="module")
+def loop(bootstrapped, tmp_path_factory):
+    state, _, _ = bootstrapped
+    v0 = Registry.from_config(load_config(None, [f'state_dir="{state}"'])).local_path("1")
+    lp = Loop(tmp_path_factory.mktemp("cycle-loop"), v0)
+    from infra.stack.stack import Stack
+
+    stack = Stack(lp.cfg)
+    stack.up(log=lambda *_: None)
+    try:
+        lp.rtrl("bootstrap", step="bootstrap")
+        lp.cli.run("archive", "--detach", step="archive", expect_json=False)
+        lp.cli.run("serve", "--detach", step="serve", expect_json=False)
+        yield lp
+    finally:
+        stack.down(log=lambda *_: None)
+
+
+def _versions_of_cycle(registry, cycle: str) -> list[str]:
+    return [str(mv.version) for mv in registry.client.search_model_versions(f"name = '{registry.model}'")
+            if (mv.tags or {}).get("cycle") == cycle]
+
+
+def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_once(loop, monkeypatch):
+    traffic = loop.traffic(30, seed=1)
+    assert traffic["requests"] > 40
+    for step in steps.STEPS:                       # crash after every step in turn; each rerun resumes
+        monkeypatch.setenv(steps.FAIL_AFTER_ENV, step)
+        with pytest.raises(steps.InjectedFailure):
+            loop.cycle("c1")
+        rec = Ledger(loop.state).load("c1")
+        assert rec.status == "failed" and not rec.done(step)
+    monkeypatch.delenv(steps.FAIL_AFTER_ENV)
+    rec = loop.cycle("c1")
+    assert rec.status == DONE, rec.error
+
+    registry = Registry.from_config(loop.cfg)
+    table = read_reward_table(loop.state / "rewards" / "table", "c1")
+    assert table.height == rec.result("distill")["rows"] > 16
+    assert table["request_id"].n_unique() == table.height, "a request's reward row exactly once"
+    candidate = rec.result("train")["candidate"]
+    assert _versions_of_cycle(registry, "c1") == [candidate], "one candidate however often train ran"
+    gate_runs = registry.client.search_runs([registry.experiment_id(loop.cfg.gate.experiment)])
+    assert len(gate_runs) == 1, "the gate ran once: the rerun read its decision back from the candidate's tags"
+    assert rec.result("evaluate")["decision"] == "promote"
+    assert registry.version_of("champion") == candidate and registry.version_of("previous") == "1"
+    assert rec.result("deploy")["deployed"] and set(rec.result("deploy")["arms"].values()) == {candidate}
+    health = loop.health()
+    assert health["arms"]["treatment"]["version"] == candidate and health["arms"]["control"]["version"] == "1"
+    assert (loop.state / "ab" / "cycles" / "c1" / "result.json").exists()
+
+
+def test_a_candidate_that_fails_the_gate_leaves_champion_and_serving_unchanged(loop):
+    registry = Registry.from_config(loop.cfg)
+    champion = registry.version_of("champion")
+    swaps = len(loop.health().get("swaps", []))
+    loop.traffic(20, seed=2)
+    rec = loop.cycle("c2", ["gate.min_tasks=1000"])     # fail closed: too few tasks for the decision
+    assert rec.status == DONE, rec.error
+    assert rec.result("evaluate")["decision"] == "keep_champion"
+    assert not rec.result("promote")["promoted"]
+    assert registry.version_of("champion") == champion
+    assert rec.result("deploy")["arms"] == {"treatment": champion}
+    health = loop.health()
+    assert health["arms"]["treatment"]["version"] == champion and len(health.get("swaps", [])) == swaps
+    candidate = rec.result("train")["candidate"]
+    assert registry.info(candidate).tags["gate.decision"] == "keep_champion"
+
+
+def test_the_replay_job_over_a_cycles_window_reproduces_its_reward_rows(loop):
+    import dagster as dg
+
+    from infra.orchestrator import definitions
+
+    cycle_rows = read_reward_table(loop.state / "rewards" / "table", "c1")
+    start = cycle_rows["request_time"].min()
+    end = cycle_rows["request_time"].max() + timedelta(microseconds=1)
+    out = loop.state / "replay-c1"
+    resource = definitions.RtrlResource(overrides=loop.overrides)
+    for _ in range(4):   # the archiver flushes every couple of seconds: replay once it holds the whole window
+        result = definitions.replay_job.execute_in_process(
+            run_config={"ops": {"replay_window": {"config": {"start": start.isoformat(), "end": end.isoformat(),
+                                                             "out": str(out)}}}},
+            resources={"rtrl": resource}, instance=dg.DagsterInstance.ephemeral())
+        assert result.success
+        if read_reward_table(out)["request_id"].is_in(cycle_rows["request_id"].implode()).sum() == cycle_rows.height:
+            break
+        time.sleep(5)
+    replayed = read_reward_table(out).filter(pl.col("request_id").is_in(cycle_rows["request_id"].implode()))
+    assert replayed.height == cycle_rows.height
+    cols = [c for c in cycle_rows.columns]
+    assert replayed.select(cols).sort("request_id").equals(cycle_rows.select(cols).sort("request_id"))
+    with pytest.raises(Exception, match="production reward table"):
+        definitions.replay_job.execute_in_process(
+            run_config={"ops": {"replay_window": {"config": {"start": start.isoformat(), "end": end.isoformat(),
+                                                             "out": str(loop.state / "rewards" / "table")}}}},
+            resources={"rtrl": resource}, instance=dg.DagsterInstance.ephemeral())
+
+
+def test_the_cadence_sensor_skips_with_reasons_then_starts_a_cycle(loop):
+    import dagster as dg
+
+    from infra.orchestrator import definitions
+    from infra.orchestrator.ledger import CycleRecord
+
+    resource = definitions.RtrlResource(overrides=loop.overrides)
+    instance = dg.DagsterInstance.ephemeral()
+
+    def tick():
+        return definitions.cadence_sensor(dg.build_sensor_context(instance=instance, resources={"rtrl": resource}))
+
+    ledger = Ledger(loop.state)
+    last = ledger.load("c2")
+    # too early: the clock sits just after c2 started
+    AcceleratedClock(last.started_at, time.time(), 0.0).save(clock_path(loop.state))
+    assert isinstance(r := tick(), dg.SkipReason) and r.skip_message.startswith("too early")
+    # previous still running: a running record whose runner (this process) is alive
+    later = datetime.fromisoformat(last.started_at) + timedelta(hours=3)
+    AcceleratedClock(later.isoformat(), time.time(), 0.0).save(clock_path(loop.state))
+    ledger.save(CycleRecord("c3", 3, later.isoformat(), time.time(), runner_pid=os.getpid()))
+    assert isinstance(r := tick(), dg.SkipReason) and "c3 is still running" in r.skip_message
+    (ledger.root / "c3.json").unlink()
+    # too few mature rows: no traffic since c2's range
+    assert isinstance(r := tick(), dg.SkipReason) and r.skip_message.startswith("too few mature rows: 0")
+    # new mature traffic: start c3
+    AcceleratedClock.load(clock_path(loop.state))
+    loop.clock = AcceleratedClock(later.isoformat(), time.time(), SPEED)
+    loop.clock.save(clock_path(loop.state))
+    loop.traffic(10, seed=3)
+    far = loop.clock.now() + timedelta(hours=2)
+    AcceleratedClock(far.isoformat(), time.time(), 0.0).save(clock_path(loop.state))
+    r = tick()
+    assert isinstance(r, dg.SensorResult) and [q.partition_key for q in r.run_requests] == ["c3"]
+    reasons = [json.loads(line) for line in (loop.state / "orchestrator" / "cadence.jsonl").read_text().splitlines()]
+    assert [x["start"] for x in reasons[-4:]] == [False, False, False, True]
+    assert reasons[-1]["cycle_id"] == "c3" and reasons[-1]["mature_rows"] >= 5

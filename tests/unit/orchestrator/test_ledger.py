@@ -1,0 +1,90 @@
+"""The cycle ledger and the step runner: a step recorded done never runs again; a crash leaves it to be redone."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from infra.orchestrator import steps
+from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, RUNNING, Ledger
+from infra.orchestrator.steps import CycleBlocked, CycleContext, InjectedFailure, run_cycle, run_step
+
+NOW = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Every step replaced by one that counts its runs and returns its name (the runner is under test here)."""
+    calls: dict[str, int] = {}
+
+    def make(name):
+        def fn(ctx):
+            calls[name] = calls.get(name, 0) + 1
+            return {"ran": name}
+        return fn
+
+    monkeypatch.setattr(steps, "STEP_FUNCS", {n: make(n) for n in steps.STEPS})
+    return calls
+
+
+def ctx_for(tmp_path, cycle_id="c1"):
+    ledger = Ledger(tmp_path)
+    rec = ledger.begin(cycle_id, NOW, 0.0)
+    return CycleContext(SimpleNamespace(state_path=tmp_path), cli=None, record=rec, log=lambda m: None), ledger
+
+
+def test_a_new_cycle_gets_the_next_sequence_number_and_records_its_runner(tmp_path):
+    ledger = Ledger(tmp_path)
+    a, b = ledger.begin("c1", NOW, 0.0), ledger.begin("c2", NOW, 0.0)
+    assert (a.seq, b.seq, b.status) == (1, 2, RUNNING) and b.runner_pid > 0
+    assert [r.cycle_id for r in ledger.all()] == ["c1", "c2"] and ledger.next_id() == "c3"
+
+
+@pytest.mark.parametrize("bad", ["", "../x", ".hidden", "a/b"])
+def test_cycle_ids_that_could_escape_the_ledger_folder_are_refused(tmp_path, bad):
+    with pytest.raises(ValueError, match="bad cycle id"):
+        Ledger(tmp_path).path(bad)
+
+
+def test_every_step_runs_once_in_order_and_the_cycle_is_done(tmp_path, counted):
+    ctx, ledger = ctx_for(tmp_path)
+    rec = run_cycle(ctx, ledger)
+    assert rec.status == DONE and counted == {n: 1 for n in steps.STEPS}
+    assert list(Ledger(tmp_path).load("c1").steps) == list(steps.STEPS)
+
+
+@pytest.mark.parametrize("failing", steps.STEPS)
+def test_a_failure_injected_after_a_step_reruns_only_that_step_and_the_rest(tmp_path, counted, monkeypatch, failing):
+    monkeypatch.setenv(steps.FAIL_AFTER_ENV, failing)
+    ctx, ledger = ctx_for(tmp_path)
+    with pytest.raises(InjectedFailure):
+        run_cycle(ctx, ledger)
+    saved = Ledger(tmp_path).load("c1")
+    assert saved.status == FAILED and failing in saved.error and not saved.done(failing)
+    monkeypatch.delenv(steps.FAIL_AFTER_ENV)
+    ctx, ledger = ctx_for(tmp_path)   # the resumed run: same cycle id
+    assert run_cycle(ctx, ledger).status == DONE
+    i = steps.STEPS.index(failing)
+    assert counted == {n: (2 if n == failing else 1) for n in steps.STEPS}, "steps before it ran once, it twice"
+    assert all(counted[n] == 1 for n in steps.STEPS[i + 1:])
+
+
+def test_a_blocked_step_finishes_the_cycle_as_blocked_and_a_rerun_does_nothing(tmp_path, counted, monkeypatch):
+    def refuse(ctx):
+        raise CycleBlocked("data quality failed", 3)
+
+    monkeypatch.setitem(steps.STEP_FUNCS, "validate", refuse)
+    ctx, ledger = ctx_for(tmp_path)
+    with pytest.raises(CycleBlocked):
+        run_cycle(ctx, ledger)
+    assert Ledger(tmp_path).load("c1").status == BLOCKED
+    ctx, ledger = ctx_for(tmp_path)
+    assert run_cycle(ctx, ledger).status == BLOCKED and "train" not in counted
+
+
+def test_run_step_returns_the_recorded_result_without_running(tmp_path, counted):
+    ctx, ledger = ctx_for(tmp_path)
+    first = run_step(ctx, ledger, "collect")
+    assert run_step(ctx, ledger, "collect") == first and counted["collect"] == 1
