@@ -24,6 +24,8 @@ EPILOG = """examples:
   rtrl gate 3                  evaluate version 3 against the champion (held-out suite, report, MLflow)
   rtrl promote 3               make version 3 champion if its gate passed against the current champion
   rtrl rollback                champion back to the version it replaced
+  rtrl ab report --cycle c3 --format md   a cycle's A/B table (also html, json)
+  rtrl dashboard               the Streamlit dashboard on http://127.0.0.1:18501
   rtrl down                    stop everything this state dir started
 """
 
@@ -208,6 +210,29 @@ def _parser() -> argparse.ArgumentParser:
         "point champion back at alias previous (audited); previous moves one promotion further back",
         epilog="Refused (exit 3) when previous is not set. Prints one JSON line.")
 
+    ab = cmd("ab", "infra.commands.ab:main", "A/B metrics per cycle: compute them from the reward table, or report them",
+             epilog="Results live in <state_dir>/ab/cycles/<ID>/ (the orchestrator writes them after each cycle). "
+                    "Settings: [ab] in rtrl.toml.")
+    ab_sub = ab.add_subparsers(dest="ab_command", metavar="ACTION", required=True)
+    abr = ab_sub.add_parser("report", help="print (or write) a stored cycle's A/B report")
+    abr.add_argument("--cycle", metavar="ID", help="cycle id (default: the latest stored cycle)")
+    abr.add_argument("--format", choices=("md", "html", "json"), default="md", help="output format (default md)")
+    abr.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    abc = ab_sub.add_parser("compute", help="compute a cycle's A/B metrics from its reward rows and store them")
+    abc.add_argument("--cycle", required=True, metavar="ID", help="cycle id: reads <rewards>/policy_version=*/window=ID/")
+    abc.add_argument("--rewards", metavar="PATH", help="reward table root (default <state_dir>/rewards/table)")
+    abc.add_argument("--as-of", metavar="TIME", help="exclude rows maturing after this ISO time (default: the reward "
+                     "cycle manifest's as_of when there is one)")
+    abc.add_argument("--pre-period", metavar="PATH", help="reward rows from before the arms split (a Parquet file or "
+                     "folder) for CUPED")
+
+    dash = cmd("dashboard", "infra.commands.dashboard:main",
+               "serve the A/B and pipeline-health dashboard (Streamlit) on dashboard.host:dashboard.port",
+               epilog="Reads only the state dir (A/B results, reward cycle manifests, data-quality and gate reports) "
+                      "and the MLflow registry. Bound to 127.0.0.1 by default. Settings: [dashboard] in rtrl.toml.")
+    dash.add_argument("--port", type=int, help="port (default dashboard.port)")
+    dash.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
+
     bench = cmd("bench", "infra.commands.bench:main", "benchmarks that print JSON")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="WHAT", required=True)
     bi = bench_sub.add_parser("ingest", help="SDK enqueue latency, collector and Kafka throughput, archive check")
@@ -246,6 +271,11 @@ def _parser() -> argparse.ArgumentParser:
                      "stage: the default policy's (default) or a ~1B-parameter Llama")
     bsv.add_argument("--throughput-only", action="store_true", help="only vLLM vs HF generate (no broker or MLflow "
                      "needed: e.g. on a GPU machine; there both run in bfloat16, vLLM with CUDA graphs)")
+    bab = bench_sub.add_parser("ab", help="one cycle's A/B metrics over 10 million reward rows (Parquet in, the "
+                               "stored result out)")
+    bab.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+    bab.add_argument("--rows", type=int, default=10_000_000, help="reward rows (default 10,000,000)")
+    bab.add_argument("--users", type=int, default=100_000, help="distinct users (default 100,000)")
     return p
 
 

@@ -14,11 +14,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evals.gate.config import GateConfig
+from infra.dashboard.config import DashboardConfig
 from infra.stack.config import KafkaConfig, MlflowConfig
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.config import SdkConfig
 from instrumentation.simulator.config import SimulatorConfig
 from pipelines.archive.config import ArchiveConfig
+from pipelines.metrics.config import AbConfig
 from pipelines.quality.config import QualityConfig
 from pipelines.rewards.spec import RewardSpec
 from serving.config import ServingConfig
@@ -48,6 +50,8 @@ class RtrlConfig(BaseModel):
     serving: ServingConfig = Field(default_factory=ServingConfig)
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
+    ab: AbConfig = Field(default_factory=AbConfig)
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
 
     @property
     def state_path(self) -> Path:

@@ -44,14 +44,15 @@ def _as_utc(as_of: datetime | str | None) -> datetime | None:
 
 
 def _prepare(rewards: pl.LazyFrame | pl.DataFrame, arms: list[str], as_of: datetime | None):
+    """(rows of the two arms mature at as_of, lazily; row counts per arm, lazily: all rows and immature ones)."""
     lf = rewards.lazy()
     names = lf.collect_schema().names()
     missing = [c for c in INPUT_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"reward rows lack columns {missing} (schemas/rewards.py RewardRow)")
-    lf = lf.select(INPUT_COLUMNS)
     immature = (pl.col("mature_time") > pl.lit(as_of)) if as_of is not None else pl.lit(False)
-    counts = lf.group_by("arm").agg(rows=pl.len(), immature=immature.sum()).collect()
+    lf = lf.select([c for c in INPUT_COLUMNS if c != "mature_time" or as_of is not None])
+    counts = lf.group_by("arm").agg(rows=pl.len(), immature=immature.sum())
     keep = lf.filter(pl.col("arm").is_in(arms) & ~immature)
     return keep, counts
 
@@ -59,9 +60,11 @@ def _prepare(rewards: pl.LazyFrame | pl.DataFrame, arms: list[str], as_of: datet
 def _metric_row(name: str, cyc: Change, den_c, den_t) -> MetricResult:
     info = BY_NAME[name]
     change, _, low, high, p = cyc.on(info.scale)
+    _, _, abs_low, abs_high, _ = cyc.on("absolute")
     return MetricResult(metric=name, label=info.label, unit=info.unit, better=info.better, scale=info.scale,
                         control=cyc.control, treatment=cyc.treatment, absolute=cyc.absolute, relative=cyc.relative,
-                        change=change, low=low, high=high, p_value=p, denominator_control=den_c,
+                        change=change, low=low, high=high, p_value=p, abs_low=abs_low, abs_high=abs_high,
+                        denominator_control=den_c,
                         denominator_treatment=den_t, verdict=verdict(low, high, info.better))
 
 
@@ -109,7 +112,7 @@ def _by_version(units: pl.DataFrame, hist: pl.DataFrame, control: str, cfg: AbCo
             for m in RATIO_METRICS:
                 mom = moments(sub, m, ["arm"])
                 ch = ratio_change(moments_of(mom, arm=control), moments_of(mom, arm=r["arm"]), cfg.alpha)
-                r[f"{m}_relative"], r[f"{m}_low"], r[f"{m}_high"] = ch.relative, ch.low, ch.high
+                r[f"{m}_change"], _, r[f"{m}_low"], r[f"{m}_high"], _ = ch.on(BY_NAME[m].scale)
         rows.append(r)
     return rows
 
@@ -121,9 +124,11 @@ def _by_org(units: pl.DataFrame, control: str, treatment: str, cfg: AbConfig) ->
         for org in sorted(mom["org_id"].unique().to_list()):
             c, t = moments_of(mom, org_id=org, arm=control), moments_of(mom, org_id=org, arm=treatment)
             ch = ratio_change(c, t, cfg.alpha)
+            scale = BY_NAME[m].scale
+            change, _, low, high, p = ch.on(scale)
             rows.append({"org_id": org, "metric": m, "control": ch.control, "treatment": ch.treatment,
-                         "relative": ch.relative, "low": ch.low, "high": ch.high, "p_value": ch.p_value,
-                         "users_control": c.n if c else 0, "users_treatment": t.n if t else 0})
+                         "relative": ch.relative, "scale": scale, "change": change, "low": low, "high": high,
+                         "p_value": p, "users_control": c.n if c else 0, "users_treatment": t.n if t else 0})
     return rows
 
 
@@ -140,10 +145,10 @@ def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, c
     control, treatment = control_arm or cfg.control_arm, treatment_arm or cfg.treatment_arm
     check_cycle_id(cycle_id)
     t_as_of = _as_utc(as_of)
-    rows, arm_counts = _prepare(rewards, [control, treatment], t_as_of)
-    units = unit_stats(rows).collect()
-    buckets = quantiles.user_buckets(units["user_id"], cfg.buckets)
-    hist = quantiles.latency_histogram(rows, buckets, cfg.latency_resolution).collect()
+    rows, counts_lf = _prepare(rewards, [control, treatment], t_as_of)
+    # the one pass over the rows: three aggregations of a single scan
+    arm_counts, units, hist = pl.collect_all([counts_lf, unit_stats(rows),
+                                              quantiles.latency_histogram(rows, cfg.buckets, cfg.latency_resolution)])
 
     prior = store.prior(cycle_id) if store is not None else []
     cum_units = pl.concat([*(store.units(c) for c in prior), units], how="vertical_relaxed") if prior else units
@@ -212,7 +217,7 @@ def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, c
     settings = {"sequential_tau": cfg.sequential_tau, "treatment_share": cfg.treatment_share,
                 "srm_p_threshold": cfg.srm_p_threshold, "buckets": cfg.buckets,
                 "bootstrap_resamples": cfg.bootstrap_resamples, "latency_resolution": cfg.latency_resolution,
-                "seed": cfg.seed, "cuped": pre_units is not None}
+                "seed": cfg.seed, "cuped": pre_units is not None, "polars": pl.__version__}
     return CycleMetrics(
         cycle_id=cycle_id, control_arm=control, treatment_arm=treatment, alpha=cfg.alpha,
         as_of=t_as_of.isoformat() if t_as_of else None,

@@ -6,7 +6,7 @@ within resolution/2 of every latency in it (0.25 % by default). The quantile is 
 `method="inverted_cdf"`): the smallest value whose cumulative share reaches q. Histograms add across cycles, so
 the cumulative quantile needs no rows either.
 
-Users are hashed (CRC-32 of user_id, stable across machines and library versions) into `buckets` buckets. The
+Users are hashed (`bucket_expr`) into `buckets` buckets. The
 interval of the relative change of a quantile resamples each arm's buckets with replacement (a cluster
 bootstrap: a user's requests always move together, as the router randomizes users) and takes the bootstrap
 standard error; the interval is the normal one on that error, as for the ratio metrics, so that the sequential
@@ -16,7 +16,6 @@ interval can use the same variance.
 from __future__ import annotations
 
 import math
-import zlib
 
 import numpy as np
 import polars as pl
@@ -26,11 +25,10 @@ from pipelines.metrics.intervals import Change, _normal
 MIN_MS = 0.01   # latencies at or below this share the lowest bin
 
 
-def user_buckets(users: pl.Series, buckets: int) -> pl.DataFrame:
-    """user_id -> bucket (CRC-32 modulo `buckets`): a few thousand distinct users, hashed in Python once."""
-    uniq = users.unique()
-    return pl.DataFrame({"user_id": uniq, "bucket": pl.Series(
-        [zlib.crc32(u.encode()) % buckets for u in uniq.to_list()], dtype=pl.Int32)})
+def bucket_expr(buckets: int) -> pl.Expr:
+    """user_id -> bucket: polars' string hash with fixed seeds, modulo `buckets` (deterministic for a polars
+    version; pyproject pins the minor version, and the store records it in each result's settings)."""
+    return (pl.col("user_id").hash(seed=0x5EED) % buckets).cast(pl.Int32).alias("bucket")
 
 
 def bin_expr(resolution: float) -> pl.Expr:
@@ -43,10 +41,9 @@ def bin_value(bins: np.ndarray | int, resolution: float) -> np.ndarray | float:
     return np.exp((np.asarray(bins, dtype=np.float64) + 0.5) * math.log1p(resolution))
 
 
-def latency_histogram(rows: pl.LazyFrame, buckets: pl.DataFrame, resolution: float) -> pl.LazyFrame:
-    """Counts per (arm, policy_version, bucket, bin); `buckets` from `user_buckets`."""
-    return (rows.select("arm", "policy_version", "user_id", bin_expr(resolution))
-            .join(buckets.lazy(), on="user_id", how="left")
+def latency_histogram(rows: pl.LazyFrame, buckets: int, resolution: float) -> pl.LazyFrame:
+    """Counts per (arm, policy_version, bucket, bin)."""
+    return (rows.select("arm", "policy_version", bucket_expr(buckets), bin_expr(resolution))
             .group_by("arm", "policy_version", "bucket", "bin").agg(count=pl.len()))
 
 
@@ -73,9 +70,9 @@ def _dense(hist: pl.DataFrame, bins: np.ndarray) -> np.ndarray:
     h = hist.group_by("bucket", "bin").agg(pl.col("count").sum())
     bucket_ids, b_idx = np.unique(h["bucket"].to_numpy(), return_inverse=True)
     k_idx = np.searchsorted(bins, h["bin"].to_numpy())
-    m = np.zeros((len(bucket_ids), len(bins)))
-    np.add.at(m, (b_idx, k_idx), h["count"].to_numpy())
-    return m
+    flat = np.bincount(b_idx * len(bins) + k_idx, weights=h["count"].to_numpy().astype(np.float64),
+                       minlength=len(bucket_ids) * len(bins))
+    return flat.reshape(len(bucket_ids), len(bins))
 
 
 def _resampled_quantiles(m: np.ndarray, q: float, bins: np.ndarray, resolution: float, resamples: int,

@@ -29,6 +29,8 @@ class MetricResult:
     low: float | None = None           # interval on the change, level 1 - alpha
     high: float | None = None
     p_value: float | None = None
+    abs_low: float | None = None       # interval on the absolute change (treatment - control), level 1 - alpha
+    abs_high: float | None = None
     denominator_control: float | None = None   # rows counted (known labels for edit persistence)
     denominator_treatment: float | None = None
     verdict: str = "inconclusive"      # better | worse | changed | inconclusive (from low/high and `better`)

@@ -1,0 +1,70 @@
+"""`rtrl dashboard [--port P] [--detach]`: the Streamlit dashboard (infra/dashboard/app.py) on
+dashboard.host:dashboard.port (127.0.0.1 by default). It reads only the state dir and the MLflow registry."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
+
+
+def streamlit_argv(host: str, port: int, config: str | None, overrides: list[str]) -> list[str]:
+    """The command that serves the app; everything after `--` is the app's own arguments (the rtrl config)."""
+    argv = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
+            "--server.headless", "true", "--browser.gatherUsageStats", "false", "--global.developmentMode", "false",
+            "--server.fileWatcherType", "none", "--"]
+    if config:
+        argv += ["--config", str(Path(config).resolve())]
+    for o in overrides:
+        argv += ["--set", o]
+    return argv
+
+
+def healthy(host: str, port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/_stcore/health", timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def main(args, cfg) -> int:
+    from infra.stack.process import ManagedProcess, StackError, port_is_free
+
+    host, port = cfg.dashboard.host, args.port or cfg.dashboard.port
+    url = f"http://{host}:{port}"
+    overrides = list(args.overrides) + ([f"dashboard.port={args.port}"] if args.port else [])
+    if args.detach:
+        proc = ManagedProcess("dashboard", cfg.state_path)
+        if proc.is_running():
+            print(f"dashboard: already running (pid {proc.info()['pid']}) at {url}; log: {proc.logfile}")
+            return 0
+        if not port_is_free(host, port):
+            raise StackError(f"port {port} on {host} is taken; choose another with --port PORT")
+        argv = [sys.executable, "-m", "infra.cli"] + (["--config", args.config] if args.config else [])
+        for o in overrides:
+            argv += ["--set", o]
+        proc.start(argv + ["dashboard"], extra={"url": url})
+        proc.wait_healthy(lambda: healthy(host, port), 60.0, f"GET {url}/_stcore/health")
+        print(f"dashboard: {url} (pid {proc.info()['pid']}); log: {proc.logfile}; stop with `rtrl down`")
+        return 0
+    if not port_is_free(host, port):
+        raise StackError(f"port {port} on {host} is taken; choose another with --port PORT")
+    print(f"dashboard: {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
+    child = subprocess.Popen(streamlit_argv(host, port, args.config, overrides), env={**os.environ})
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        time.sleep(0)
+        return 130
