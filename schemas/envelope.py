@@ -50,7 +50,7 @@ class Event(BaseModel):
     PRODUCERS: ClassVar[str] = ""
     CONSUMERS: ClassVar[str] = ""
 
-    event_id: str = Field(description="Client-made UUID; the idempotency key.")
+    event_id: str = Field(description="Client-made UUID; the idempotency key.", json_schema_extra={"format": "uuid"})
     event_type: str = Field(description="Which event this is; selects the model.")
     schema_version: int = Field(ge=1, description="Version of this event type's schema the producer wrote.")
     event_time: datetime = Field(description="Client clock, UTC, when the thing happened.")

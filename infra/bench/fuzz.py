@@ -43,8 +43,8 @@ from infra.bench import fuzz_cases as fc
 DEFAULT_CASES = {"collector_openapi": 2_000, "collector_hostile": 3_000, "wire": 5_000, "reward_parse": 3_000,
                  "archive_messages": 1_500, "tool_protocol": 5_000, "atheris_wire": 50_000,
                  "atheris_tool_protocol": 50_000}
-CI_CASES = {"collector_openapi": 60, "collector_hostile": 150, "wire": 400, "reward_parse": 200,
-            "archive_messages": 60, "tool_protocol": 400, "atheris_wire": 2_000, "atheris_tool_protocol": 2_000}
+CI_CASES = {"collector_openapi": 60, "collector_hostile": 150, "wire": 300, "reward_parse": 200,
+            "archive_messages": 60, "tool_protocol": 250, "atheris_wire": 2_000, "atheris_tool_protocol": 2_000}
 
 
 class Violation(AssertionError):

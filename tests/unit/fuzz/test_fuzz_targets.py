@@ -1,0 +1,73 @@
+"""Hostile input (issue 9), a bounded run of every `rtrl bench fuzz` target: the collector (schemathesis from its
+OpenAPI document; raw hostile requests), parse_wire, ParseEventsFn, the archiver's batch and the tool-call
+protocol, plus atheris (coverage-guided) on parse_wire and parse_response. Each case is accepted as a well-formed
+event or rejected/dead-lettered with a reason; a crash is any other exception, a 5xx or an undocumented answer.
+`rtrl bench fuzz --json` runs the full count (tens of thousands of cases)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.bench.fuzz import CI_CASES, TargetResult, atheris_available, drive, run_target
+from infra.bench import fuzz_cases as fc
+
+SLOW = {"collector_openapi"}
+
+
+def _params():
+    for name in CI_CASES:
+        marks = [pytest.mark.slow] if name in SLOW else []
+        if name.startswith("atheris_"):
+            marks.append(pytest.mark.skipif(not atheris_available(), reason="atheris is not installed"))
+        yield pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", list(_params()))
+def test_every_generated_case_is_accepted_well_formed_or_rejected_with_a_reason_and_none_crashes(name):
+    result = run_target(name, CI_CASES[name], seed=1)
+    assert result.crashes == 0, "\n\n".join(result.examples)
+    assert result.cases >= CI_CASES[name] * 0.9  # the generators are not starved
+    assert sum(result.rejected.values()) > 0      # hostile input was generated and refused ...
+    if name not in ("atheris_tool_protocol",):
+        assert result.accepted > 0                # ... and valid input still gets through
+
+
+def test_replayed_messages_reach_the_archive_once_and_are_counted_as_duplicates():
+    result = run_target("archive_messages", 80, seed=2)
+    assert result.crashes == 0, "\n\n".join(result.examples)
+    assert result.rejected["duplicate_event_id"] > 0
+
+
+def test_a_failing_oracle_is_counted_as_a_crash_with_its_input():
+    def check(case, r):
+        if case > 5:
+            raise KeyError("boom")
+
+    import hypothesis.strategies as st
+    result = drive(st.integers(0, 10), check, 50, seed=0, result=TargetResult())
+    assert result.crashes > 0 and "KeyError" in result.examples[0]
+
+
+def test_the_hostile_generators_cover_each_kind_of_hostility():
+    from hypothesis import given, settings, HealthCheck
+
+    seen: set[str] = set()
+
+    @settings(max_examples=200, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(fc.hostile_wire())
+    def probe(data: bytes):
+        if len(data) > 4 * 1024 * 1024:
+            seen.add("oversized")
+        if b"\\ud8" in data or b"\\udf" in data or b"\xed\xa0" in data or b"\xed\xb0" in data:
+            seen.add("lone_surrogate")
+        if b"\\u0000" in data or b"\x00" in data:
+            seen.add("nul")
+        if b"\\u202e" in data or b"\\u200f" in data or "\u202e".encode() in data:
+            seen.add("rtl")
+        if any(o in data for o in fc.OVERLONG[:4]):
+            seen.add("overlong")
+        if b"[[[[[[[[" in data:
+            seen.add("deep")
+
+    probe()
+    assert seen == {"oversized", "lone_surrogate", "nul", "rtl", "overlong", "deep"}
