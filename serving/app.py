@@ -34,6 +34,56 @@ from serving.router import Router
 log = logging.getLogger("rtrl.serving")
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_MESSAGES = 1024
+"""Input bounds (issue 9), checked before any tokenization: a body is read only up to MAX_BODY_BYTES whatever
+Content-Length says; a conversation has at most MAX_MESSAGES messages and at most PROMPT_CHARS_PER_TOKEN x
+max_model_len characters of content (a longer one cannot fit the context window with any tokenizer whose tokens
+average fewer characters; `max_tokens` is already bounded by max_model_len in `serving.protocol`)."""
+PROMPT_CHARS_PER_TOKEN = 64
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def read_bounded(request: Request, limit: int) -> bytes:
+    """The request body, refusing (BodyTooLarge) as soon as it passes `limit` bytes -- chunked or lying
+    Content-Length included; the rest is never read."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    buf = bytearray()
+    async for chunk in request.stream():
+        buf += chunk
+        if len(buf) > limit:
+            raise BodyTooLarge
+    return bytes(buf)
+
+
+def check_bounds(body: Any, max_model_len: int) -> None:
+    """RequestError (400) for a conversation too large to ever fit the model, before it is rendered or tokenized."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return  # parse_request says what is wrong
+    if len(messages) > MAX_MESSAGES:
+        raise RequestError(f"messages: at most {MAX_MESSAGES} messages (got {len(messages)})", "messages")
+    chars = 0
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        parts = content if isinstance(content, list) else [content]
+        chars += sum(len(p) if isinstance(p, str) else len(str(p.get("text", ""))) if isinstance(p, dict) else 0
+                     for p in parts)
+    limit = PROMPT_CHARS_PER_TOKEN * max_model_len
+    if chars > limit:
+        raise RequestError(f"messages: {chars} characters of content cannot fit this model's context of "
+                           f"{max_model_len} tokens (limit {limit} characters)", "messages")
+
+
+def holds_secret(texts) -> bool:
+    """Whether any text holds a secret by the SDK's redaction rules (`instrumentation.redact`)."""
+    from instrumentation.redaction import redact
+
+    return any(redact(t)[1] for t in texts if t)
 
 
 class Gateway:
@@ -45,7 +95,7 @@ class Gateway:
         self.cfg, self.fleet, self.model_name = cfg, fleet, model_name
         self.router = Router(cfg.experiment, cfg.arms)
         self.emit, self._on_close, self.telemetry_stats = emit, on_close, telemetry_stats
-        self.counts = {"served": 0, "failed": 0, "rejected": 0, "telemetry_errors": 0}
+        self.counts = {"served": 0, "failed": 0, "rejected": 0, "telemetry_errors": 0, "secret_requests_not_logged": 0}
 
     async def start(self, poll: bool = True) -> None:
         await self.fleet.start()
@@ -58,6 +108,7 @@ class Gateway:
             self._on_close()
 
     async def chat(self, body: Any) -> dict:
+        check_bounds(body, self.cfg.max_model_len)
         req = parse_request(body, default_max_tokens=self.cfg.max_tokens, max_model_len=self.cfg.max_model_len)
         arm = self.router.assign(req.user_id)
         t0 = time.perf_counter()
@@ -73,6 +124,11 @@ class Gateway:
                         prompt_token_ids=prompt_ids, generation=gen, parsed=parse_response(gen.text),
                         sampling=engine.sampling, latency_ms=(time.perf_counter() - t0) * 1000)
         if self.emit is not None:
+            # Token ids cannot be redacted: a request whose prompt or completion holds a secret is logged like a
+            # privacy-mode one (no token ids, no logprobs), so the secret never reaches Kafka or a training batch.
+            if not req.privacy_mode and holds_secret([m["content"] for m in req.messages] + [gen.text]):
+                req.privacy_mode = True
+                self.counts["secret_requests_not_logged"] += 1
             try:
                 self.emit(build_trajectory(served))
             except Exception as e:  # noqa: BLE001 -- telemetry must never fail a served request
@@ -91,8 +147,10 @@ def create_app(gateway: Gateway, *, poll: bool = True) -> Starlette:
     async def chat_completions(request: Request) -> JSONResponse:
         if not gateway.fleet.ready:
             return _error(503, "the model is still loading; retry shortly", "service_unavailable")
-        raw = await request.body()
-        if len(raw) > MAX_BODY_BYTES:
+        try:
+            raw = await read_bounded(request, MAX_BODY_BYTES)
+        except BodyTooLarge:
+            gateway.counts["rejected"] += 1
             return _error(413, f"request body over {MAX_BODY_BYTES} bytes", "invalid_request_error")
         try:
             body = json.loads(raw)
