@@ -3,10 +3,10 @@ dashboard.host:dashboard.port (127.0.0.1 by default). It reads only the state di
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -14,16 +14,17 @@ from pathlib import Path
 APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
 
 
-def streamlit_argv(host: str, port: int, config: str | None, overrides: list[str]) -> list[str]:
-    """The command that serves the app; everything after `--` is the app's own arguments (the rtrl config)."""
-    argv = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
+def streamlit_argv(host: str, port: int) -> list[str]:
+    """The command that serves the app (no telemetry, no file watcher, no browser)."""
+    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
             "--server.headless", "true", "--browser.gatherUsageStats", "false", "--global.developmentMode", "false",
-            "--server.fileWatcherType", "none", "--"]
-    if config:
-        argv += ["--config", str(Path(config).resolve())]
-    for o in overrides:
-        argv += ["--set", o]
-    return argv
+            "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer"]
+
+
+def app_env(config: str | None, overrides: list[str]) -> dict[str, str]:
+    """The app finds the rtrl config through these (Streamlit's own argv is not the app's)."""
+    return {"RTRL_DASHBOARD_CONFIG": str(Path(config).resolve()) if config else "",
+            "RTRL_DASHBOARD_SET": json.dumps(list(overrides))}
 
 
 def healthy(host: str, port: int) -> bool:
@@ -57,7 +58,7 @@ def main(args, cfg) -> int:
     if not port_is_free(host, port):
         raise StackError(f"port {port} on {host} is taken; choose another with --port PORT")
     print(f"dashboard: {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
-    child = subprocess.Popen(streamlit_argv(host, port, args.config, overrides), env={**os.environ})
+    child = subprocess.Popen(streamlit_argv(host, port), env={**os.environ, **app_env(args.config, overrides)})
     try:
         return child.wait()
     except KeyboardInterrupt:
@@ -66,5 +67,4 @@ def main(args, cfg) -> int:
             child.wait(10)
         except subprocess.TimeoutExpired:
             child.kill()
-        time.sleep(0)
         return 130

@@ -37,11 +37,14 @@ def evaluate(metric: str, change: Change, threshold: MonitorThreshold) -> Monito
                 max_decrease=threshold.max_decrease)
     if delta is None:
         return MonitorStatus(**base, status="no data", reason="an arm has no rows for this metric")
-    unit = "relative" if threshold.relative else "absolute"
+    def show(x: float, signed: bool = True) -> str:
+        return (f"{x:+.1%}" if signed else f"{x:.1%}") if threshold.relative else (
+            f"{x:+.4g}" if signed else f"{x:.4g}")
+
     if threshold.max_increase is not None and delta > threshold.max_increase:
-        return MonitorStatus(**base, status="red",
-                             reason=f"rose {delta:+.4g} ({unit}), more than {threshold.max_increase:g}")
+        return MonitorStatus(**base, status="red", reason=f"rose {show(delta)}, more than the "
+                                                          f"{show(threshold.max_increase, False)} tolerated")
     if threshold.max_decrease is not None and delta < -threshold.max_decrease:
-        return MonitorStatus(**base, status="red",
-                             reason=f"fell {delta:+.4g} ({unit}), more than {threshold.max_decrease:g}")
+        return MonitorStatus(**base, status="red", reason=f"fell {show(delta)}, more than the "
+                                                          f"{show(threshold.max_decrease, False)} tolerated")
     return MonitorStatus(**base, status="ok", reason="within thresholds")
