@@ -87,3 +87,20 @@ def test_a_completion_that_echoes_a_secret_is_logged_without_token_ids():
         assert chat(client).status_code == 200
     [e] = events
     assert e.privacy_mode and e.completion_token_ids == [] and e.behaviour_logprobs == []
+
+
+def test_a_failing_request_with_a_secret_in_its_prompt_logs_no_secret(caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    gw, events, loader = gateway()
+    with TestClient(create_app(gw, poll=False)) as client:
+        for e in loader.engines:
+            async def boom(*a, **k):
+                raise RuntimeError("engine died")
+            e.generate = boom
+        r = chat(client, messages=[{"role": "user", "content": f"token {GITHUB_TOKEN}"}])
+        bad = client.post("/v1/chat/completions", content=f'{{"user": "u", "messages": "{GITHUB_TOKEN}'.encode(),
+                          headers={"content-type": "application/json"})
+    assert r.status_code == 500 and bad.status_code == 400
+    assert "request failed" in caplog.text and GITHUB_TOKEN not in caplog.text
