@@ -49,11 +49,12 @@ def test_a_failing_oracle_is_counted_as_a_crash_with_its_input():
 
 
 def test_the_hostile_generators_cover_each_kind_of_hostility():
-    from hypothesis import given, settings, HealthCheck
+    from hypothesis import HealthCheck, given, seed, settings
 
     seen: set[str] = set()
 
-    @settings(max_examples=200, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @seed(3)
+    @settings(max_examples=400, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(fc.hostile_wire())
     def probe(data: bytes):
         if len(data) > 4 * 1024 * 1024:
