@@ -23,6 +23,8 @@ EPILOG = """examples:
   rtrl serve --detach          the OpenAI-compatible gateway (A/B arms, hot swap) in the background
   rtrl gate 3                  evaluate version 3 against the champion (held-out suite, report, MLflow)
   rtrl promote 3               make version 3 champion if its gate passed against the current champion
+  rtrl demo --cycles 3 --summary out.json   the whole loop from nothing, 3 cycles, A/B summary
+  rtrl orchestrator            Dagster UI + daemon: cycles every 5 hours, replay jobs
   rtrl rollback                champion back to the version it replaced
   rtrl ab report --cycle c3 --format md   a cycle's A/B table (also html, json)
   rtrl dashboard               the Streamlit dashboard on http://127.0.0.1:18501
@@ -84,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
                epilog="exit status: 0 every suite passed; 3 a suite failed (training on this data is blocked); "
                       "2 bad arguments or unreadable input")
     qual.add_argument("--rewards", metavar="PATH", help="reward table: a Parquet file or a directory of them")
+    qual.add_argument("--window", metavar="ID", help="only the reward rows of this window (a cycle id)")
     qual.add_argument("--events", metavar="ARCHIVE_ROOT",
                       help="also check the archived event log; its privacy-mode trajectories must have no reward row")
     qual.add_argument("--start", metavar="TIME", help="events from this event time on (ISO 8601 with timezone)")
@@ -119,6 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     trn.add_argument("--cycle", required=True, metavar="ID", help="cycle id (names the run; one candidate each)")
     trn.add_argument("--rewards", metavar="PATH", help="reward table (default: <state_dir>/rewards/table)")
     trn.add_argument("--as-of", metavar="TIME", help="refuse rows maturing after this ISO time (the cycle's as_of)")
+    trn.add_argument("--window", metavar="ID", help="only the rows of this window (the reward job's cycle id): one "
+                     "cycle's data, so no row is trained on twice")
 
     rep = cmd("replay", "infra.commands.rewards:replay",
               "recompute rewards from the archived event log over a time range (data engineers)")
@@ -232,6 +237,24 @@ def _parser() -> argparse.ArgumentParser:
                       "and the MLflow registry. Bound to 127.0.0.1 by default. Settings: [dashboard] in rtrl.toml.")
     dash.add_argument("--port", type=int, help="port (default dashboard.port)")
     dash.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
+
+    dm = cmd("demo", "infra.commands.demo:main",
+             "the whole loop from nothing: stack, v0, serving with control/treatment arms, simulated users, K "
+             "cycles under the orchestrator on an accelerated clock; prints a table per cycle and the A/B result",
+             epilog="Works in <state_dir>/demo (made fresh unless --resume); the first demo bootstraps v0 (a few "
+                    "minutes) and keeps a copy in <state_dir>/policy-v0 for the next ones. Progress on stderr, the "
+                    "table on stdout. Settings: [demo] in rtrl.toml (users, speed, cadence, gate size).")
+    dm.add_argument("--cycles", type=int, metavar="K", help="cycles to run (default demo.cycles, 3)")
+    dm.add_argument("--summary", metavar="PATH", help="also write the summary as JSON to PATH")
+    dm.add_argument("--keep-running", action="store_true", help="leave the stack, serving, users and the UIs "
+                    "(MLflow, Dagster, dashboard) running at the end; `rtrl --set state_dir=... down` stops them")
+    dm.add_argument("--resume", action="store_true", help="keep the demo state dir of an earlier run")
+    orch = cmd("orchestrator", "infra.commands.orchestrator:main",
+               "the Dagster UI and daemon: the cycle's assets and lineage, the cadence sensor, replay jobs",
+               epilog="Dagster instance in <state_dir>/dagster; UI on orchestrator.dagster_host:dagster_port. "
+                      "The cadence sensor starts a cycle every orchestrator.interval_s (from the last start) when "
+                      "the previous one finished and orchestrator.min_mature_rows mature requests exist.")
+    orch.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
 
     bench = cmd("bench", "infra.commands.bench:main", "benchmarks that print JSON")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="WHAT", required=True)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evals.gate.config import GateConfig
 from infra.dashboard.config import DashboardConfig
+from infra.orchestrator.config import DemoConfig, OrchestratorConfig
 from infra.stack.config import KafkaConfig, MlflowConfig
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.config import SdkConfig
@@ -52,6 +53,8 @@ class RtrlConfig(BaseModel):
     gate: GateConfig = Field(default_factory=GateConfig)
     ab: AbConfig = Field(default_factory=AbConfig)
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
+    orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig)
+    demo: DemoConfig = Field(default_factory=DemoConfig)
 
     @property
     def state_path(self) -> Path:

@@ -48,8 +48,8 @@ class DemoConfig(BaseModel):
                               description="The demo's cadence in simulated seconds (the production default is "
                                           "orchestrator.interval_s, five hours).")
     min_mature_rows: int = Field(default=300, ge=1, description="Mature requests needed before a cycle starts.")
-    gate_tasks: int = Field(default=24, ge=2, le=10_000, description="Held-out tasks of the demo's gate suite.")
-    gate_samples: int = Field(default=2, ge=1, le=100, description="Samples per task and arm in the demo's gate.")
+    gate_tasks: int = Field(default=60, ge=2, le=10_000, description="Held-out tasks of the demo's gate suite.")
+    gate_samples: int = Field(default=4, ge=1, le=100, description="Samples per task and arm in the demo's gate.")
     ab_window: Literal["last_cycle", "since_first_promotion"] = Field(
         default="since_first_promotion",
         description="Traffic the A/B table compares: requests served since the treatment arm first differed from "

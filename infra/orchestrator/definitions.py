@@ -18,6 +18,7 @@ is also appended to <state_dir>/orchestrator/cadence.jsonl.
 # no `from __future__ import annotations`: Dagster reads the context and config annotations at definition time
 import json
 import os
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -93,8 +94,11 @@ def _step_asset(step: str):
     def _asset(context: dg.AssetExecutionContext, rtrl: RtrlResource) -> dg.MaterializeResult:
         cfg = rtrl.load()
         cycle_id = context.partition_key
-        ctx, ledger = context_for(cfg, rtrl.cli(cfg, cycle_id), cycle_id, clock_for(cfg).now(),
-                                  log=context.log.info)
+        def log(message: str) -> None:   # the step's progress: in Dagster's run log and on stderr
+            context.log.info(message)
+            print(message, file=sys.stderr, flush=True)
+
+        ctx, ledger = context_for(cfg, rtrl.cli(cfg, cycle_id), cycle_id, clock_for(cfg).now(), log=log)
         result = run_step(ctx, ledger, step)
         if step == STEPS[-1]:
             finish(ctx, ledger)

@@ -34,7 +34,9 @@ from infra.orchestrator.clock import AcceleratedClock, clock_path
 from infra.orchestrator.ledger import BLOCKED, DONE, Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
 
-MAX_ATTEMPTS = 3   # runs of one cycle id (the first and two resumptions) before the demo gives up
+MAX_ATTEMPTS = 3
+# Dagster's own per-event console lines stay in its run log (the UI); the steps print their progress themselves
+QUIET_DAGSTER = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}   # runs of one cycle id (the first and two resumptions) before the demo gives up
 
 
 class DemoError(RuntimeError):
@@ -130,7 +132,7 @@ class Demo:
         from infra.orchestrator import definitions as defs_mod
 
         instance = dg.DagsterInstance.get()
-        job = defs_mod.defs.resolve_job_def(defs_mod.CYCLE_JOB)
+        job = defs_mod.defs.get_job_def(defs_mod.CYCLE_JOB)
         resource = defs_mod.resource_from_env()
         ledger = Ledger(self.state)
         attempts: dict[str, int] = {}
@@ -155,7 +157,7 @@ class Demo:
             self.log(f"[cadence] start {cid}: {decision.reason} (elapsed {self.elapsed():.0f}s)")
             instance.add_dynamic_partitions(defs_mod.cycles.name, [cid])
             result = job.execute_in_process(partition_key=cid, instance=instance, raise_on_error=False,
-                                            tags=request.tags)
+                                            tags=request.tags, run_config=QUIET_DAGSTER)
             rec = ledger.load(cid)
             self.log(f"[cycle {cid}] {rec.status if rec else '?'} after {self.elapsed():.0f}s"
                      + ("" if result.success else f": {rec.error[:300] if rec else 'run failed'}"))
