@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -58,13 +57,8 @@ def main(args, cfg) -> int:
     if not port_is_free(host, port):
         raise StackError(f"port {port} on {host} is taken; choose another with --port PORT")
     print(f"dashboard: {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
-    child = subprocess.Popen(streamlit_argv(host, port), env={**os.environ, **app_env(args.config, overrides)})
-    try:
-        return child.wait()
-    except KeyboardInterrupt:
-        child.terminate()
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-        return 130
+    # become the Streamlit server (exec, not a child): a signal to this pid reaches the server itself, so
+    # `rtrl down` or a supervisor never leaves an orphaned server behind
+    argv = streamlit_argv(host, port)
+    os.execve(argv[0], argv, {**os.environ, **app_env(args.config, overrides)})
+    return 0  # not reached

@@ -8,6 +8,7 @@ Screenshots go to $RTRL_SCREENSHOT_DIR when set, else to the test's tmp dir (the
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,18 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
     raise AssertionError(f"{url} did not answer within {timeout} s")
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    """`rtrl dashboard` execs the Streamlit server; signal its whole session so nothing outlives the test."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory):
     _need_browser()
@@ -64,11 +77,7 @@ def dashboard(tmp_path_factory):
         _wait_http(f"http://127.0.0.1:{port}/_stcore/health", proc)
         yield f"http://127.0.0.1:{port}", state
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
         log.close()
 
 
