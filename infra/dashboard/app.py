@@ -85,7 +85,7 @@ def _table_style(df: pd.DataFrame, verdicts: list[str]):
 def forest_chart(rows: list[dict], scale_label: str, title: str) -> alt.Chart:
     """Point = change, bar = interval, one row per metric; zero line."""
     df = pd.DataFrame(rows)
-    base = alt.Chart(df).encode(y=alt.Y("label:N", sort=None, title=None, axis=alt.Axis(labelOverlap=False)))
+    base = alt.Chart(df).encode(y=alt.Y("label:N", sort=None, title=None, axis=alt.Axis(labelOverlap=False, labelLimit=240)))
     bars = base.mark_rule(strokeWidth=3).encode(x=alt.X("low:Q", title=scale_label, axis=alt.Axis(format="+%")),
                                                 x2="high:Q", color=alt.Color("verdict:N", scale=alt.Scale(
                                                     domain=["better", "worse", "changed", "inconclusive"],
@@ -94,7 +94,7 @@ def forest_chart(rows: list[dict], scale_label: str, title: str) -> alt.Chart:
         x="change:Q", tooltip=["label", alt.Tooltip("change:Q", format="+.2%"),
                                alt.Tooltip("low:Q", format="+.2%"), alt.Tooltip("high:Q", format="+.2%")])
     zero = alt.Chart(pd.DataFrame({"x": [0.0]})).mark_rule(strokeDash=[4, 4], color="#555").encode(x="x:Q")
-    return (bars + points + zero).properties(title=title, height=28 * len(df) + 40)
+    return (bars + points + zero).properties(title=title, height=alt.Step(26))
 
 
 def page_experiment() -> None:

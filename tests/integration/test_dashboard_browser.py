@@ -172,3 +172,19 @@ def test_empty_state_says_run_demo(browser, tmp_path_factory):
             proc.wait(15)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def test_trends_and_health_render(dashboard, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    url, _ = dashboard
+    browser.get(f"{url}/?page=trends")
+    _wait(browser, '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg')
+    charts = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stVegaLiteChart"]')
+    assert len(charts) >= 6                                   # two per default metric
+    _shot(browser, "dashboard-trends.png", tmp_path)
+    browser.get(f"{url}/?page=health")
+    lag = _wait(browser, '[data-testid="stMetric"]', text="Reward-job lag")
+    assert "548" in lag.text                                  # 137 records behind on each of 4 partitions
+    _wait(browser, '[data-testid="stAlertContentError"]', text="FAILED")
+    _shot(browser, "dashboard-health.png", tmp_path)
