@@ -18,6 +18,7 @@ A blocked cycle (data quality failed, data refused) is finished: the next one st
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable
@@ -81,7 +82,8 @@ def _hours(d: timedelta) -> str:
 def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
     """Served requests (trajectory events) in Kafka after the last reward cycle's range whose rows will be mature
     by `now`: event_time + the reward spec's maturity delay + allowed lateness <= now (the watermark a range
-    fixed now would reach). Reads the trajectories topic from the last done cycle's end offsets."""
+    fixed now would reach). Reads the trajectories topic from the last done cycle's end offsets up to the log end
+    as the broker reports it now (an estimate: Tansu reports the last batch's base offset + 1)."""
     from kafka import KafkaConsumer, TopicPartition
 
     from pipelines.rewards.cycle_job import CycleStore
@@ -98,16 +100,22 @@ def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
         if not tps:
             return 0
         c.assign(tps)
+        first = {tp: start.get(key((tp.topic, tp.partition)), 0) for tp in tps}
         for tp in tps:
-            c.seek(tp, start.get(key((tp.topic, tp.partition)), 0))
-        n, idle_polls, deadline = 0, 0, datetime.now().timestamp() + timeout_s
-        while idle_polls < 3 and datetime.now().timestamp() < deadline:
-            got = c.poll(timeout_ms=300)
-            idle_polls = 0 if got else idle_polls + 1
-            for records in got.values():
+            c.seek(tp, first[tp])
+        ends = c.end_offsets(tps)      # a count as of now: traffic arriving while counting is left for later
+        behind = {tp for tp in tps if ends.get(tp, 0) > first[tp]}
+        n, deadline = 0, time.monotonic() + timeout_s
+        while behind and time.monotonic() < deadline:
+            for tp, records in c.poll(timeout_ms=300).items():
                 for r in records:
+                    if r.offset >= ends[tp]:
+                        break
                     t = _event_time(r.value)
                     n += int(t is not None and t <= cutoff)
+                if records and records[-1].offset + 1 >= ends[tp]:
+                    behind.discard(tp)
+                    c.pause(tp)
         return n
     finally:
         c.close()

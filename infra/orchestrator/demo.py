@@ -63,6 +63,7 @@ class Demo:
         self.cli = RtrlCli(config_path, self.overrides, self.state / "orchestrator" / "logs" / "demo",
                            cfg.orchestrator.step_timeout_s)
         self.t0 = time.monotonic()
+        self.interrupted = False
 
     # --- set-up ----------------------------------------------------------------------------------------------
     def prepare_state(self, resume: bool) -> None:
@@ -91,7 +92,7 @@ class Demo:
         else:
             self.log("[v0] bootstrapping the default policy (first demo on this machine: a few minutes; later "
                      f"demos reuse {self.v0_cache})")
-            self.cli.run("bootstrap", step="bootstrap")
+            self.cli.run("bootstrap", step="bootstrap", echo=self.log)
             version = registry.version_of("champion")
             tmp = self.v0_cache.with_name(self.v0_cache.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
@@ -123,8 +124,16 @@ class Demo:
 
     # --- the loop --------------------------------------------------------------------------------------------
     def run_cycles(self, cycles: int) -> list[str]:
-        os.environ["DAGSTER_HOME"] = str(self.state / "dagster")
-        (self.state / "dagster").mkdir(parents=True, exist_ok=True)
+        home = self.state / "dagster"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "dagster.yaml").touch()   # the instance keeps runs, sensor ticks and lineage in this folder
+        os.environ["DAGSTER_HOME"] = str(home)
+        import logging
+        import warnings
+
+        logging.getLogger("kafka").setLevel(logging.ERROR)     # kafka-python's event-loop timing chatter
+        logging.getLogger().setLevel(logging.ERROR)            # Beam's "apitools not found" notice
+        warnings.filterwarnings("ignore", category=UserWarning, module="dagster")
         os.environ["RTRL_CONFIG"] = self.config_path or ""
         os.environ["RTRL_SET"] = json.dumps(self.overrides)
         import dagster as dg
@@ -132,7 +141,7 @@ class Demo:
         from infra.orchestrator import definitions as defs_mod
 
         instance = dg.DagsterInstance.get()
-        job = defs_mod.defs.get_job_def(defs_mod.CYCLE_JOB)
+        job = defs_mod.defs.resolve_job_def(defs_mod.CYCLE_JOB)
         resource = defs_mod.resource_from_env()
         ledger = Ledger(self.state)
         attempts: dict[str, int] = {}
@@ -158,6 +167,8 @@ class Demo:
             instance.add_dynamic_partitions(defs_mod.cycles.name, [cid])
             result = job.execute_in_process(partition_key=cid, instance=instance, raise_on_error=False,
                                             tags=request.tags, run_config=QUIET_DAGSTER)
+            if self.interrupted:
+                raise KeyboardInterrupt
             rec = ledger.load(cid)
             self.log(f"[cycle {cid}] {rec.status if rec else '?'} after {self.elapsed():.0f}s"
                      + ("" if result.success else f": {rec.error[:300] if rec else 'run failed'}"))
@@ -195,10 +206,11 @@ class Demo:
                  f"simulated hours at {self.cfg.demo.speed:g}x")
         stopping = False
 
-        def on_term(signum, frame):  # a SIGTERM tears down like Ctrl-C
+        def on_signal(signum, frame):  # Ctrl-C or SIGTERM: stop (Dagster turns it into a failed run; see below)
+            self.interrupted = True
             raise KeyboardInterrupt
 
-        old = signal.signal(signal.SIGTERM, on_term)
+        old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.start_stack()
             v0 = self.ensure_v0()
@@ -219,7 +231,8 @@ class Demo:
             stopping = not keep_running
             raise
         finally:
-            signal.signal(signal.SIGTERM, old)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
             if stopping:
                 self.log("[demo] stopping everything (use --keep-running to leave the stack up)")
                 self.stop_all()

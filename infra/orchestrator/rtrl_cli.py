@@ -12,8 +12,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,22 +44,29 @@ class RtrlCli:
             head += ["--set", o]
         return head + list(args)
 
-    def run(self, *args: str, step: str, ok_codes: tuple[int, ...] = (0,),
-            expect_json: bool = True) -> tuple[int, dict]:
+    def run(self, *args: str, step: str, ok_codes: tuple[int, ...] = (0,), expect_json: bool = True,
+            echo: Callable[[str], None] | None = None) -> tuple[int, dict]:
         """(exit code, the JSON object of the last stdout line, {} when not `expect_json`). StepFailed for any
-        other exit code."""
+        other exit code. `echo` also gets every stderr line as it comes (progress of long commands)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_file = self.log_dir / f"{step}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(log_file, "a", encoding="utf-8") as err:
             err.write(f"$ rtrl {' '.join(args)}\n")
             err.flush()
+            proc = subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    cwd=REPO, env=env, errors="replace")
+            pump = threading.Thread(target=_pump, args=(proc.stderr, err, echo), daemon=True)
+            pump.start()
             try:
-                proc = subprocess.run(self.argv(*args), stdout=subprocess.PIPE, stderr=err, text=True, cwd=REPO,
-                                      env=env, timeout=self.timeout_s)
+                stdout, _ = proc.communicate(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
                 raise StepFailed(f"`rtrl {' '.join(args)}` ran past {self.timeout_s:.0f}s (log: {log_file})") from None
-        lines = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()]
+            finally:
+                pump.join(timeout=10)
+        lines = [ln for ln in stdout.strip().splitlines() if ln.strip()]
         if proc.returncode not in ok_codes:
             tail = log_file.read_text(encoding="utf-8", errors="replace")[-1500:]
             raise StepFailed(f"`rtrl {' '.join(args)}` exited {proc.returncode} (log: {log_file}):\n{tail}",
@@ -65,10 +74,18 @@ class RtrlCli:
         if not expect_json:
             return proc.returncode, {}
         try:
-            return proc.returncode, _last_json(proc.stdout)
+            return proc.returncode, _last_json(stdout)
         except ValueError:
             raise StepFailed(f"`rtrl {' '.join(args)}` printed no JSON summary (log: {log_file}); "
                              f"stdout ended: {lines[-3:] if lines else 'nothing'}") from None
+
+
+def _pump(stream, sink, echo) -> None:
+    for line in stream:
+        sink.write(line)
+        sink.flush()
+        if echo is not None:
+            echo(line.rstrip("\n"))
 
 
 def _last_json(stdout: str) -> dict:

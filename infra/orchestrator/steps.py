@@ -65,6 +65,17 @@ class CycleContext:
         return Registry.from_config(self.cfg)
 
 
+PROGRESS_PREFIXES = ("[gate] ", "train ", "rewards ")
+
+
+def _progress(ctx: CycleContext) -> Callable[[str], None]:
+    """Echo a step command's own progress lines (the rest stays in its log file)."""
+    def echo(line: str) -> None:
+        if line.startswith(PROGRESS_PREFIXES):
+            ctx.log(f"[cycle {ctx.cycle_id}]   {line}")
+    return echo
+
+
 def collect(ctx: CycleContext) -> dict:
     from pipelines.rewards.cycle_job import CycleStore, plan
 
@@ -78,7 +89,7 @@ def collect(ctx: CycleContext) -> dict:
 
 
 def distill(ctx: CycleContext) -> dict:
-    _, out = ctx.cli.run("rewards", "--cycle", ctx.cycle_id, step="distill")
+    _, out = ctx.cli.run("rewards", "--cycle", ctx.cycle_id, step="distill", echo=_progress(ctx))
     r = out["rewards"]
     return {k: r[k] for k in ("rows", "records_in_range", "as_of", "after", "dead_letters", "duplicates_dropped",
                               "unknown_labels", "late_events", "requests_pending", "out") if k in r}
@@ -122,7 +133,7 @@ def train(ctx: CycleContext) -> dict:
     if as_of:
         args += ["--as-of", as_of]
     try:
-        _, out = ctx.cli.run(*args, step="train")
+        _, out = ctx.cli.run(*args, step="train", echo=_progress(ctx))
     except StepFailed as e:
         if e.code == 2:   # selection refused the data (too few usable rows, immature rows): not a crash
             raise CycleBlocked(str(e), 2) from None
@@ -142,7 +153,8 @@ def evaluate(ctx: CycleContext) -> dict:
                                                                if r],
                 "interval": tags.get("gate.interval"), "mlflow_run_id": tags.get("gate.run_id"),
                 "candidate_version": candidate, "champion_version": str(parent), "reused": True}
-    _, out = ctx.cli.run("gate", str(candidate), "--champion", str(parent), step="evaluate", ok_codes=(0, 3))
+    _, out = ctx.cli.run("gate", str(candidate), "--champion", str(parent), step="evaluate", ok_codes=(0, 3),
+                         echo=_progress(ctx))
     return out["gate"]
 
 

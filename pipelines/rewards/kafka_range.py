@@ -80,6 +80,14 @@ def _event_time(value: bytes | None) -> datetime | None:
 
 def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], idle_s: float = 2.0,
               progress=None) -> FixedRange:
+    """Read every partition from `start` to where the range ends, recording the stop offsets.
+
+    Where it ends: at the log end, found by reading until every partition has been quiet for `idle_s`; while
+    traffic keeps arriving, at most `3 * idle_s` past the log ends snapshotted when fixing started (what arrives
+    later belongs to the next cycle; the range must end). The snapshot is the broker's ListOffsets-latest, which
+    Tansu reports as the last batch's base offset + 1, short of the true end; reading on until quiet (or for
+    that grace) takes the rest of the batch. Either way the stop offsets are exactly what was read, so the next
+    cycle starts there: nothing is skipped or read twice."""
     from kafka import TopicPartition
 
     parts = partitions_of(bootstrap, topics)
@@ -88,12 +96,19 @@ def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], id
     try:
         tps = [TopicPartition(t, p) for t, p in parts]
         c.assign(tps)
+        first = {tp: start.get(key((tp.topic, tp.partition)), 0) for tp in tps}
         for tp in tps:
-            c.seek(tp, start.get(key((tp.topic, tp.partition)), 0))
+            c.seek(tp, first[tp])
+        ends = c.end_offsets(tps) if tps else {}
+        behind = {tp for tp in tps if ends.get(tp, 0) > first[tp]}
         stop = {key(p): start.get(key(p), 0) for p in parts}
         newest: dict[str, str] = {}
-        n, last_data = 0, time.monotonic()
+        n, last_data, caught_up_at = 0, time.monotonic(), None
         while time.monotonic() - last_data < idle_s:
+            if caught_up_at is None and not behind:
+                caught_up_at = time.monotonic()
+            if caught_up_at is not None and time.monotonic() - caught_up_at > 3 * idle_s:
+                break
             got = c.poll(timeout_ms=200)
             for tp, records in got.items():
                 k = key((tp.topic, tp.partition))
@@ -103,6 +118,8 @@ def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], id
                     if t is not None and (k not in newest or t > newest[k]):
                         newest[k] = t
                 n += len(records)
+                if stop[k] >= ends.get(tp, 0):
+                    behind.discard(tp)
             if got:
                 last_data = time.monotonic()
                 if progress:
