@@ -33,6 +33,10 @@ class ServingConfig(BaseModel):
                                description="Training traffic samples the untruncated distribution at 1.0.")
     max_model_len: int = Field(default=1024, ge=64, le=131072)
     kv_cache_gb: float = Field(default=1.0, gt=0, le=512, description="vLLM CPU KV-cache space per engine.")
+    cpu_cores: str = Field(default="", pattern=r"^$|^(auto|nobind|[0-9,\-|]+)$",
+                           description="vLLM CPU: cores an engine's worker binds its threads to, e.g. \"0\" or "
+                                       "\"0-7\" (VLLM_CPU_OMP_THREADS_BIND); \"\" = vLLM's own choice. Engines that "
+                                       "share a core with each other or a trainer stall in OpenMP barriers.")
     registry_poll_s: float = Field(default=2.0, gt=0, le=3600,
                                    description="How often aliases are checked for a new version (hot swap).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(

@@ -86,6 +86,7 @@ class VllmEngine:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(f"checkpoint {folder} (version {version}) has no chat template in its tokenizer")
         _set_kv_cache_env(cfg.kv_cache_gb)
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_cores or "auto"   # read when the worker spawns
         llm = AsyncLLM.from_engine_args(engine_args(folder, cfg))
         engine = cls(version, Path(folder), llm, tokenizer, cfg)
         engine.load_seconds = time.monotonic() - t0

@@ -62,6 +62,10 @@ class GateConfig(BaseModel):
                             "drawn from a seed space training traffic never uses).")
     flaky_runs: int = Field(default=3, ge=2, le=20, description="Gradings of each task's snapshot and reference "
                             "solution by the flaky-task check; a task whose outcome changes is quarantined.")
+    engine_cpu_cores: str = Field(default="", pattern=r"^$|^(auto|nobind|[0-9,\-|]+)$",
+                                  description="Cores the gate's private vLLM engines bind to (serving.cpu_cores "
+                                              "for them); \"\" = serving.cpu_cores. On a machine that also serves "
+                                              "live traffic, give them cores serving does not use.")
     workers: int = Field(default=8, ge=1, le=256, description="Episodes run concurrently per arm (the serving "
                          "engine batches their requests; grading runs in parallel sandboxes).")
     samples_per_task: int = Field(default=4, ge=1, le=100,

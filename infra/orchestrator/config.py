@@ -50,6 +50,11 @@ class DemoConfig(BaseModel):
     min_mature_rows: int = Field(default=300, ge=1, description="Mature requests needed before a cycle starts.")
     gate_tasks: int = Field(default=60, ge=2, le=10_000, description="Held-out tasks of the demo's gate suite.")
     gate_samples: int = Field(default=4, ge=1, le=100, description="Samples per task and arm in the demo's gate.")
+    train_rows_per_step: int = Field(default=64, ge=1, le=1_000_000,
+                                     description="trainer.rows_per_step in the demo: a cycle here has hundreds of "
+                                                 "rows, so smaller steps give several updates per cycle.")
+    train_lr: float = Field(default=1e-4, gt=0, le=1, description="trainer.lr in the demo (the offline experiments "
+                            "with 64 rows per step: README, policy improvement).")
     ab_window: Literal["last_cycle", "since_first_promotion"] = Field(
         default="since_first_promotion",
         description="Traffic the A/B table compares: requests served since the treatment arm first differed from "

@@ -43,10 +43,23 @@ class DemoError(RuntimeError):
     pass
 
 
+def core_split(n: int | None) -> list[str]:
+    """Serving's engines on the first half of the cores, the gate's private engines on the rest: two vLLM workers
+    bound to one core (vLLM's automatic choice is the same core for both) stall each other."""
+    if not n or n < 2:
+        return []
+    half = n // 2
+    first = "0" if half == 1 else f"0-{half - 1}"
+    rest = str(half) if n - half == 1 else f"{half}-{n - 1}"
+    return [f'serving.cpu_cores="{first}"', f'gate.engine_cpu_cores="{rest}"']
+
+
 def demo_overrides(cfg, state: Path) -> list[str]:
     """The keys the demo sets on top of the user's config (every other key is the user's)."""
     d = cfg.demo
-    return [f'state_dir="{state}"', 'orchestrator.clock="accelerated"', f"orchestrator.interval_s={d.interval_s}",
+    return [*core_split(os.cpu_count()), f'state_dir="{state}"', 'orchestrator.clock="accelerated"', f"orchestrator.interval_s={d.interval_s}",
+            # serving's vLLM worker holds a core: a trainer on both would stall in OpenMP barriers
+            "trainer.threads=1", f"trainer.rows_per_step={d.train_rows_per_step}", f"trainer.lr={d.train_lr}",
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
             f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}"]
 
@@ -167,9 +180,10 @@ class Demo:
             instance.add_dynamic_partitions(defs_mod.cycles.name, [cid])
             result = job.execute_in_process(partition_key=cid, instance=instance, raise_on_error=False,
                                             tags=request.tags, run_config=QUIET_DAGSTER)
-            if self.interrupted:
-                raise KeyboardInterrupt
             rec = ledger.load(cid)
+            # Dagster's in-process run takes Ctrl-C/SIGTERM itself and reports an interrupted run
+            if self.interrupted or (rec is not None and "ExecutionInterrupted" in rec.error):
+                raise KeyboardInterrupt
             self.log(f"[cycle {cid}] {rec.status if rec else '?'} after {self.elapsed():.0f}s"
                      + ("" if result.success else f": {rec.error[:300] if rec else 'run failed'}"))
         return [r.cycle_id for r in ledger.all() if r.status in (DONE, BLOCKED)][:cycles]

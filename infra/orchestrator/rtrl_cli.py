@@ -64,6 +64,13 @@ class RtrlCli:
                 proc.kill()
                 proc.communicate()
                 raise StepFailed(f"`rtrl {' '.join(args)}` ran past {self.timeout_s:.0f}s (log: {log_file})") from None
+            except BaseException:          # interrupted: the step's command must not outlive its runner
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                raise
             finally:
                 pump.join(timeout=10)
         lines = [ln for ln in stdout.strip().splitlines() if ln.strip()]

@@ -98,12 +98,15 @@ def distill(ctx: CycleContext) -> dict:
 def validate(ctx: CycleContext) -> dict:
     table = ctx.record.result("distill").get("out") or str(ctx.cfg.state_path / "rewards" / "table")
     report = ctx.cfg.state_path / "quality" / ctx.cycle_id
-    code, out = ctx.cli.run("quality", "--rewards", table, "--window", ctx.cycle_id, "--report", str(report),
-                            step="validate", ok_codes=(0, 3))
+    code, _ = ctx.cli.run("quality", "--rewards", table, "--window", ctx.cycle_id, "--report", str(report),
+                          step="validate", ok_codes=(0, 3), expect_json=False)
+    suites = json.loads((report / "report.json").read_text()).get("suites", [])
+    failed = {x.get("name", "?"): sum(not r.get("success", True) for r in x.get("results", []))
+              for x in suites if not x.get("success", True)}      # suite -> rules that failed
     if code == 3:
-        raise CycleBlocked(f"data quality failed for cycle {ctx.cycle_id}: training on it is blocked (report in "
-                           f"{report})", code)
-    return {"passed": True, "report": str(report), "summary": out}
+        raise CycleBlocked(f"data quality failed for cycle {ctx.cycle_id}: {failed}; training on it is blocked "
+                           f"(report: {report / 'report.html'})", code)
+    return {"passed": True, "report": str(report / "report.html"), "suites": len(suites)}
 
 
 def measure(ctx: CycleContext) -> dict:
