@@ -42,18 +42,18 @@ class DemoConfig(BaseModel):
 
     cycles: int = Field(default=3, ge=1, le=100, description="Cycles to run (`--cycles`).")
     users: int = Field(default=48, ge=1, le=10_000, description="Simulated users driving the serving endpoint.")
-    speed: float = Field(default=240.0, gt=0, le=100_000, description="Simulated seconds per wall second of the "
+    speed: float = Field(default=40.0, gt=0, le=100_000, description="Simulated seconds per wall second of the "
                          "users and of the orchestrator's clock.")
     interval_s: float = Field(default=3 * 3600, gt=0, le=30 * 86400,
                               description="The demo's cadence in simulated seconds (the production default is "
                                           "orchestrator.interval_s, five hours).")
     min_mature_rows: int = Field(default=300, ge=1, description="Mature requests needed before a cycle starts.")
-    gate_tasks: int = Field(default=60, ge=2, le=10_000, description="Held-out tasks of the demo's gate suite.")
-    gate_samples: int = Field(default=4, ge=1, le=100, description="Samples per task and arm in the demo's gate.")
-    train_rows_per_step: int = Field(default=64, ge=1, le=1_000_000,
+    gate_tasks: int = Field(default=40, ge=2, le=10_000, description="Held-out tasks of the demo's gate suite.")
+    gate_samples: int = Field(default=2, ge=1, le=100, description="Samples per task and arm in the demo's gate.")
+    train_rows_per_step: int = Field(default=128, ge=1, le=1_000_000,
                                      description="trainer.rows_per_step in the demo: a cycle here has hundreds of "
                                                  "rows, so smaller steps give several updates per cycle.")
-    train_lr: float = Field(default=1e-4, gt=0, le=1, description="trainer.lr in the demo (the offline experiments "
+    train_lr: float = Field(default=1.5e-4, gt=0, le=1, description="trainer.lr in the demo (the offline experiments "
                             "with 64 rows per step: README, policy improvement).")
     ab_window: Literal["last_cycle", "since_first_promotion"] = Field(
         default="since_first_promotion",

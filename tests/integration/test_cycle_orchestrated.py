@@ -23,6 +23,7 @@ import pytest
 from infra.config import load_config
 from infra.orchestrator import steps
 from infra.orchestrator.clock import AcceleratedClock, clock_path
+from infra.orchestrator.demo import core_split
 from infra.orchestrator.ledger import DONE, Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli
 from infra.registry import Registry
@@ -45,7 +46,8 @@ class Loop:
                           f'policy.base_checkpoint="{v0}"', "trainer.min_rows=16", "trainer.rows_per_step=64",
                           'orchestrator.clock="accelerated"', "orchestrator.min_mature_rows=5",
                           "orchestrator.interval_s=7200", "orchestrator.deploy_timeout_s=300",
-                          "simulator.privacy_rate=0.0", *GATE_PASSES]
+                          "simulator.privacy_rate=0.0", "trainer.threads=1", *core_split(os.cpu_count()),
+                          *GATE_PASSES]
         self.cfg = load_config(None, self.overrides)
         self.cli = RtrlCli(None, self.overrides, state / "test-logs", timeout_s=900)
         # simulated time: 600x from two days ago, so no event time passes the present
