@@ -30,7 +30,7 @@ from infra.registry import Registry
 from pipelines.rewards.table import read_reward_table
 from tests.conftest import free_port, free_port_pair
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 REPO = Path(__file__).parents[2]
 SPEED = 600.0
 GATE_PASSES = ["gate.margin=0.5", "gate.min_tasks=2", "gate.min_pairs=2", "gate.suite_tasks=10",

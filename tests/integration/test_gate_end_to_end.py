@@ -17,7 +17,7 @@ import pytest
 from infra.registry import Registry
 from tests.conftest import make_config
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).parents[2]
 MODEL = "gate-e2e"
