@@ -140,6 +140,24 @@ def _reexpose(paths: Sequence[str]) -> list[str]:
     return args
 
 
+def _rebind_under(root: str, paths: Sequence[str]) -> list[str]:
+    """bwrap args that make `paths` under `root` visible again after a tmpfs replaced `root` (a checkout and
+    its .venv under /tmp, e.g. a CI clone in a mktemp dir): 0755 directories down to each, then a read-only bind."""
+    args: list[str] = []
+    made: set[str] = set()
+    for p in sorted(set(paths)):
+        if not p.startswith(root.rstrip("/") + "/"):
+            continue
+        parts = Path(p).relative_to(root).parts
+        for j in range(1, len(parts)):
+            d = str(Path(root, *parts[:j]))
+            if d not in made:
+                args += ["--perms", "0755", "--dir", d]
+                made.add(d)
+        args += ["--ro-bind", p, p]
+    return args
+
+
 def _chown_tree(root: str, uid: int) -> None:
     """Give the sandbox uid the work dir (root mode). Files written inside come back owned by it; root can still
     read and delete them."""
@@ -186,7 +204,7 @@ def build_argv(argv: Sequence[str], workdir: str, limits: Limits, started_fd: in
         cmd += _reexpose(interpreter_paths())
     cmd += _hide(hide)
     cmd += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", str(limits.tmp_mb * 1024 * 1024),
-            "--tmpfs", "/tmp",
+            "--tmpfs", "/tmp", *_rebind_under("/tmp", interpreter_paths()),
             "--bind", os.path.realpath(workdir), WORK_MOUNT, "--chdir", WORK_MOUNT, *_env(env)]
     if uid is not None:
         cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
