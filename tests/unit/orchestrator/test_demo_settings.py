@@ -1,0 +1,42 @@
+"""The demo's machine split and the replay output guard: plain functions, no services."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from infra.orchestrator.demo import core_split
+from infra.orchestrator.replay import output_for
+from tests.conftest import make_config
+
+
+@pytest.mark.parametrize("cores, expected", [
+    (None, []), (1, []),
+    (2, ['serving.cpu_cores="0"', 'gate.engine_cpu_cores="1"']),
+    (3, ['serving.cpu_cores="0"', 'gate.engine_cpu_cores="1-2"']),
+    (8, ['serving.cpu_cores="0-3"', 'gate.engine_cpu_cores="4-7"']),
+])
+def test_serving_and_gate_engines_get_disjoint_cores(cores, expected):
+    assert core_split(cores) == expected
+
+
+def test_every_core_split_is_a_valid_config(tmp_path):
+    cfg = make_config(tmp_path, *core_split(8))
+    assert (cfg.serving.cpu_cores, cfg.gate.engine_cpu_cores) == ("0-3", "4-7")
+
+
+T0, T1 = datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 1, 5, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("inside", ["rewards/table", "rewards/table/policy_version=1", "rewards"])
+def test_a_replay_never_writes_into_the_production_table(tmp_path, inside):
+    cfg = make_config(tmp_path)
+    with pytest.raises(ValueError, match="production reward table"):
+        output_for(cfg, T0, T1, str(cfg.state_path / inside))
+
+
+def test_a_replay_defaults_to_its_own_folder_named_by_the_range(tmp_path):
+    cfg = make_config(tmp_path)
+    assert output_for(cfg, T0, T1, None) == cfg.state_path / "replay" / "20261101T000000Z--20261101T050000Z"
+    assert output_for(cfg, T0, T1, str(tmp_path / "mine")) == (tmp_path / "mine").resolve()
