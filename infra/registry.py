@@ -100,14 +100,15 @@ class Registry:
         return VersionInfo(str(mv.version), mv.run_id, dict(mv.tags or {}))
 
     def local_path(self, version: str) -> Path:
-        """The version's checkpoint folder on this machine (downloaded once into the cache)."""
+        """The version's checkpoint folder on this machine (downloaded once into the cache). The cache is per
+        registered model: version numbers of two models in one store are not the same checkpoints."""
         import mlflow.artifacts
 
-        dest = self.cache_dir / f"v{version}"
+        dest = self.cache_dir / self.model / f"v{version}"
         if (dest / "config.json").is_file():
             return dest
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".v{version}-", dir=self.cache_dir))
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".v{version}-", dir=dest.parent))
         try:
             got = mlflow.artifacts.download_artifacts(run_id=self.info(version).run_id, artifact_path=ARTIFACT_DIR,
                                                       dst_path=str(tmp), tracking_uri=self.tracking_uri)

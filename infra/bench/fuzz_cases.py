@@ -185,6 +185,9 @@ def _any_text(max_size: int = 30) -> st.SearchStrategy:
                      st.sampled_from(EDGE_STRINGS[:31]))
 
 
+CLEAN_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./ "
+
+
 @st.composite
 def tool_call_body(draw) -> str:
     """The JSON inside a <tool_call> block: valid, retyped, missing or extra arguments, escapes, nesting."""
@@ -192,8 +195,10 @@ def tool_call_body(draw) -> str:
     spec = TOOLS.get(name) if isinstance(name, str) else None
     args: Any = {a: draw(_any_text()) for a, _ in spec.args} if spec else draw(
         st.dictionaries(_any_text(8), scalar_values(), max_size=3))
-    how = draw(st.sampled_from(["ok", "ok", "retype", "drop", "extra", "args_not_object", "extra_key", "escape",
-                                "deep", "truncate", "not_object"]))
+    how = draw(st.sampled_from(["ok", "ok", "clean", "clean", "retype", "drop", "extra", "args_not_object",
+                                "extra_key", "escape", "deep", "truncate", "not_object"]))
+    if how == "clean" and spec:   # a call a model could really make: plain non-empty values (must be accepted)
+        args = {a: draw(st.text(alphabet=CLEAN_CHARS, min_size=1, max_size=16)) for a, _ in spec.args}
     call: Any = {"name": name, "arguments": args}
     if how == "retype" and isinstance(args, dict) and args:
         args[draw(st.sampled_from(sorted(args)))] = draw(wrong_values())

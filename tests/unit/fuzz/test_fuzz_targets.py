@@ -54,7 +54,7 @@ def test_the_hostile_generators_cover_each_kind_of_hostility():
     seen: set[str] = set()
 
     @seed(3)
-    @settings(max_examples=400, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=1500, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(fc.hostile_wire())
     def probe(data: bytes):
         if len(data) > 4 * 1024 * 1024:

@@ -33,6 +33,16 @@ def test_register_versions_move_aliases_and_download_the_right_files(registry, t
     assert registry.local_path("2") == path  # cached: no second download
 
 
+def test_two_models_in_one_store_never_share_a_cached_checkpoint(registry, tmp_path):
+    other = Registry(registry.tracking_uri, tmp_path / "artifacts", "other-model", tmp_path / "cache")
+    assert registry.register(_checkpoint(tmp_path / "a", "policy-v1")) == "1"
+    assert other.register(_checkpoint(tmp_path / "b", "other-v1")) == "1"
+    mine, theirs = registry.local_path("1"), other.local_path("1")   # same version number, same cache root
+    assert mine != theirs
+    assert json.loads((mine / "config.json").read_text())["marker"] == "policy-v1"
+    assert json.loads((theirs / "config.json").read_text())["marker"] == "other-v1"
+
+
 def test_unset_alias_and_non_checkpoint_folders_are_clear_errors(registry, tmp_path):
     with pytest.raises(LookupError, match="rtrl bootstrap"):
         registry.resolve("champion")
