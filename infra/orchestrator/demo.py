@@ -258,7 +258,7 @@ class Demo:
         set_state = f"--set state_dir={self.state}"
         return {"mlflow": f"http://{c.mlflow.ui_host}:{c.mlflow.ui_port}",
                 "dagster": f"http://{o.dagster_host}:{o.dagster_port}",
-                "dashboard": f"http://{c.dashboard.host}:{c.dashboard.port}" if hasattr(c, "dashboard") else None,
+                "dashboard": f"http://{c.dashboard.host}:{c.dashboard.port}",
                 "serving": f"http://{c.serving.host}:{c.serving.port}/v1",
                 "how": "running now (--keep-running); `rtrl " + set_state + " down` stops them" if keep_running else
                        f"stopped; start them on the demo's data with `rtrl {set_state} up --mlflow-ui`, "
@@ -271,10 +271,9 @@ class Demo:
         try:
             Stack(self.cfg).up(mlflow_ui=True, log=lambda m: self.log(f"[stack] {m}"))
             self.cli.run("orchestrator", "--detach", step="orchestrator", expect_json=False)
-            if hasattr(self.cfg, "dashboard"):
-                self.cli.run("dashboard", "--detach", step="dashboard", expect_json=False)
+            self.cli.run("dashboard", "--detach", step="dashboard", expect_json=False)
         except (StepFailed, OSError) as e:
             self.log(f"[demo] warning: a UI did not start: {e}")
         for name, url in self.urls(True).items():
-            if url and name != "how":
+            if name != "how":
                 self.log(f"[demo] {name}: {url}")
