@@ -1,7 +1,17 @@
-"""Serve one registered version on a private OpenAI-compatible endpoint for the eval (the real serving path).
+"""An OpenAI-compatible endpoint serving one registered version for the eval (the real serving path).
 
     with serve_version(cfg, registry, "7", arm="candidate") as url:      # http://127.0.0.1:<port>/v1
         episodes = run_suite(tasks, OpenAIPolicy(url), arm="candidate", ...)
+
+    stage(cfg, "7", cpu_cores="1")                          # on the running `rtrl serve` (gate.via_serving)
+    url, model = staged_model(cfg, "7")
+    episodes = run_suite(tasks, OpenAIPolicy(url, model=model), ...)
+    unstage(cfg, "7")
+
+`stage` asks the running gateway to load the version beside its arms' engines (POST /admin/stage); requests
+whose model names it are pinned to it and never logged as trajectories. The champion is usually loaded there
+already, and a candidate that is promoted is switched to without a second load: the gate leaves a candidate it
+promotes staged, the deploy step unstages it once the alias holds it, and serving expires a forgotten stage.
 
 It is the gateway `rtrl serve` runs (vLLM engine, the chat template, the strict tool-call parser), with one arm
 pinned to the version instead of following a registry alias, an ephemeral localhost port, and no telemetry: eval
@@ -11,8 +21,11 @@ processes it spawns); leaving the block shuts it down.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -75,3 +88,37 @@ def serve_version(cfg, registry, version: str, *, arm: str, log_level: str = "wa
     finally:
         server.should_exit = True
         thread.join(timeout=120)
+
+
+def _admin(base: str, path: str, body: dict, timeout_s: float) -> dict:
+    req = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(), method="POST",
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode("utf-8", "replace")[:500]
+        raise EndpointError(f"serving refused {path} {body}: HTTP {e.code}: {detail}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise EndpointError(f"serving at {base} is not reachable for {path}: {e}") from None
+
+
+def stage(cfg, version: str, cpu_cores: str = "") -> float:
+    """Load `version` in the running gateway for pinned requests; the seconds the load took (0: was loaded)."""
+    from serving.server import url_of
+
+    return _admin(url_of(cfg.serving), "/admin/stage", {"version": str(version), "cpu_cores": cpu_cores},
+                  STARTUP_TIMEOUT_S)["load_s"]
+
+
+def unstage(cfg, version: str) -> bool:
+    from serving.server import url_of
+
+    return bool(_admin(url_of(cfg.serving), "/admin/unstage", {"version": str(version)}, 60.0)["unstaged"])
+
+
+def staged_model(cfg, version: str) -> tuple[str, str]:
+    """(base URL, model name) that pin a request to `version` staged on the running gateway."""
+    from serving.server import url_of
+
+    return f"{url_of(cfg.serving)}/v1", f"{cfg.mlflow.registered_model}/v{version}"

@@ -9,7 +9,10 @@ Steps (DESIGN.md §6):
   2. the flaky-task check grades every task's snapshot and reference solution `gate.flaky_runs` times and
      quarantines tasks whose outcome changes (or that are mis-specified);
   3. each arm's version is served on a private endpoint (`evals.endpoints.serve_version`: vLLM, no telemetry)
-     and runs every kept task K times (`gate.samples_per_task`) with the same seeds as the other arm;
+     and runs every kept task K times (`gate.samples_per_task`) with the same seeds as the other arm; with
+     `gate.via_serving` both versions are instead staged on the running gateway (`evals.endpoints.stage`) and
+     the arms run at once on its engines (nothing to load for the champion; a promoted candidate stays staged,
+     so serving switches to it without loading it again);
   4. `evals.gate.decide` → the report (JSON, Markdown, HTML) and episodes.jsonl in the run's folder → an MLflow
      run plus gate.* tags on the candidate version, which `rtrl promote` checks.
 """
@@ -80,22 +83,81 @@ class Progress:
                      f"infra failures {self.infra}, {rate:.2f} ep/s, eta {eta:.0f}s")
 
 
-def run_arm(cfg, registry, version: str, arm: str, tasks: list[Task], suite_dir: Path, samples: int,
-            workers: int, log: Callable[[str], None]) -> tuple[list[Episode], float]:
-    """Serve `version` and run the suite on it; (episodes, seconds spent running episodes)."""
-    from evals.endpoints import serve_version
+def _episodes(tasks: list[Task], url: str, model: str, arm: str, version: str, suite_dir: Path, samples: int,
+              workers: int, seed: int, log: Callable[[str], None]) -> tuple[list[Episode], float]:
     from evals.harness import run_suite
     from instrumentation.simulator.policy import OpenAIPolicy
+
+    endpoint = OpenAIPolicy(url, model=model, timeout_s=300.0, max_retries=0)
+    endpoint.check()
+    t0 = time.monotonic()
+    episodes = run_suite(tasks, endpoint, arm=arm, samples=samples, seed=seed, workers=workers,
+                         suite_dirs=[suite_dir], progress=Progress(f"{arm} v{version}", log))
+    return episodes, time.monotonic() - t0
+
+
+def run_arm(cfg, registry, version: str, arm: str, tasks: list[Task], suite_dir: Path, samples: int,
+            workers: int, log: Callable[[str], None]) -> tuple[list[Episode], float]:
+    """Serve `version` privately and run the suite on it; (episodes, seconds spent running episodes)."""
+    from evals.endpoints import serve_version
 
     t0 = time.monotonic()
     with serve_version(cfg, registry, version, arm=arm) as url:
         log(f"[gate] {arm}: version {version} served at {url} (loaded in {time.monotonic() - t0:.1f}s)")
-        endpoint = OpenAIPolicy(url, timeout_s=300.0, max_retries=0)
-        endpoint.check()
+        return _episodes(tasks, url, "", arm, version, suite_dir, samples, workers, cfg.gate.seed, log)
+
+
+def run_arms(cfg, registry, versions: dict[str, str], tasks: list[Task], suite_dir: Path, samples: int,
+             workers: int, timings: dict[str, float], log: Callable[[str], None]) -> list[Episode]:
+    """Both arms, one after the other, each on its private endpoint."""
+    episodes: list[Episode] = []
+    for arm, version in versions.items():
         t1 = time.monotonic()
-        episodes = run_suite(tasks, endpoint, arm=arm, samples=samples, seed=cfg.gate.seed, workers=workers,
-                             suite_dirs=[suite_dir], progress=Progress(f"{arm} v{version}", log))
-        return episodes, time.monotonic() - t1
+        eps, running = run_arm(cfg, registry, version, arm, tasks, suite_dir, samples, workers, log)
+        episodes += eps
+        timings[arm] = time.monotonic() - t1
+        timings[f"{arm}_episodes"] = running
+    return episodes
+
+
+def run_arms_on_serving(cfg, versions: dict[str, str], tasks: list[Task], suite_dir: Path, samples: int,
+                        workers: int, timings: dict[str, float], log: Callable[[str], None]) -> list[Episode]:
+    """Both arms at once on the running gateway, each version staged there (the candidate's engine on
+    gate.engine_cpu_cores, the champion's usually already serving the treatment arm)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from evals.endpoints import stage, staged_model
+
+    for arm, version in versions.items():
+        t1 = time.monotonic()
+        load_s = stage(cfg, version, cfg.gate.engine_cpu_cores if arm == "candidate" else "")
+        timings[f"{arm}_stage"] = time.monotonic() - t1
+        log(f"[gate] {arm}: version {version} staged on serving" + (f" (loaded in {load_s:.1f}s)" if load_s
+                                                                     else " (already loaded)"))
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(len(versions), thread_name_prefix="gate-arm") as pool:
+        futures = {arm: pool.submit(_episodes, tasks, *staged_model(cfg, v), arm, v, suite_dir, samples, workers,
+                                    cfg.gate.seed, log) for arm, v in versions.items()}
+        episodes: list[Episode] = []
+        for arm, fut in futures.items():
+            eps, running = fut.result()
+            episodes += eps
+            timings[f"{arm}_episodes"] = running
+    timings["arms"] = time.monotonic() - t0
+    return episodes
+
+
+def unstage_after(cfg, versions: dict[str, str], promote: bool, log: Callable[[str], None]) -> None:
+    """Unstage what the gate staged; a candidate it promotes stays (serving switches to it when the alias moves)."""
+    from evals.endpoints import EndpointError, unstage
+
+    for arm, version in versions.items():
+        if arm == "candidate" and promote:
+            continue
+        try:
+            unstage(cfg, version)
+        except EndpointError as e:   # serving restarted: nothing is staged any more
+            log(f"[gate] unstaging version {version}: {e}")
 
 
 @dataclass
@@ -155,14 +217,18 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     timings = {"flaky_check": time.monotonic() - t0}
     k, w = samples or g.samples_per_task, workers or g.workers
     log(f"[gate] candidate v{candidate} vs champion v{champion}: {len(kept)} tasks x {k} samples per arm")
-    episodes: list[Episode] = []
-    for arm, version in (("candidate", candidate), ("champion", champion)):
-        t1 = time.monotonic()
-        eps, running = run_arm(cfg, registry, version, arm, kept, suite_dir, k, w, log)
-        episodes += eps
-        timings[arm] = time.monotonic() - t1
-        timings[f"{arm}_episodes"] = running
-    result = decide(episodes, g)
+    versions = {"candidate": candidate, "champion": champion}
+    if g.via_serving:
+        try:
+            episodes = run_arms_on_serving(cfg, versions, kept, suite_dir, k, w, timings, log)
+        except BaseException:
+            unstage_after(cfg, versions, False, log)
+            raise
+        result = decide(episodes, g)
+        unstage_after(cfg, versions, result.promote, log)
+    else:
+        episodes = run_arms(cfg, registry, versions, kept, suite_dir, k, w, timings, log)
+        result = decide(episodes, g)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) if out_dir else cfg.state_path / "gate" / f"v{candidate}-vs-v{champion}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)

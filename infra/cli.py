@@ -163,8 +163,9 @@ def _parser() -> argparse.ArgumentParser:
 
     gt = cmd("gate", "infra.commands.gate:gate",
              "evaluate CANDIDATE against the champion on the held-out suite: paired non-inferiority and guardrails",
-             epilog="Both versions are served privately (vLLM, no telemetry) and run the same tasks with the same "
-                    "seeds, K samples each; tasks failing the flaky check are quarantined. Writes report.{json,md,"
+             epilog="Both versions are served privately (vLLM, no telemetry), or with --via-serving staged on the "
+                    "running `rtrl serve` (no telemetry either), and run the same tasks with the same seeds, K "
+                    "samples each; tasks failing the flaky check are quarantined. Writes report.{json,md,"
                     "html} and episodes.jsonl, logs an MLflow run and gate.* tags on the candidate (read by `rtrl "
                     "promote`). Prints one JSON line. Exit 0: may be promoted; 3: the champion stays; 2: bad "
                     "arguments; 1: the run broke. Defaults: [gate] in rtrl.toml.")
@@ -177,6 +178,9 @@ def _parser() -> argparse.ArgumentParser:
     gt.add_argument("--workers", type=int, metavar="W", help="episodes in flight per arm (default gate.workers)")
     gt.add_argument("--out", metavar="DIR", help="report folder (default STATE/gate/vC-vs-vP-TIME)")
     gt.add_argument("--no-mlflow", action="store_true", help="do not log the run or tag the candidate")
+    gt.add_argument("--via-serving", action="store_true", help="stage both versions on the running `rtrl serve` "
+                    "and run the arms at once there (gate.via_serving); a promoted candidate stays staged, so "
+                    "serving switches to it without loading it again")
     gt.add_argument("--promote", action="store_true", help="on a pass, promote the candidate right away "
                     "(compare-and-swap against the champion it was compared with)")
 

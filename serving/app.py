@@ -2,7 +2,12 @@
 
     POST /v1/chat/completions   OpenAI chat body (non-streaming) with `user`; see serving.protocol
     GET  /v1/models             the served model and the version each arm serves
-    GET  /health                200 {"status": "ok", arms, engines, swaps} once every arm's engine is loaded
+    GET  /health                200 {"status": "ok", arms, engines, staged, swaps} once every arm's engine is loaded
+    POST /admin/stage           {"version": "7", "cpu_cores": "1"}: load a version for evaluation (no arm gets it)
+    POST /admin/unstage         {"version": "7"}: stop; its engine retires unless an alias holds it
+
+A request whose `model` is "<registered model>/v<N>" is pinned to staged version N: no router, arm "eval", and no
+trajectory is logged (evaluation traffic never becomes training traffic). Any other `model` value is ignored.
 
 Per request: `Router.assign(user)` → arm → `Fleet.lease(arm)` (the engine of the version the arm's alias points
 to, held until the answer is built, so a hot swap never cuts it off) → the checkpoint's chat template over
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from contextlib import asynccontextmanager
 from typing import Any, Callable
@@ -27,7 +33,7 @@ from starlette.routing import Route
 from schemas.events import Trajectory
 from schemas.tool_protocol import parse_response
 from serving.arms import Fleet
-from serving.config import ServingConfig
+from serving.config import CPU_CORES_PATTERN, ServingConfig
 from serving.protocol import RequestError, Served, build_response, build_trajectory, fit_max_tokens, parse_request
 from serving.router import Router
 
@@ -40,6 +46,7 @@ Content-Length says; a conversation has at most MAX_MESSAGES messages and at mos
 max_model_len characters of content (a longer one cannot fit the context window with any tokenizer whose tokens
 average fewer characters; `max_tokens` is already bounded by max_model_len in `serving.protocol`)."""
 PROMPT_CHARS_PER_TOKEN = 64
+EVAL_ARM = "eval"   # the arm of requests pinned to a staged version (never logged as a trajectory)
 
 
 class BodyTooLarge(Exception):
@@ -107,12 +114,29 @@ class Gateway:
         if self._on_close is not None:
             self._on_close()
 
+    def pinned_version(self, body: Any) -> str | None:
+        """The staged version a request's `model` names ("<registered model>/v<N>"), else None."""
+        model = body.get("model") if isinstance(body, dict) else None
+        prefix = f"{self.model_name}/v"
+        if isinstance(model, str) and model.startswith(prefix) and model[len(prefix):]:
+            return model[len(prefix):]
+        return None
+
+    def _lease(self, pinned: str | None, arm: str):
+        if pinned is None:
+            return self.fleet.lease(arm)
+        try:
+            return self.fleet.lease_version(pinned)
+        except LookupError as e:
+            raise RequestError(f"model: {e} (POST /admin/stage first)", "model", 404, "model_not_found") from None
+
     async def chat(self, body: Any) -> dict:
         check_bounds(body, self.cfg.max_model_len)
         req = parse_request(body, default_max_tokens=self.cfg.max_tokens, max_model_len=self.cfg.max_model_len)
-        arm = self.router.assign(req.user_id)
+        pinned = self.pinned_version(body)
+        arm = EVAL_ARM if pinned is not None else self.router.assign(req.user_id)
         t0 = time.perf_counter()
-        with self.fleet.lease(arm) as slot:
+        with self._lease(pinned, arm) as slot:
             engine = slot.engine
             try:
                 prompt_ids = engine.prompt_ids(req.messages)
@@ -123,7 +147,7 @@ class Gateway:
         served = Served(request=req, arm=arm, policy_version=slot.version, model=f"{self.model_name}/v{slot.version}",
                         prompt_token_ids=prompt_ids, generation=gen, parsed=parse_response(gen.text),
                         sampling=engine.sampling, latency_ms=(time.perf_counter() - t0) * 1000)
-        if self.emit is not None:
+        if self.emit is not None and pinned is None:
             # Token ids cannot be redacted: a request whose prompt or completion holds a secret is logged like a
             # privacy-mode one (no token ids, no logprobs), so the secret never reaches Kafka or a training batch.
             if not req.privacy_mode and holds_secret([m["content"] for m in req.messages] + [gen.text]):
@@ -181,6 +205,43 @@ def create_app(gateway: Gateway, *, poll: bool = True) -> Starlette:
             body["telemetry"] = gateway.telemetry_stats()
         return JSONResponse(body, status_code=200 if status["ready"] else 503)
 
+    async def _admin_body(request: Request) -> tuple[dict, JSONResponse | None]:
+        """The admin body with its `version` as a string, or the 400 that says what is wrong."""
+        try:
+            body = json.loads(await read_bounded(request, 4096))
+        except (BodyTooLarge, ValueError, UnicodeDecodeError):
+            body = None
+        version = body.get("version") if isinstance(body, dict) else None
+        if isinstance(version, int) and not isinstance(version, bool):
+            version = str(version)
+        cores = body.get("cpu_cores", "") if isinstance(body, dict) else ""
+        if not isinstance(version, str) or not version.isdigit() or not isinstance(cores, str) \
+                or not re.match(CPU_CORES_PATTERN, cores):
+            return {}, _error(400, 'the body must be {"version": "<N>"} (a registered version number), optionally '
+                              'with "cpu_cores": "<cores>"', "invalid_request_error", "version")
+        return {**body, "version": version}, None
+
+    async def stage(request: Request) -> JSONResponse:
+        body, err = await _admin_body(request)
+        if err is not None:
+            return err
+        version, cores = body["version"], body.get("cpu_cores", "")
+        try:
+            load_s = await gateway.fleet.stage(version, cores)
+        except Exception as e:  # noqa: BLE001 -- an unknown version or a failed load is the caller's answer
+            log.warning("staging version %s failed: %s: %s", version, type(e).__name__, e)
+            return _error(409, f"version {version} could not be loaded: {type(e).__name__}: {e}", "stage_failed",
+                          "version")
+        return JSONResponse({"version": version, "load_s": load_s, "staged": gateway.fleet.staged})
+
+    async def unstage(request: Request) -> JSONResponse:
+        body, err = await _admin_body(request)
+        if err is not None:
+            return err
+        version = body["version"]
+        return JSONResponse({"version": version, "unstaged": await gateway.fleet.unstage(version),
+                             "staged": gateway.fleet.staged})
+
     @asynccontextmanager
     async def lifespan(app):
         await gateway.start(poll=poll)
@@ -191,4 +252,6 @@ def create_app(gateway: Gateway, *, poll: bool = True) -> Starlette:
 
     return Starlette(routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"]),
                              Route("/v1/models", models, methods=["GET"]),
-                             Route("/health", health, methods=["GET"])], lifespan=lifespan)
+                             Route("/health", health, methods=["GET"]),
+                             Route("/admin/stage", stage, methods=["POST"]),
+                             Route("/admin/unstage", unstage, methods=["POST"])], lifespan=lifespan)

@@ -13,6 +13,12 @@ version share one engine. A poller reads the aliases every `registry_poll_s`. Wh
 Nothing fails or waits during a swap; `swaps` records how long each took (`load_s`: alias seen moved → new engine
 serving; `drain_s`: old engine's last request finished). A version that fails to load is logged, the arm keeps
 its old engine, and the load is retried after `RETRY_FAILED_S`.
+
+Staging (the gate, DESIGN.md §6): `stage(version)` loads a version beside the arms' engines without giving it to
+any arm; requests pinned to it (`lease_version`) reach it, none is routed to it. The gate evaluates a candidate
+through the engine serving will use, and when the candidate is promoted the alias moves to an engine that is
+already loaded: the swap is a switch, no load. `unstage(version)` retires it unless an alias holds it; a staged
+version no alias holds is unstaged by the poller after `stage_ttl_s` (a gate that died leaks nothing).
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ log = logging.getLogger("rtrl.serving.arms")
 RETRY_FAILED_S = 60.0
 
 
+def _version_key(v: str) -> tuple[int, str]:
+    return (int(v), "") if v.isdigit() else (1 << 62, v)
+
+
 async def _shut_down(engine) -> None:
     """`engine.aclose()` when it has one (VllmEngine), else its blocking `shutdown()` in a thread."""
     if hasattr(engine, "aclose"):
@@ -49,6 +59,15 @@ class Loaded:
     engine: Any
     in_flight: int = 0
     retiring: bool = False
+
+
+@contextmanager
+def _hold(slot: Loaded) -> Iterator[Loaded]:
+    slot.in_flight += 1
+    try:
+        yield slot
+    finally:
+        slot.in_flight -= 1
 
 
 @dataclass
@@ -81,6 +100,7 @@ class Fleet:
 
     def __post_init__(self):
         self.arm_alias = {a.name: a.alias for a in self.cfg.arms}
+        self._staged: dict[str, float] = {}      # version -> monotonic time it was (last) staged
         self._by_alias: dict[str, Loaded] = {}
         self._loaded: dict[str, Loaded] = {}      # serving (not retiring) engines by version
         self._failed: dict[str, float] = {}       # version -> monotonic time its load failed
@@ -128,15 +148,21 @@ class Fleet:
 
     # -- serving ------------------------------------------------------------------------------------------------
 
-    @contextmanager
-    def lease(self, arm: str) -> Iterator[Loaded]:
+    def lease(self, arm: str):
         """The arm's current engine, held for the request's whole life (a swap waits for it to be released)."""
-        slot = self._by_alias[self.arm_alias[arm]]
-        slot.in_flight += 1
-        try:
-            yield slot
-        finally:
-            slot.in_flight -= 1
+        return _hold(self._by_alias[self.arm_alias[arm]])
+
+    def lease_version(self, version: str):
+        """The engine of a staged version (evaluation traffic), held for the request's life. LookupError (now,
+        not on entering the block) when the version is not staged."""
+        slot = self._loaded.get(version) if version in self._staged else None
+        if slot is None:
+            raise LookupError(f"version {version} is not staged on this server")
+        return _hold(slot)
+
+    @property
+    def staged(self) -> list[str]:
+        return sorted(self._staged, key=_version_key)
 
     def arm_versions(self) -> dict[str, str]:
         return {arm: self._by_alias[alias].version for arm, alias in self.arm_alias.items() if alias in self._by_alias}
@@ -147,24 +173,61 @@ class Fleet:
                                else None} for arm, alias in self.arm_alias.items()},
                 "engines": [{"version": s.version, "in_flight": s.in_flight, "retiring": s.retiring}
                             for s in self._all_slots()],
+                "staged": self.staged,
                 "swaps": [s.as_dict() for s in self.swaps[-20:]], "last_error": self.last_error}
 
     def _all_slots(self) -> list[Loaded]:
         return [*self._loaded.values(), *self._draining]
 
-    # -- hot swap -----------------------------------------------------------------------------------------------
+    # -- loading, staging, hot swap -----------------------------------------------------------------------------
 
-    async def _get_or_load(self, version: str) -> Loaded:
+    async def _get_or_load(self, version: str, cpu_cores: str = "") -> Loaded:
         if (slot := self._loaded.get(version)) is not None:
             return slot
         folder = await asyncio.to_thread(self.registry.local_path, version)
-        engine = await asyncio.to_thread(self.loader, version, folder)
+        extra = {"cpu_cores": cpu_cores} if cpu_cores else {}
+        engine = await asyncio.to_thread(self.loader, version, folder, **extra)
         slot = self._loaded[version] = Loaded(version, engine)
         return slot
+
+    # -- staging ------------------------------------------------------------------------------------------------
+
+    async def stage(self, version: str, cpu_cores: str = "") -> float:
+        """Load `version` (unless loaded) for pinned requests; the seconds it took (0 when it was loaded).
+        `cpu_cores` binds a new engine's worker elsewhere than the arms' (vLLM CPU). Raises what the load raises."""
+        async with self._swap_lock:
+            t0 = time.monotonic()
+            await self._get_or_load(str(version), cpu_cores)
+            self._staged[str(version)] = time.monotonic()
+            return round(time.monotonic() - t0, 3)
+
+    async def unstage(self, version: str) -> bool:
+        """Stop pinning `version`; its engine retires unless an alias holds it. False when it was not staged."""
+        async with self._swap_lock:
+            if self._staged.pop(str(version), None) is None:
+                return False
+            slot = self._loaded.get(str(version))
+            if slot is not None and not self._held(slot):
+                log.info("version %s unstaged: its engine retires", version)
+                self._retire(slot, None)
+            return True
+
+    def _held(self, slot: Loaded) -> bool:
+        """Whether an alias or staging still holds this engine."""
+        return slot in self._by_alias.values() or slot.version in self._staged
+
+    async def _expire_staged(self) -> None:
+        now = time.monotonic()
+        for version, at in list(self._staged.items()):
+            slot = self._loaded.get(version)
+            if now - at > self.cfg.stage_ttl_s and (slot is None or slot not in self._by_alias.values()):
+                log.warning("version %s was staged %.0fs ago and no alias took it: unstaging it", version, now - at)
+                await self.unstage(version)
 
     async def poll_once(self) -> list[SwapRecord]:
         """Check every alias once; swap those that moved. Returns the swaps made."""
         done = []
+        await self._expire_staged()
         async with self._swap_lock:
             for alias in self.aliases:
                 try:
@@ -204,11 +267,11 @@ class Fleet:
         self.swaps.append(rec)
         log.info("alias %r now serves version %s (arms %s); swap took %.1fs; %d requests still on version %s",
                  alias, version, ", ".join(arms), rec.load_s, current.in_flight, current.version)
-        if current not in self._by_alias.values():
+        if not self._held(current):
             self._retire(current, rec)
         return rec
 
-    def _retire(self, slot: Loaded, rec: SwapRecord) -> None:
+    def _retire(self, slot: Loaded, rec: SwapRecord | None) -> None:
         if self._loaded.get(slot.version) is slot:
             del self._loaded[slot.version]
         slot.retiring = True
@@ -217,18 +280,20 @@ class Fleet:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _drain_and_shut_down(self, slot: Loaded, rec: SwapRecord) -> None:
+    async def _drain_and_shut_down(self, slot: Loaded, rec: SwapRecord | None) -> None:
         t0 = time.monotonic()
         deadline = t0 + self.cfg.drain_timeout_s
         while slot.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        rec.drain_s = round(time.monotonic() - t0, 3)
+        if rec is not None:
+            rec.drain_s = round(time.monotonic() - t0, 3)
         if slot.in_flight:
             log.warning("version %s still had %d requests after drain_timeout_s=%.0f; shutting it down anyway",
                         slot.version, slot.in_flight, self.cfg.drain_timeout_s)
         try:
             await _shut_down(slot.engine)
-            rec.old_engine_shut_down = True
+            if rec is not None:
+                rec.old_engine_shut_down = True
         except Exception as e:  # noqa: BLE001 -- a failing shutdown must not take the gateway down
             log.warning("shutting down the engine of version %s failed: %s", slot.version, e)
         finally:

@@ -7,6 +7,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+CPU_CORES_PATTERN = r"^$|^(auto|nobind|[0-9,\-|]+)$"   # VLLM_CPU_OMP_THREADS_BIND values
+
+
 class ArmConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -33,7 +36,7 @@ class ServingConfig(BaseModel):
                                description="Training traffic samples the untruncated distribution at 1.0.")
     max_model_len: int = Field(default=1024, ge=64, le=131072)
     kv_cache_gb: float = Field(default=1.0, gt=0, le=512, description="vLLM CPU KV-cache space per engine.")
-    cpu_cores: str = Field(default="", pattern=r"^$|^(auto|nobind|[0-9,\-|]+)$",
+    cpu_cores: str = Field(default="", pattern=CPU_CORES_PATTERN,
                            description="vLLM CPU: cores an engine's worker binds its threads to, e.g. \"0\" or "
                                        "\"0-7\" (VLLM_CPU_OMP_THREADS_BIND); \"\" = vLLM's own choice. Engines that "
                                        "share a core with each other or a trainer stall in OpenMP barriers.")
@@ -48,6 +51,9 @@ class ServingConfig(BaseModel):
     seed: int = Field(default=0, ge=0, description="Engine seed; a request's own `seed` makes its sample repeatable.")
     drain_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="After a hot swap the old engine "
                                    "finishes its in-flight requests for at most this long, then shuts down.")
+    stage_ttl_s: float = Field(default=3600.0, gt=0, le=7 * 86400,
+                               description="A version staged for evaluation (POST /admin/stage) that no alias took "
+                                           "is unstaged this long after staging, so a gate that died leaks no engine.")
     startup_timeout_s: float = Field(default=300.0, gt=0, le=3600,
                                      description="`rtrl serve --detach` waits this long for GET /health to be ready.")
     telemetry: bool = Field(default=True, description="Emit one trajectory event per request through the SDK "

@@ -30,8 +30,9 @@ def build_gateway(cfg, *, registry=None, loader=None) -> Gateway:
     if loader is None:
         from serving.engine import VllmEngine
 
-        def loader(version, folder):
-            return VllmEngine.load(version, folder, cfg.serving)
+        def loader(version, folder, cpu_cores: str = ""):
+            scfg = cfg.serving.model_copy(update={"cpu_cores": cpu_cores}) if cpu_cores else cfg.serving
+            return VllmEngine.load(version, folder, scfg)
 
     emit = on_close = stats = None
     if cfg.serving.telemetry:

@@ -11,6 +11,9 @@ class TrainerConfig(BaseModel):
     # data selection (trainer/selection.py)
     staleness: int = Field(default=1, ge=0, le=8, description="Older versions usable: ancestors this far back.")
     min_rows: int = Field(default=64, ge=1, description="Refuse to train on fewer usable reward rows.")
+    max_rows: int = Field(default=0, ge=0, description="Train on at most this many usable rows per run (on-policy "
+                          "first, a seeded random sample); 0 = all. Bounds a cycle's training time when traffic "
+                          "outgrows it.")
     # batch: one pass over the selected rows, one optimizer step per `rows_per_step` rows
     micro_batch: int = Field(default=8, ge=1, le=4096, description="Sequences per forward/backward.")
     rows_per_step: int = Field(default=256, ge=1, description="Effective batch: rows per optimizer step "

@@ -9,7 +9,9 @@ Rules, in order (each dropped row is counted under its reason):
      sampled from an older policy; the loss corrects them per token with truncated importance weights from the
      logged behaviour log-probs, see `trainer.losses`);
   4. drop every other row (`other_version`), and rows without a reward (`no_reward`);
-  5. refuse if fewer than `min_rows` remain.
+  5. refuse if fewer than `min_rows` remain;
+  6. with `max_rows`, keep at most that many: on-policy rows before stale ones, each group in a seeded random
+     order (an unbiased sample of the cycle's traffic; the rest are counted as `dropped_over_max_rows`).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ class Selection:
 
 
 def select_rows(rows: pl.DataFrame, champion: str, ancestors: list[str], staleness: int, min_rows: int,
-                as_of: datetime | None = None) -> Selection:
-    """`ancestors`: the champion's parent, grandparent, ... (nearest first)."""
+                as_of: datetime | None = None, max_rows: int = 0, seed: int = 0) -> Selection:
+    """`ancestors`: the champion's parent, grandparent, ... (nearest first). `max_rows` 0: no cap."""
     if as_of is not None and rows.height:
         immature = rows.filter(pl.col("mature_time") > as_of).height
         if immature:
@@ -62,4 +64,9 @@ def select_rows(rows: pl.DataFrame, champion: str, ancestors: list[str], stalene
                              f"{counts['kept_on_policy']} on-policy, {counts['kept_stale']} within staleness "
                              f"{staleness}; dropped {counts['dropped_other_version']} from other versions); "
                              f"the minimum batch is {min_rows}")
+    counts["dropped_over_max_rows"] = 0
+    if max_rows and kept.height > max_rows:
+        counts["dropped_over_max_rows"] = kept.height - max_rows
+        order = pl.col("request_id").hash(seed)
+        kept = kept.sort([pl.col("stale"), order]).head(max_rows).sort("request_id")
     return Selection(kept, counts)

@@ -66,6 +66,10 @@ class GateConfig(BaseModel):
                                   description="Cores the gate's private vLLM engines bind to (serving.cpu_cores "
                                               "for them); \"\" = serving.cpu_cores. On a machine that also serves "
                                               "live traffic, give them cores serving does not use.")
+    via_serving: bool = Field(default=False, description="Evaluate on the running `rtrl serve` (serving.host:port) "
+                              "instead of private engines: both versions are staged there (POST /admin/stage), the "
+                              "arms run at once, and a promoted candidate is switched to without a second load. "
+                              "Pinned eval requests are never logged as trajectories.")
     workers: int = Field(default=8, ge=1, le=256, description="Episodes run concurrently per arm (the serving "
                          "engine batches their requests; grading runs in parallel sandboxes).")
     samples_per_task: int = Field(default=4, ge=1, le=100,

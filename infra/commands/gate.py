@@ -29,6 +29,8 @@ def gate(args, cfg) -> int:
     from evals.gate_run import run_gate
     from evals.tasks.spec import TaskError
 
+    if args.via_serving:
+        cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"via_serving": True})})
     try:
         run = run_gate(cfg, args.candidate, args.champion, suite=args.suite, max_tasks=args.tasks,
                        samples=args.samples, workers=args.workers, out_dir=args.out, track=not args.no_mlflow,

@@ -41,10 +41,10 @@ class DemoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cycles: int = Field(default=3, ge=1, le=100, description="Cycles to run (`--cycles`).")
-    users: int = Field(default=48, ge=1, le=10_000, description="Simulated users driving the serving endpoint.")
-    speed: float = Field(default=40.0, gt=0, le=100_000, description="Simulated seconds per wall second of the "
+    users: int = Field(default=96, ge=1, le=10_000, description="Simulated users driving the serving endpoint.")
+    speed: float = Field(default=30.0, gt=0, le=100_000, description="Simulated seconds per wall second of the "
                          "users and of the orchestrator's clock.")
-    interval_s: float = Field(default=3 * 3600, gt=0, le=30 * 86400,
+    interval_s: float = Field(default=3600, gt=0, le=30 * 86400,
                               description="The demo's cadence in simulated seconds (the production default is "
                                           "orchestrator.interval_s, five hours).")
     min_mature_rows: int = Field(default=300, ge=1, description="Mature requests needed before a cycle starts.")
@@ -53,6 +53,8 @@ class DemoConfig(BaseModel):
     train_rows_per_step: int = Field(default=128, ge=1, le=1_000_000,
                                      description="trainer.rows_per_step in the demo: a cycle here has hundreds of "
                                                  "rows, so smaller steps give several updates per cycle.")
+    train_max_rows: int = Field(default=512, ge=0, description="trainer.max_rows in the demo: each cycle trains on "
+                                "a seeded sample of at most this many rows (0 = all), which bounds its time.")
     train_lr: float = Field(default=1.5e-4, gt=0, le=1, description="trainer.lr in the demo (the offline experiments "
                             "with 64 rows per step: README, policy improvement).")
     ab_window: Literal["last_cycle", "since_first_promotion"] = Field(

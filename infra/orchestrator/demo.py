@@ -60,6 +60,9 @@ def demo_overrides(cfg, state: Path) -> list[str]:
     return [*core_split(os.cpu_count()), f'state_dir="{state}"', 'orchestrator.clock="accelerated"', f"orchestrator.interval_s={d.interval_s}",
             # serving's vLLM worker holds a core: a trainer on both would stall in OpenMP barriers
             "trainer.threads=1", f"trainer.rows_per_step={d.train_rows_per_step}", f"trainer.lr={d.train_lr}",
+            f"trainer.max_rows={d.train_max_rows}",
+            # the gate runs on serving's engines: the champion is loaded there, a promoted candidate is not loaded twice
+            "gate.via_serving=true",
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
             f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}"]
 

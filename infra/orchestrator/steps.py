@@ -8,8 +8,8 @@
     train     the champion on the cycle's rows (`rtrl train --cycle ID --window ID`): a candidate version
     evaluate  the gate, candidate vs the champion it was trained from (`rtrl gate`)
     promote   compare-and-swap `champion` to the candidate when the gate passed
-    deploy    serving reports the new champion on its treatment arm (blue/green hot swap), or, when the champion
-              stayed, that serving still serves it
+    deploy    serving reports the new champion on its treatment arm (blue/green hot swap; a switch without a load
+              when the gate staged the candidate there), or, when the champion stayed, that serving still serves it
 
 `run_cycle(ctx)` runs the steps in order and records each in the ledger; a cycle that crashed is resumed by
 running the same cycle id again. Why a rerun never doubles work or data, per step: the reward job keeps its own
@@ -212,7 +212,18 @@ def deploy(ctx: CycleContext) -> dict:
     while True:
         arms = arms_on(status, "champion")
         if arms and all(v == champion for v in arms.values()):
-            return {"deployed": True, "champion": champion, "arms": arms, "waited_s": round(time.monotonic() - t0, 1)}
+            out = {"deployed": True, "champion": champion, "arms": arms, "waited_s": round(time.monotonic() - t0, 1)}
+            swap = [s for s in status.get("swaps", []) if str(s.get("to_version")) == champion]
+            if swap:
+                out["swap_load_s"] = swap[-1].get("load_s")
+            if champion in status.get("staged", []):   # the gate staged it; the alias holds it now
+                from evals.endpoints import EndpointError, unstage
+
+                try:
+                    unstage(ctx.cfg, champion)
+                except EndpointError as e:
+                    ctx.log(f"[cycle {ctx.cycle_id}] deploy: unstaging version {champion}: {e}")
+            return out
         if time.monotonic() > deadline:
             raise StepFailed(f"serving still serves {arms} {ctx.cfg.orchestrator.deploy_timeout_s:.0f}s after "
                              f"champion moved to {champion} (see its log)")
@@ -260,7 +271,7 @@ def _brief(name: str, r: dict) -> str:
     keys = {"collect": ("champion", "records", "as_of"), "distill": ("rows", "dead_letters", "unknown_labels"),
             "validate": ("passed",), "measure": ("measured", "rows", "versions"), "train": ("candidate", "parent", "reward_mean", "steps"),
             "evaluate": ("decision", "interval", "reasons"), "promote": ("promoted", "champion", "reason"),
-            "deploy": ("deployed", "champion", "waited_s", "reason")}[name]
+            "deploy": ("deployed", "champion", "waited_s", "swap_load_s", "reason")}[name]
     return ", ".join(f"{k}={r.get(k)}" for k in keys if k in r)
 
 

@@ -4,8 +4,9 @@
     print(render_table(s))
 
 `ab` compares treatment with control on the reward rows of the cycles whose treatment arm served another
-checkpoint than control (`since_first_promotion`; before the first promotion both arms serve v0) or of the last
-cycle only (`last_cycle`): for edit persistence and dissatisfied follow-ups, each arm's rate, the difference
+checkpoint than control, both arms from the first request treatment served with another checkpoint on
+(`since_first_promotion`; before the first promotion both arms serve v0), or of the last cycle only
+(`last_cycle`): for edit persistence and dissatisfied follow-ups, each arm's rate, the difference
 treatment − control and its 95% interval (delta method, users as the unit: pipelines.metrics).
 """
 
@@ -27,7 +28,8 @@ def _cycle_row(rec) -> dict:
                                                              rec.started_wall, 1),
         "champion_before": (r["collect"] or {}).get("champion"),
         "reward_rows": (r["distill"] or {}).get("rows"),
-        "rows_trained": (counts.get("kept_on_policy", 0) + counts.get("kept_stale", 0)) if counts else None,
+        "rows_trained": (counts.get("kept_on_policy", 0) + counts.get("kept_stale", 0)
+                         - counts.get("dropped_over_max_rows", 0)) if counts else None,
         "reward_mean": (r["train"] or {}).get("reward_mean"),
         "candidate": (r["train"] or {}).get("candidate"),
         "gate_decision": gate.get("decision"), "gate_interval": gate.get("interval"),
@@ -56,9 +58,17 @@ def ab_object(cfg, records, window: str) -> dict:
         return {"cycles": [], "reason": "no cycle had treatment serving another checkpoint than control"
                 if window != "last_cycle" else "no cycle was measured"}
     rows = pl.concat([scan_cycle(table, r.cycle_id) for r in chosen], how="vertical_relaxed")
+    since = None
+    if window != "last_cycle":   # both arms from the first request treatment served with another checkpoint
+        control = {str(v) for r in chosen for v in (r.result("measure").get("versions") or {}).get("control") or []}
+        since = (rows.filter((pl.col("arm") == cfg.ab.treatment_arm) & ~pl.col("policy_version").is_in(sorted(control)))
+                 .select(pl.col("request_time").min()).collect().item())
+        if since is not None:
+            rows = rows.filter(pl.col("request_time") >= since)
     res = compute_cycle_metrics(rows, "ab-" + chosen[-1].cycle_id, as_of=chosen[-1].result("collect").get("as_of"),
                                 config=cfg.ab)
-    out: dict = {"cycles": [r.cycle_id for r in chosen], "window": window, "versions": res.versions,
+    out: dict = {"cycles": [r.cycle_id for r in chosen], "window": window,
+                 "since": since.isoformat() if since is not None else None, "versions": res.versions,
                  "rows": res.counts.get("rows_by_arm"), "users": res.counts.get("users_by_arm"),
                  "srm": {"p_value": res.srm.get("p_value"), "flagged": res.srm.get("flagged")}}
     for key, name in AB_METRICS.items():

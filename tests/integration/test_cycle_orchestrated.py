@@ -47,6 +47,7 @@ class Loop:
                           'orchestrator.clock="accelerated"', "orchestrator.min_mature_rows=5",
                           "orchestrator.interval_s=7200", "orchestrator.deploy_timeout_s=300",
                           "simulator.privacy_rate=0.0", "trainer.threads=1", *core_split(os.cpu_count()),
+                          "gate.via_serving=true",          # as `rtrl demo`: the gate runs on serving's engines
                           *GATE_PASSES]
         self.cfg = load_config(None, self.overrides)
         self.cli = RtrlCli(None, self.overrides, state / "test-logs", timeout_s=900)
@@ -123,6 +124,10 @@ def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_on
     assert rec.result("deploy")["deployed"] and set(rec.result("deploy")["arms"].values()) == {candidate}
     health = loop.health()
     assert health["arms"]["treatment"]["version"] == candidate and health["arms"]["control"]["version"] == "1"
+    # the gate staged the candidate on serving: the swap was a switch, no second load; nothing stays staged
+    (swap,) = [s for s in health["swaps"] if s["to_version"] == candidate]
+    assert swap["load_s"] < 5.0, swap
+    assert health["staged"] == []
     assert (loop.state / "ab" / "cycles" / "c1" / "result.json").exists()
 
 
@@ -139,6 +144,7 @@ def test_a_candidate_that_fails_the_gate_leaves_champion_and_serving_unchanged(l
     assert rec.result("deploy")["arms"] == {"treatment": champion}
     health = loop.health()
     assert health["arms"]["treatment"]["version"] == champion and len(health.get("swaps", [])) == swaps
+    assert health["staged"] == [], "the rejected candidate's engine was unstaged"
     candidate = rec.result("train")["candidate"]
     assert registry.info(candidate).tags["gate.decision"] == "keep_champion"
 

@@ -64,8 +64,9 @@ class FakeLoader:
         self.engine_kw = engine_kw
         self.fail: set[str] = set()
         self.load_delay_s = 0.0
+        self.cpu_cores: dict[str, str] = {}
 
-    def __call__(self, version: str, folder: Path) -> FakeEngine:
+    def __call__(self, version: str, folder: Path, cpu_cores: str = "") -> FakeEngine:
         import time
 
         if self.load_delay_s:
@@ -73,6 +74,7 @@ class FakeLoader:
         if version in self.fail:
             raise RuntimeError(f"cannot load v{version}")
         e = FakeEngine(version, folder, **self.engine_kw)
+        self.cpu_cores[version] = cpu_cores
         self.engines.append(e)
         return e
 

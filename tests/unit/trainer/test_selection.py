@@ -21,7 +21,7 @@ def test_champion_rows_and_recent_ancestors_are_kept_the_rest_counted():
     s = select_rows(_rows(["3", "3", "2", "1", "9"]), champion="3", ancestors=["2", "1"], staleness=1, min_rows=1)
     assert s.rows["request_id"].to_list() == ["r0", "r1", "r2"] and s.rows["stale"].to_list() == [False, False, True]
     assert s.counts == {"rows_read": 5, "kept_on_policy": 2, "kept_stale": 1, "dropped_other_version": 2,
-                        "dropped_no_reward": 0}
+                        "dropped_no_reward": 0, "dropped_over_max_rows": 0}
     wider = select_rows(_rows(["3", "2", "1"]), champion="3", ancestors=["2", "1"], staleness=2, min_rows=1)
     assert wider.counts["kept_stale"] == 2
     only = select_rows(_rows(["3", "2"]), champion="3", ancestors=["2"], staleness=0, min_rows=1)
@@ -36,3 +36,15 @@ def test_too_few_rows_privacy_stripped_and_immature_rows_refuse_the_run():
     with pytest.raises(SelectionError, match="mature after"):
         select_rows(_rows(["3"], mature=T + timedelta(hours=1)), champion="3", ancestors=[], staleness=1,
                     min_rows=1, as_of=T)
+
+
+def test_max_rows_keeps_on_policy_rows_first_as_a_seeded_sample():
+    rows = _rows(["3"] * 50 + ["2"] * 50)
+    s = select_rows(rows, champion="3", ancestors=["2"], staleness=1, min_rows=1, max_rows=30, seed=1)
+    assert s.rows.height == 30 and not s.rows["stale"].any() and s.counts["dropped_over_max_rows"] == 70
+    assert s.rows["request_id"].to_list() == sorted(s.rows["request_id"].to_list())
+    again = select_rows(rows, champion="3", ancestors=["2"], staleness=1, min_rows=1, max_rows=30, seed=1)
+    other = select_rows(rows, champion="3", ancestors=["2"], staleness=1, min_rows=1, max_rows=30, seed=2)
+    assert again.rows.equals(s.rows) and not other.rows.equals(s.rows)
+    more = select_rows(rows, champion="3", ancestors=["2"], staleness=1, min_rows=1, max_rows=60)
+    assert more.counts["dropped_over_max_rows"] == 40 and int(more.rows["stale"].sum()) == 10

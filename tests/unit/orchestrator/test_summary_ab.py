@@ -1,0 +1,54 @@
+"""The demo summary's A/B window: since the first promotion, both arms are compared from the first request the
+treatment arm served with another checkpoint than control (treatment requests still served by v0 before the
+swap would dilute the comparison); the last-cycle window takes the last cycle whole."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from infra.config import load_config
+from infra.orchestrator.ledger import DONE, CycleRecord
+from infra.orchestrator.summary import ab_object, cycle_summary, render_table
+from pipelines.metrics.demo import demo_rows, write_demo_table
+
+
+def _record(cid: str, seq: int, rows: pl.DataFrame) -> CycleRecord:
+    versions = {arm: sorted(set(rows.filter(pl.col("arm") == arm)["policy_version"].to_list()))
+                for arm in ("control", "treatment")}
+    as_of = rows["mature_time"].max().isoformat()
+    return CycleRecord(cid, seq, as_of, 0.0, status=DONE, steps={
+        "collect": {"status": DONE, "result": {"as_of": as_of}},
+        "measure": {"status": DONE, "result": {"measured": True, "versions": versions}},
+        "train": {"status": DONE, "result": {"counts": {"kept_on_policy": 90, "kept_stale": 10,
+                                                        "dropped_over_max_rows": 40}}}})
+
+
+def test_since_first_promotion_compares_both_arms_from_the_first_request_of_the_new_checkpoint(tmp_path):
+    cfg = load_config(None, [f'state_dir="{tmp_path}"'])
+    table = tmp_path / "rewards" / "table"
+    c1 = demo_rows(3000, cycle=0, treatment_version="1")                  # both arms on v1
+    c2 = demo_rows(6000, cycle=1, treatment_version="2")
+    swap = c2["request_time"].sort()[2000]
+    c2 = c2.with_columns(policy_version=pl.when((pl.col("arm") == "treatment") & (pl.col("request_time") < swap))
+                         .then(pl.lit("1")).otherwise(pl.col("policy_version")))    # v1 until the swap
+    write_demo_table(table, "c1", c1)
+    write_demo_table(table, "c2", c2)
+    records = [_record("c1", 1, c1), _record("c2", 2, c2)]
+
+    first = c2.filter((pl.col("arm") == "treatment") & (pl.col("policy_version") == "2"))["request_time"].min()
+    ab = ab_object(cfg, records, "since_first_promotion")
+    assert ab["cycles"] == ["c2"] and ab["since"] == first.isoformat()
+    after = c2.filter(pl.col("request_time") >= first)
+    assert sum(ab["rows"].values()) == after.height < c2.height
+    assert ab["versions"]["treatment"] == ["2"] and ab["versions"]["control"] == ["1"]
+    for key in ("edit_persistence", "dissatisfied_followup"):
+        m = ab[key]
+        assert m["ci_low"] < m["diff"] < m["ci_high"]
+        assert abs(m["diff"] - (m["treatment"] - m["control"])) < 1e-12
+
+    last = ab_object(cfg, records, "last_cycle")
+    assert last["since"] is None and sum(last["rows"].values()) == c2.height
+
+    summary = cycle_summary(cfg, records, "since_first_promotion")
+    assert [c["rows_trained"] for c in summary["cycles"]] == [60, 60]    # kept minus those over max_rows
+    assert "A/B, treatment − control" in render_table(summary)
