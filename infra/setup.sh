@@ -79,5 +79,7 @@ if bad:
     sys.exit("broken imports:\n  " + "\n  ".join(bad))
 print(f"[setup] ok: torch {__import__('torch').__version__}, python {sys.version.split()[0]}")
 PY
+say "compiling DeepSpeed's CPU ops into .venv/torch_extensions (once; the first training run would otherwise)"
+"$VPY" -c 'from trainer.engine import prebuild_ops; prebuild_ops()' >/dev/null
 echo "$stamp_now" > "$stamp_file"
 say "done. Activate with: source .venv/bin/activate   (or call .venv/bin/rtrl directly)"

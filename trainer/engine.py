@@ -10,12 +10,29 @@ the optimizer steps exactly at the boundary the trainer says, whatever the micro
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import torch
 
 
+def ops_cache_env() -> None:
+    """DeepSpeed compiles its CPU ops (the shared-memory collectives) on first use into TORCH_EXTENSIONS_DIR,
+    ~/.cache/torch_extensions by default: one folder for every checkout on the machine, so two venvs rebuild over
+    each other (minutes each time). Keep them with the venv instead (setup builds them: `prebuild_ops`)."""
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+
+
+def prebuild_ops() -> None:
+    """Compile the ops DeepSpeed would build at the first `deepspeed.initialize` (infra/setup.sh runs this)."""
+    _single_process_env()
+    from deepspeed.comm.torch import build_shm_op
+
+    build_shm_op()
+
+
 def _single_process_env() -> None:
+    ops_cache_env()
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):

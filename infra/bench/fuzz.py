@@ -297,29 +297,10 @@ class CollectorRig:
                            for s, spec in self.responses.items()}
 
     def call(self, headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[int, dict, dict]:
-        import anyio
+        from infra.bench.asgi import raw_post
 
-        pulled = 0
-
-        async def receive():
-            nonlocal pulled
-            if pulled < len(chunks):
-                pulled += 1
-                return {"type": "http.request", "body": chunks[pulled - 1], "more_body": pulled < len(chunks)}
-            return {"type": "http.disconnect"}
-
-        sent = []
-
-        async def send(message):
-            sent.append(message)
-
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/v1/events", "raw_path": b"/v1/events", "query_string": b"",
-                 "root_path": "", "headers": headers, "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 18080)}
-        anyio.run(self.app, scope, receive, send)
-        start = next(m for m in sent if m["type"] == "http.response.start")
-        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-        return start["status"], json.loads(body), {k.decode().lower(): v.decode() for k, v in start["headers"]}
+        reply = raw_post(self.app, "/v1/events", headers, chunks)
+        return reply.status, reply.json(), reply.headers
 
     def judge(self, status: int, body: dict, headers: dict, n_events: int | None, records_before: int,
               r: TargetResult) -> None:

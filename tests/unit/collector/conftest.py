@@ -36,13 +36,6 @@ def valid_events(n: int) -> list[dict]:
             for i in range(n)]
 
 
-def asgi_post_scope(headers: list[tuple[bytes, bytes]]) -> dict:
-    """An ASGI scope for `POST /v1/events` with raw headers (for tests that drive the app below the HTTP client)."""
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-            "path": "/v1/events", "raw_path": b"/v1/events", "query_string": b"", "root_path": "",
-            "headers": headers, "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 18080)}
-
-
 class FakeTransport:
     """Records every batch it is given; `fail` makes `send` raise TransportError (Kafka down)."""
 

@@ -5,34 +5,16 @@ from __future__ import annotations
 
 import json
 
-import anyio
 import pytest
 
-from tests.unit.collector.conftest import asgi_post_scope, valid_events
+from infra.bench.asgi import raw_post
+from tests.unit.collector.conftest import valid_events
 
 
 def _raw_call(app, headers: dict[str, str], chunks: list[bytes]) -> tuple[int, dict, int]:
-    """Call the ASGI app directly (so headers and body chunks are exactly what a hostile client sends).
-    Returns (status, JSON body, how many body chunks the app pulled)."""
-    pulled = 0
-
-    async def receive():
-        nonlocal pulled
-        if pulled < len(chunks):
-            pulled += 1
-            return {"type": "http.request", "body": chunks[pulled - 1], "more_body": pulled < len(chunks)}
-        return {"type": "http.disconnect"}
-
-    sent = []
-
-    async def send(message):
-        sent.append(message)
-
-    scope = asgi_post_scope([(k.lower().encode(), v.encode()) for k, v in headers.items()])
-    anyio.run(app, scope, receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], json.loads(body), pulled
+    """(status, JSON body, how many body chunks the app pulled) of a raw POST /v1/events."""
+    reply = raw_post(app, "/v1/events", [(k.lower().encode(), v.encode()) for k, v in headers.items()], chunks)
+    return reply.status, reply.json(), reply.chunks_pulled
 
 
 def _big_body(n_bytes: int) -> bytes:

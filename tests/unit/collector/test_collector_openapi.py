@@ -11,7 +11,8 @@ import pytest
 
 from instrumentation.collector.openapi import REF
 from schemas import EVENT_TYPES
-from tests.unit.collector.conftest import asgi_post_scope, fixture_event, valid_events
+from infra.bench.asgi import post_scope
+from tests.unit.collector.conftest import fixture_event, valid_events
 
 
 def _doc(h) -> dict:
@@ -136,8 +137,8 @@ def test_body_timeout_answer_is_documented(make_harness):
     async def send(m):
         messages.append(m)
 
-    scope = asgi_post_scope([(b"content-type", b"application/json"),
-                             *[(k.lower().encode(), v.encode()) for k, v in h.bearer().items()]])
+    scope = post_scope("/v1/events", [(b"content-type", b"application/json"),
+                                      *[(k.lower().encode(), v.encode()) for k, v in h.bearer().items()]])
     anyio.run(h.client.app, scope, receive, send)
     status = messages[0]["status"]
     body = json.loads(b"".join(m.get("body", b"") for m in messages[1:]))

@@ -4,11 +4,11 @@ tokenized, and a request whose prompt or completion holds a secret is served but
 
 from __future__ import annotations
 
-import anyio
 import json
 
 from starlette.testclient import TestClient
 
+from infra.bench.asgi import raw_post
 from serving.app import MAX_BODY_BYTES, MAX_MESSAGES, PROMPT_CHARS_PER_TOKEN, create_app
 from tests.unit.serving.test_gateway import chat, gateway
 
@@ -16,27 +16,8 @@ GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 
 
 def _raw_post(app, headers: dict[str, str], chunks: list[bytes]) -> tuple[int, dict, int]:
-    pulled = 0
-
-    async def receive():
-        nonlocal pulled
-        if pulled < len(chunks):
-            pulled += 1
-            return {"type": "http.request", "body": chunks[pulled - 1], "more_body": pulled < len(chunks)}
-        return {"type": "http.disconnect"}
-
-    sent = []
-
-    async def send(m):
-        sent.append(m)
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"",
-             "root_path": "", "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
-             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 18300)}
-    anyio.run(app, scope, receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    return start["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:])), pulled
+    reply = raw_post(app, "/v1/chat/completions", [(k.encode(), v.encode()) for k, v in headers.items()], chunks)
+    return reply.status, reply.json(), reply.chunks_pulled
 
 
 def test_a_body_over_the_cap_is_413_after_reading_at_most_the_cap_even_when_content_length_lies():
