@@ -79,15 +79,22 @@ def _event_time(value: bytes | None) -> datetime | None:
 
 
 def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], idle_s: float = 2.0,
-              progress=None) -> FixedRange:
+              progress=None, catch_up_timeout_s: float = 300.0) -> FixedRange:
     """Read every partition from `start` to where the range ends, recording the stop offsets.
 
-    Where it ends: at the log end, found by reading until every partition has been quiet for `idle_s`; while
-    traffic keeps arriving, at most `3 * idle_s` past the log ends snapshotted when fixing started (what arrives
-    later belongs to the next cycle; the range must end). The snapshot is the broker's ListOffsets-latest, which
-    Tansu reports as the last batch's base offset + 1, short of the true end; reading on until quiet (or for
+    Where it ends: first every partition is read up to the log end snapshotted when fixing started (however
+    slowly the broker delivers it; TimeoutError after `catch_up_timeout_s` without a record); then on until every
+    partition has been quiet for `idle_s`, and while traffic keeps arriving at most `3 * idle_s` longer (what
+    arrives later belongs to the next cycle; the range must end). The snapshot is the broker's ListOffsets-latest,
+    which Tansu reports as the last batch's base offset + 1, short of the true end; reading on until quiet (or for
     that grace) takes the rest of the batch. Either way the stop offsets are exactly what was read, so the next
-    cycle starts there: nothing is skipped or read twice."""
+    cycle starts there: nothing is skipped or read twice.
+
+    Quiet polls do not end the range before the snapshot is reached: the watermark (`range_watermark`) lets idle
+    partitions not hold it back, which is only right for a partition read to its end. A slow broker (an object
+    store under load, a restart) can answer a fetch of data it holds with nothing for seconds; ending the range
+    there advanced the watermark past requests still unread in that partition, and the next cycle dropped them
+    as late (chaos run, issue 9)."""
     from kafka import TopicPartition
 
     parts = partitions_of(bootstrap, topics)
@@ -104,11 +111,15 @@ def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], id
         stop = {key(p): start.get(key(p), 0) for p in parts}
         newest: dict[str, str] = {}
         n, last_data, caught_up_at = 0, time.monotonic(), None
-        while time.monotonic() - last_data < idle_s:
+        while behind or time.monotonic() - last_data < idle_s:
             if caught_up_at is None and not behind:
                 caught_up_at = time.monotonic()
             if caught_up_at is not None and time.monotonic() - caught_up_at > 3 * idle_s:
                 break
+            if behind and time.monotonic() - last_data > catch_up_timeout_s:
+                raise TimeoutError(f"fixing the range: no record for {catch_up_timeout_s:.0f}s while "
+                                   f"{sorted(key((tp.topic, tp.partition)) for tp in behind)} are still short of "
+                                   f"the log end {bootstrap} reported; is the broker up?")
             got = c.poll(timeout_ms=200)
             for tp, records in got.items():
                 k = key((tp.topic, tp.partition))
