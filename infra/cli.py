@@ -25,6 +25,7 @@ EPILOG = """examples:
   rtrl promote 3               make version 3 champion if its gate passed against the current champion
   rtrl demo --cycles 3 --summary out.json   the whole loop from nothing, 3 cycles, A/B summary
   rtrl orchestrator            Dagster UI + daemon: cycles every 5 hours, replay jobs
+  rtrl chaos --faults 20 --json   kill and restart the loop's parts; every served request rewarded exactly once?
   rtrl rollback                champion back to the version it replaced
   rtrl ab report --cycle c3 --format md   a cycle's A/B table (also html, json)
   rtrl dashboard               the Streamlit dashboard on http://127.0.0.1:18501
@@ -259,6 +260,37 @@ def _parser() -> argparse.ArgumentParser:
                       "The cadence sensor starts a cycle every orchestrator.interval_s (from the last start) when "
                       "the previous one finished and orchestrator.min_mature_rows mature requests exist.")
     orch.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
+
+    ch = cmd("chaos", "infra.commands.chaos:main",
+             "fault injection: run the loop while killing and restarting its parts at seeded moments and flooding "
+             "replays; then check every served request got exactly one reward row",
+             epilog="Runs in its own state dir (default <state_dir>/chaos, wiped first) on free ports: the stack with "
+                    "a durable broker log (storage s3), collector, archiver, serving, simulated users, a reward cycle "
+                    "every few faults, the trainer. Faults: broker, archiver, collector, serving (SIGKILL, down a "
+                    "seeded while, restarted), reward_job, trainer (SIGKILL mid-run, run again), duplicates, "
+                    "out_of_order, late_events (replays produced to Kafka). Prints faults_injected, requests_served, "
+                    "rewards_expected, rewards_lost, rewards_duplicated, rewards_pending, max_recovery_seconds, "
+                    "faults_by_type. Exit 0: nothing lost or duplicated; 3: something was; 1: the run broke. "
+                    "Example: rtrl chaos --faults 20 --seed 0 --json")
+    ch.add_argument("--faults", type=int, default=20, metavar="N", help="faults to inject (default 20)")
+    ch.add_argument("--seed", type=int, default=0, help="seed of the fault plan and the users (default 0)")
+    ch.add_argument("--json", action="store_true", help="print the result as one JSON line (default: indented)")
+    ch.add_argument("--types", metavar="T1,T2", help="only these fault types (default: all of broker, archiver, "
+                    "collector, serving, reward_job, trainer, duplicates, out_of_order, late_events)")
+    ch.add_argument("--users", type=int, default=12, metavar="N", help="simulated users (default 12)")
+    ch.add_argument("--speed", type=float, default=60.0, metavar="X",
+                    help="simulated seconds per wall second (default 60)")
+    ch.add_argument("--lateness", type=float, default=60.0, metavar="WALL_S",
+                    help="allowed lateness in wall seconds: rewards.allowed_lateness_s = this x --speed (default 60)")
+    ch.add_argument("--warmup", type=float, default=20.0, metavar="S", help="seconds of traffic before the first "
+                    "fault (default 20)")
+    ch.add_argument("--cycle-every", type=int, default=4, metavar="K", help="a reward cycle after every K faults "
+                    "(default 4), besides the reward-job faults' own")
+    ch.add_argument("--state-dir", metavar="DIR", help="where the run lives (default <state_dir>/chaos; wiped first)")
+    ch.add_argument("--serving-cores", metavar="CORES", help="serving.cpu_cores of the run's vLLM engine (default: "
+                    "the last core, away from another stack's serving on core 0; '' = vLLM's choice)")
+    ch.add_argument("--keep-running", action="store_true", help="leave the loop running at the end (`rtrl --set "
+                    "state_dir=DIR down` stops it)")
 
     bench = cmd("bench", "infra.commands.bench:main", "benchmarks that print JSON")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="WHAT", required=True)
