@@ -56,13 +56,17 @@ class RtrlCli:
             err.flush()
             proc = subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     cwd=REPO, env=env, errors="replace")
+            # one reader per pipe: `communicate()` would also read stderr, racing the pump for its lines
             pump = threading.Thread(target=_pump, args=(proc.stderr, err, echo), daemon=True)
+            out: list[str] = []
+            reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
             pump.start()
+            reader.start()
             try:
-                stdout, _ = proc.communicate(timeout=self.timeout_s)
+                proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.communicate()
+                proc.wait()
                 raise StepFailed(f"`rtrl {' '.join(args)}` ran past {self.timeout_s:.0f}s (log: {log_file})") from None
             except BaseException:          # interrupted: the step's command must not outlive its runner
                 proc.terminate()
@@ -73,6 +77,8 @@ class RtrlCli:
                 raise
             finally:
                 pump.join(timeout=10)
+                reader.join(timeout=10)
+        stdout = "".join(out)
         lines = [ln for ln in stdout.strip().splitlines() if ln.strip()]
         if proc.returncode not in ok_codes:
             tail = log_file.read_text(encoding="utf-8", errors="replace")[-1500:]
