@@ -10,17 +10,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 
 
 def _time(text: str, name: str) -> datetime:
+    from schemas.instants import parse_instant
+
     try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise SystemExit(f"rtrl replay: --{name} {text!r} is not an ISO time (e.g. 2026-11-01T00:00Z)") from None
-    if t.tzinfo is None:
-        raise SystemExit(f"rtrl replay: --{name} {text!r} needs a time zone (e.g. a trailing Z for UTC)")
-    return t.astimezone(timezone.utc)
+        return parse_instant(text)
+    except ValueError as e:
+        raise SystemExit(f"rtrl replay: --{name} {e}") from None
 
 
 SUMMARY_COUNTERS = ("events_read", "duplicates_dropped", "rows_emitted", "requests_pending", "unknown_labels",

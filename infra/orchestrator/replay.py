@@ -7,21 +7,19 @@ inside it is refused, and the default is `<state_dir>/replay/<start>--<end>`.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
+from schemas.instants import parse_instant
 
 
 def _instant(text: str, name: str) -> datetime:
     try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"replay {name} {text!r} is not an ISO time (e.g. 2026-11-01T00:00Z)") from None
-    if t.tzinfo is None:
-        raise ValueError(f"replay {name} {text!r} needs a time zone (e.g. a trailing Z)")
-    return t.astimezone(timezone.utc)
+        return parse_instant(text)
+    except ValueError as e:
+        raise ValueError(f"replay {name}: {e}") from None
 
 
 def production_table(cfg) -> Path:

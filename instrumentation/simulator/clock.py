@@ -18,6 +18,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
+from schemas.instants import parse_instant  # noqa: F401 -- re-exported: the simulator's start times
+
 DETERMINISTIC_EPOCH = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 
@@ -110,11 +112,3 @@ class StepClock:
 
     def wall(self) -> float | None:
         return None
-
-
-def parse_instant(text: str) -> datetime:
-    """An ISO 8601 instant with a zone ('Z' allowed), as UTC."""
-    t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if t.tzinfo is None:
-        raise ValueError(f"{text!r} needs a time zone (e.g. a trailing Z)")
-    return t.astimezone(timezone.utc)

@@ -6,10 +6,11 @@ tests build it directly. See `instrumentation/simulator/user.py` for what each b
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas.instants import parse_instant
 
 
 class SimulatorConfig(BaseModel):
@@ -95,12 +96,7 @@ class SimulatorConfig(BaseModel):
     @classmethod
     def _start(cls, v: str) -> str:
         if v:
-            try:
-                t = datetime.fromisoformat(v.replace("Z", "+00:00"))
-            except ValueError:
-                raise ValueError(f"not an ISO 8601 time: {v!r}") from None
-            if t.tzinfo is None:
-                raise ValueError(f"needs a time zone (e.g. a trailing Z): {v!r}")
+            parse_instant(v)      # ValueError says what is wrong
         return v
 
     @model_validator(mode="after")
