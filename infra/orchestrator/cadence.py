@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable
 
-from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, RUNNING, CycleRecord
+from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, RUNNING, CycleRecord, next_cycle_id
 
 
 @dataclass
@@ -50,7 +50,7 @@ def _alive(pid: int | None) -> bool:
 def decide(now: datetime, records: list[CycleRecord], mature_rows: Callable[[], int], interval_s: float,
            min_rows: int, alive: Callable[[int | None], bool] = _alive) -> CadenceDecision:
     last = records[-1] if records else None
-    next_id = f"c{(last.seq if last else 0) + 1}"
+    next_id = next_cycle_id(records)
     if last is not None and last.status == RUNNING:
         if alive(last.runner_pid):
             return CadenceDecision(False, f"previous cycle {last.cycle_id} is still running (since "

@@ -84,4 +84,9 @@ class Ledger:
         return rec
 
     def next_id(self) -> str:
-        return f"c{max((r.seq for r in self.all()), default=0) + 1}"
+        return next_cycle_id(self.all())
+
+
+def next_cycle_id(records: list[CycleRecord]) -> str:
+    """The id after the highest sequence number so far: c1, c2, ..."""
+    return f"c{max((r.seq for r in records), default=0) + 1}"
