@@ -22,9 +22,9 @@ NAME = "orchestrator"
 
 def _argv_env(args, cfg) -> tuple[list[str], dict[str, str]]:
     o = cfg.orchestrator
-    home = cfg.state_path / "dagster"
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "dagster.yaml").touch()   # an instance kept in this folder (runs, sensor ticks, lineage)
+    from infra.orchestrator.instance import dagster_home
+
+    home = dagster_home(cfg.state_path)
     dagster = Path(sys.executable).with_name("dagster")
     argv = [str(dagster), "dev", "-m", "infra.orchestrator.definitions", "-h", o.dagster_host,
             "-p", str(o.dagster_port)]

@@ -140,10 +140,9 @@ class Demo:
 
     # --- the loop --------------------------------------------------------------------------------------------
     def run_cycles(self, cycles: int) -> list[str]:
-        home = self.state / "dagster"
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "dagster.yaml").touch()   # the instance keeps runs, sensor ticks and lineage in this folder
-        os.environ["DAGSTER_HOME"] = str(home)
+        from infra.orchestrator.instance import dagster_home
+
+        os.environ["DAGSTER_HOME"] = str(dagster_home(self.state))
         import logging
         import warnings
 
