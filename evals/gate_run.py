@@ -53,13 +53,24 @@ def suite_of(cfg, suite: str | Path | None = None, log: Callable[[str], None] = 
     return d, load_suite(d)
 
 
-def quarantine(tasks: list[Task], runs: int, log: Callable[[str], None] = lambda m: None) -> dict[str, str]:
-    from evals.tasks.flaky import check_flaky
+FLAKY_CACHE = ".flaky-cache.json"
+
+
+def quarantine(tasks: list[Task], runs: int, log: Callable[[str], None] = lambda m: None,
+               cache_dir: Path | None = None) -> dict[str, str]:
+    """{task id: reason} of the tasks the flaky check keeps out; with `cache_dir`, verdicts of unchanged tasks
+    are read from its FLAKY_CACHE (gate.flaky_cache)."""
+    from evals.tasks.flaky import check_flaky, check_flaky_cached
 
     t0 = time.monotonic()
-    bad = check_flaky(tasks, runs=runs)
-    log(f"[gate] flaky check: {len(tasks)} tasks graded {runs}x on snapshot and solution in "
-        f"{time.monotonic() - t0:.1f}s; quarantined {len(bad)}" + "".join(f"\n  {k}: {v}" for k, v in bad.items()))
+    if cache_dir is not None:
+        bad, graded = check_flaky_cached(tasks, runs, Path(cache_dir) / FLAKY_CACHE)
+    else:
+        bad, graded = check_flaky(tasks, runs=runs), len(tasks)
+    cached = f" ({len(tasks) - graded} verdicts from {Path(cache_dir) / FLAKY_CACHE})" if graded < len(tasks) else ""
+    log(f"[gate] flaky check: {graded} tasks graded {runs}x on snapshot and solution in "
+        f"{time.monotonic() - t0:.1f}s{cached}; quarantined {len(bad)}" + "".join(f"\n  {k}: {v}"
+                                                                                 for k, v in bad.items()))
     return bad
 
 
@@ -212,7 +223,7 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     suite_dir, tasks = suite_of(cfg, suite, log)
     if max_tasks is not None:
         tasks = tasks[:max_tasks]
-    bad = quarantine(tasks, g.flaky_runs, log)
+    bad = quarantine(tasks, g.flaky_runs, log, suite_dir if g.flaky_cache else None)
     kept = [t for t in tasks if t.id not in bad]
     timings = {"flaky_check": time.monotonic() - t0}
     k, w = samples or g.samples_per_task, workers or g.workers

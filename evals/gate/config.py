@@ -62,6 +62,9 @@ class GateConfig(BaseModel):
                             "drawn from a seed space training traffic never uses).")
     flaky_runs: int = Field(default=3, ge=2, le=20, description="Gradings of each task's snapshot and reference "
                             "solution by the flaky-task check; a task whose outcome changes is quarantined.")
+    flaky_cache: bool = Field(default=True, description="Keep each task's flaky-check verdict in the suite folder "
+                              "(.flaky-cache.json), keyed by the task's files, flaky_runs and the grading code: "
+                              "an unchanged task is not graded again at the next gate.")
     engine_cpu_cores: str = Field(default="", pattern=r"^$|^(auto|nobind|[0-9,\-|]+)$",
                                   description="Cores the gate's private vLLM engines bind to (serving.cpu_cores "
                                               "for them); \"\" = serving.cpu_cores. On a machine that also serves "

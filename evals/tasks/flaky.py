@@ -7,10 +7,16 @@ Each task is graded `runs` times on its snapshot and `runs` times on the referen
     (the task is mis-specified: it would count a non-answer as resolved, or a right answer as unresolved),
   * it has no reference solution (it cannot be checked: fail closed), or grading it broke the sandbox.
 A quarantined task is left out of the suite the gate runs; the report lists it with the reason.
+
+`check_flaky_cached` keeps each verdict in a file next to the suite, keyed by the task's files, the number of runs
+and the grading code: an unchanged task is not graded again by the next gate (a changed one, or new grading code,
+is).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,3 +69,44 @@ def check_flaky(tasks: Iterable[Task], runs: int = 3, workers: int = 2) -> dict[
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         reasons = list(pool.map(lambda t: check_task(t, runs), tasks))
     return {t.id: why for t, why in zip(tasks, reasons) if why is not None}
+
+
+def _digest(paths: Iterable[Path], root: Path | None = None) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        if p.is_file():
+            h.update(str(p.relative_to(root) if root else p.name).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def task_key(task: Task, runs: int) -> str:
+    """What a verdict depends on: the task's files, the runs, and the code that grades (sandbox, grader)."""
+    import evals.sandbox
+    import evals.tasks.grade
+    import evals.tasks.runner
+
+    code = _digest(Path(m.__file__) for m in (evals.sandbox, evals.tasks.grade, evals.tasks.runner))
+    files = _digest(task.dir.rglob("*"), task.dir)
+    return hashlib.sha256(f"{files}:{runs}:{code}".encode()).hexdigest()
+
+
+def check_flaky_cached(tasks: Iterable[Task], runs: int, cache_file: Path, workers: int = 2
+                       ) -> tuple[dict[str, str], int]:
+    """`check_flaky` with verdicts kept in `cache_file`; (quarantined {id: reason}, tasks graded now)."""
+    tasks = list(tasks)
+    try:
+        cache = json.loads(cache_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    keys = {t.id: task_key(t, runs) for t in tasks}
+    todo = [t for t in tasks if keys[t.id] not in cache]
+    if todo:
+        found = check_flaky(todo, runs, workers)
+        cache.update({keys[t.id]: found.get(t.id) for t in todo})
+        tmp = cache_file.with_name(cache_file.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(cache, indent=0, sort_keys=True), encoding="utf-8")
+            tmp.replace(cache_file)
+        except OSError:   # a read-only suite folder: the verdicts stand, they are just not kept
+            pass
+    return {t.id: cache[keys[t.id]] for t in tasks if cache[keys[t.id]] is not None}, len(todo)

@@ -64,7 +64,15 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             # the gate runs on serving's engines: the champion is loaded there, a promoted candidate is not loaded twice
             "gate.via_serving=true",
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
-            f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}"]
+            f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}",
+            # the held-out suite (and its flaky-check verdicts) outlives the demo's state dir, like v0
+            f'gate.suite_dir="{demo_suite_cfg(cfg).state_path / "eval-suites"}/default-n{d.gate_tasks}-seed'
+            f'{cfg.gate.suite_seed}"']
+
+
+def demo_suite_cfg(cfg):
+    """The user's config with the demo's suite size: `evals.gate_run.default_suite` of it is the demo's suite."""
+    return cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"suite_tasks": cfg.demo.gate_tasks})})
 
 
 class Demo:
@@ -117,6 +125,11 @@ class Demo:
             tmp.rename(self.v0_cache)
         return registry.version_of("champion")
 
+    def ensure_suite(self) -> None:
+        from evals.gate_run import default_suite
+
+        default_suite(demo_suite_cfg(self.base), log=self.log)     # made once, at gate.suite_dir
+
     def start_serving(self) -> None:
         self.log("[serving] loading the control and treatment engines (vLLM)")
         self.cli.run("serve", "--detach", step="serving", expect_json=False)
@@ -146,7 +159,7 @@ class Demo:
         import logging
         import warnings
 
-        logging.getLogger("kafka").setLevel(logging.ERROR)     # kafka-python's event-loop timing chatter
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)  # kafka-python's timing chatter and close races
         logging.getLogger().setLevel(logging.ERROR)            # Beam's "apitools not found" notice
         warnings.filterwarnings("ignore", category=UserWarning, module="dagster")
         os.environ["RTRL_CONFIG"] = self.config_path or ""
@@ -232,6 +245,7 @@ class Demo:
             v0 = self.ensure_v0()
             self.log(f"[v0] champion = control = version {v0} ({self.elapsed():.0f}s)")
             self.start_serving()
+            self.ensure_suite()
             self.start_clock_and_users()
             done = self.run_cycles(cycles)
             records = [r for r in Ledger(self.state).all() if r.cycle_id in done]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evals.tasks import load_task
-from evals.tasks.flaky import check_flaky, flaky_reason
+from evals.tasks.flaky import check_flaky, check_flaky_cached, flaky_reason
 from evals.tasks.generate import generate_suite
 from evals.tasks.grade import GradeResult
 from tests.unit.evals.task_folders import TOML, needs_bwrap, write_task
@@ -70,3 +70,19 @@ def test_check_quarantines_random_and_mis_specified_tasks_and_keeps_sound_ones(t
     assert set(quarantined) == {"coin-flips", "already-passing", "no-solution"}
     assert "passes on the snapshot" in quarantined["already-passing"]
     assert "no reference solution" in quarantined["no-solution"]
+
+
+@needs_bwrap
+def test_cached_verdicts_are_reused_until_a_task_changes(tmp_path):
+    sound = load_task(write_task(tmp_path / "suite", "sound"))
+    unsolved = load_task(write_task(tmp_path / "suite", "unsolved", toml=TOML.replace("user-1", "no-solution"),
+                                    solution=False))
+    cache = tmp_path / "suite" / ".flaky-cache.json"
+    first, graded = check_flaky_cached([sound, unsolved], 2, cache)
+    assert graded == 2 and set(first) == {"no-solution"} and cache.exists()
+    again, graded = check_flaky_cached([sound, unsolved], 2, cache)
+    assert graded == 0 and again == first
+    assert check_flaky_cached([sound, unsolved], 3, cache)[1] == 2       # other runs: other verdicts
+    (sound.dir / "tests" / "test_calc.py").write_text("def test_add_adds():\n    assert False\n")
+    changed, graded = check_flaky_cached([load_task(sound.dir), unsolved], 2, cache)
+    assert graded == 1 and set(changed) == {"user-1", "no-solution"}

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from infra.orchestrator.demo import core_split
+from infra.orchestrator.demo import Demo, core_split
 from infra.orchestrator.replay import output_for
 from tests.conftest import make_config
 
@@ -40,3 +40,13 @@ def test_a_replay_defaults_to_its_own_folder_named_by_the_range(tmp_path):
     cfg = make_config(tmp_path)
     assert output_for(cfg, T0, T1, None) == cfg.state_path / "replay" / "20261101T000000Z--20261101T050000Z"
     assert output_for(cfg, T0, T1, str(tmp_path / "mine")) == (tmp_path / "mine").resolve()
+
+
+def test_the_demo_gates_on_a_suite_kept_outside_its_fresh_state_dir(tmp_path):
+    from evals.gate_run import default_suite
+
+    demo = Demo(make_config(tmp_path), None, [f'state_dir="{tmp_path}"'], log=lambda m: None)
+    suite = demo.cfg.gate.suite_dir
+    assert suite.startswith(str(tmp_path / "eval-suites")) and not suite.startswith(str(demo.state))
+    demo.ensure_suite()
+    assert str(default_suite(demo.cfg.model_copy(update={"state_dir": str(tmp_path)}))) == suite
