@@ -51,6 +51,7 @@ class AuditResult:
     rewards_expected: int
     rewards_present: int
     rewards_lost: int
+    lost_never_in_kafka: int       # of the lost: the trajectory never reached Kafka (serving died holding it)
     rewards_duplicated: int
     rewards_pending: int
     rewards_unexpected: int
@@ -116,6 +117,7 @@ def audit(client: list[ClientRecord], trajectories: pl.DataFrame, rows: pl.DataF
     return AuditResult(
         requests_served=len(served), requests_failed=sum(not c.ok for c in client), requests_private=len(private),
         rewards_expected=len(expected), rewards_present=len(expected & have), rewards_lost=len(lost),
+        lost_never_in_kafka=len(set(lost) - in_kafka),
         rewards_duplicated=int((dup["len"] - 1).sum()) if dup.height else 0, rewards_pending=len(pending),
         rewards_unexpected=len(unexpected), trajectories_missing=len(missing),
         trajectory_copies_in_kafka=trajectories.height - trajectories["event_id"].n_unique() if trajectories.height

@@ -30,14 +30,14 @@ def flood(kind: str, bootstrap: str, size: int, seed: int, partitions: int) -> d
     per_partition = max(1, size // max(1, len(EVENT_TOPICS) * partitions))
     rng = random.Random(seed)
     if kind == "duplicates":
-        msgs = read(bootstrap, EVENT_TOPICS, per_partition, newest=True)
+        msgs = read(bootstrap, EVENT_TOPICS, per_partition, newest=True, timeout_s=120)
         sent = produce(bootstrap, msgs)
     elif kind == "out_of_order":
-        msgs = read(bootstrap, EVENT_TOPICS, per_partition, newest=True)
+        msgs = read(bootstrap, EVENT_TOPICS, per_partition, newest=True, timeout_s=120)
         rng.shuffle(msgs)
         sent = produce(bootstrap, msgs, partition_of=lambda m: rng.randrange(partitions))
     elif kind == "late_events":
-        msgs = read(bootstrap, EVENT_TOPICS, per_partition, newest=False)
+        msgs = read(bootstrap, EVENT_TOPICS, per_partition, newest=False, timeout_s=120)
         rng.shuffle(msgs)
         sent = produce(bootstrap, msgs)
     else:

@@ -48,8 +48,9 @@ def chaos_overrides(state: Path, speed: float, lateness_wall_s: float, users: in
             "simulator.snapshot_delay_s=600", "simulator.revert_delay_s=[60.0, 500.0]",
             "simulator.session_gap_s=[60.0, 600.0]", f"simulator.speed={speed:g}", f"simulator.users={users}",
             f"simulator.seed={seed}", f'simulator.start_time="{start.isoformat()}"', "simulator.request_timeout_s=30",
-            # fewer, larger batches: each is one object in the broker's object store, and fetches walk them
-            "kafka.partitions=2", "sdk.linger_ms=1000", "sdk.send_timeout_s=5", "sdk.retry_interval_s=0.5",
+            # one partition per topic and serving's batches every 200 ms: each produced batch is an object in the
+            # broker's object store and fetches walk them (the users' SDK batches every 5 s: infra.chaos.users)
+            "kafka.partitions=1", "sdk.linger_ms=200", "sdk.send_timeout_s=5", "sdk.retry_interval_s=0.5",
             "trainer.threads=1", "trainer.min_rows=1", "trainer.rows_per_step=32", "trainer.micro_batch=8"]
 
 

@@ -14,6 +14,8 @@ from infra.chaos.audit import ClientRecord
 from instrumentation.simulator.policy import OpenAIPolicy, PolicyError, PolicyReply, PolicyRequest
 from schemas.events import ResponseKind
 
+USERS_LINGER_MS = 5000   # the users' SDK sends a batch every 5 s: fewer, larger objects in the broker's store
+
 
 class RecordingPolicy:
     """`OpenAIPolicy` that records each call as its client saw it."""
@@ -48,7 +50,7 @@ class Users:
     def __init__(self, cfg, api_key: str, log=print):
         from instrumentation.collector_client import CollectorTransport
         from instrumentation.sdk import TelemetryClient
-        from instrumentation.simulator.clock import ScaledClock
+        from instrumentation.simulator.clock import ScaledClock, parse_instant
         from instrumentation.simulator.population import Population
 
         sim = cfg.simulator
@@ -57,8 +59,9 @@ class Users:
         self.model = self.policy.inner.check()
         transport = CollectorTransport(f"http://{cfg.collector.host}:{cfg.collector.port}", api_key,
                                        timeout_s=cfg.sdk.send_timeout_s)
-        self.sdk = TelemetryClient(transport, cfg.sdk, Path(cfg.state_path) / "spool" / "users", name="users")
-        start = datetime.fromisoformat(sim.start_time) if sim.start_time else datetime.now(timezone.utc)
+        sdk = cfg.sdk.model_copy(update={"linger_ms": USERS_LINGER_MS})
+        self.sdk = TelemetryClient(transport, sdk, Path(cfg.state_path) / "spool" / "users", name="users")
+        start = parse_instant(sim.start_time) if sim.start_time else datetime.now(timezone.utc)
         self.population = Population(sim, self.policy, self.sdk, ScaledClock(start, sim.speed), keep_ledger=False)
         self.thread = threading.Thread(target=self._run, name="chaos-users", daemon=True)
         self.log = log

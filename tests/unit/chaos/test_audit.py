@@ -35,7 +35,7 @@ def test_every_mature_served_request_with_one_row_is_neither_lost_nor_duplicated
 def test_a_mature_request_without_a_row_is_lost():
     t = trajectory_frame([traj("a", T0), traj("b", T0)])
     r = audit([], t, rows("a"), AS_OF, SPEC)
-    assert r.rewards_lost == 1 and r.samples["lost"] == ["b"]
+    assert r.rewards_lost == 1 and r.samples["lost"] == ["b"] and r.lost_never_in_kafka == 0
 
 
 def test_rows_beyond_the_first_per_request_are_duplicates_across_windows():
@@ -72,6 +72,7 @@ def test_privacy_mode_requests_expect_no_row_and_a_row_for_one_is_unexpected():
 def test_an_answered_request_whose_trajectory_never_reached_kafka_is_expected_and_lost():
     r = audit([ClientRecord("gone", True, T0)], trajectory_frame([]), rows(), AS_OF, SPEC)
     assert (r.requests_served, r.trajectories_missing, r.rewards_expected, r.rewards_lost) == (1, 1, 1, 1)
+    assert r.lost_never_in_kafka == 1
 
 
 def test_a_failed_call_without_a_trajectory_did_not_happen_but_one_serving_logged_is_served():
