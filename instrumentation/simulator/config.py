@@ -10,8 +10,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.instants import parse_instant
-
 
 class SimulatorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -96,6 +94,8 @@ class SimulatorConfig(BaseModel):
     @classmethod
     def _start(cls, v: str) -> str:
         if v:
+            from schemas.instants import parse_instant   # here: the `schemas` package imports pyarrow
+
             parse_instant(v)      # ValueError says what is wrong
         return v
 
