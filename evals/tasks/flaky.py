@@ -79,13 +79,17 @@ def _digest(paths: Iterable[Path], root: Path | None = None) -> str:
     return h.hexdigest()
 
 
-def task_key(task: Task, runs: int) -> str:
-    """What a verdict depends on: the task's files, the runs, and the code that grades (sandbox, grader)."""
+def grading_code_digest() -> str:
+    """The code a verdict depends on besides the task: the sandbox and the grader."""
     import evals.sandbox
     import evals.tasks.grade
     import evals.tasks.runner
 
-    code = _digest(Path(m.__file__) for m in (evals.sandbox, evals.tasks.grade, evals.tasks.runner))
+    return _digest(Path(m.__file__) for m in (evals.sandbox, evals.tasks.grade, evals.tasks.runner))
+
+
+def task_key(task: Task, runs: int, code: str) -> str:
+    """What a verdict depends on: the task's files, the runs, and the grading code (`grading_code_digest`)."""
     files = _digest(task.dir.rglob("*"), task.dir)
     return hashlib.sha256(f"{files}:{runs}:{code}".encode()).hexdigest()
 
@@ -98,7 +102,8 @@ def check_flaky_cached(tasks: Iterable[Task], runs: int, cache_file: Path, worke
         cache = json.loads(cache_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         cache = {}
-    keys = {t.id: task_key(t, runs) for t in tasks}
+    code = grading_code_digest()          # once per check, not once per task
+    keys = {t.id: task_key(t, runs, code) for t in tasks}
     todo = [t for t in tasks if keys[t.id] not in cache]
     if todo:
         found = check_flaky(todo, runs, workers)
