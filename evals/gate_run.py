@@ -33,12 +33,17 @@ from evals.tasks.spec import Task, load_suite
 COMPLETE = ".complete"
 
 
+def default_suite_dir(cfg) -> Path:
+    """Where the generated held-out suite of `cfg.gate` (suite_tasks, suite_seed) lives under the state dir."""
+    return cfg.state_path / "eval-suites" / f"default-n{cfg.gate.suite_tasks}-seed{cfg.gate.suite_seed}"
+
+
 def default_suite(cfg, log: Callable[[str], None] = lambda m: None) -> Path:
     """The generated held-out suite's folder (made on first use; a half-written one is made again)."""
     from evals.tasks.generate import generate_suite
 
     g = cfg.gate
-    d = cfg.state_path / "eval-suites" / f"default-n{g.suite_tasks}-seed{g.suite_seed}"
+    d = default_suite_dir(cfg)
     if not (d / COMPLETE).exists():
         log(f"[gate] generating the held-out suite: {g.suite_tasks} tasks (seed {g.suite_seed}) in {d}")
         generate_suite(d, g.suite_tasks, seed=g.suite_seed)

@@ -56,6 +56,8 @@ def core_split(n: int | None) -> list[str]:
 
 def demo_overrides(cfg, state: Path) -> list[str]:
     """The keys the demo sets on top of the user's config (every other key is the user's)."""
+    from evals.gate_run import default_suite_dir
+
     d = cfg.demo
     return [*core_split(os.cpu_count()), f'state_dir="{state}"', 'orchestrator.clock="accelerated"', f"orchestrator.interval_s={d.interval_s}",
             # serving's vLLM worker holds a core: a trainer on both would stall in OpenMP barriers
@@ -66,8 +68,7 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
             f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}",
             # the held-out suite (and its flaky-check verdicts) outlives the demo's state dir, like v0
-            f'gate.suite_dir="{demo_suite_cfg(cfg).state_path / "eval-suites"}/default-n{d.gate_tasks}-seed'
-            f'{cfg.gate.suite_seed}"']
+            f'gate.suite_dir="{default_suite_dir(demo_suite_cfg(cfg))}"']
 
 
 def demo_suite_cfg(cfg):
