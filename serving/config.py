@@ -47,6 +47,10 @@ class ServingConfig(BaseModel):
         "equal to the trainer's (vLLM's 'auto' downcasts float32 checkpoints to bfloat16); use bfloat16 on GPUs.")
     enforce_eager: bool = Field(default=True, description="Skip torch.compile / CUDA graphs: an engine starts in "
                                 "~25 s instead of ~30-50 s on CPU, so hot swaps finish sooner; false on GPUs.")
+    busy_poll_ms: float = Field(
+        default=5.0, ge=0, le=1000, description="How long an engine's processes busy-poll for the next step after "
+        "one (serving/vllm_idle.py); vLLM's own is 1000 ms, which keeps a core spinning per engine under steady "
+        "traffic. 0 = leave vLLM's.")
     max_num_seqs: int = Field(default=256, ge=1, le=4096, description="Sequences one engine batches at once.")
     seed: int = Field(default=0, ge=0, description="Engine seed; a request's own `seed` makes its sample repeatable.")
     drain_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="After a hot swap the old engine "

@@ -46,6 +46,15 @@ def _set_kv_cache_env(kv_cache_gb: float) -> None:
         os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
 
 
+def busy_poll_env(busy_poll_ms: float) -> None:
+    from serving.vllm_idle import ENV
+
+    if busy_poll_ms:
+        os.environ[ENV] = f"{busy_poll_ms:g}"
+    else:
+        os.environ.pop(ENV, None)
+
+
 def engine_args(folder: str | Path, cfg: ServingConfig):
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.platforms import current_platform
@@ -87,6 +96,7 @@ class VllmEngine:
             raise ValueError(f"checkpoint {folder} (version {version}) has no chat template in its tokenizer")
         _set_kv_cache_env(cfg.kv_cache_gb)
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_cores or "auto"   # read when the worker spawns
+        busy_poll_env(cfg.busy_poll_ms)                                      # read by serving.vllm_idle there
         llm = AsyncLLM.from_engine_args(engine_args(folder, cfg))
         engine = cls(version, Path(folder), llm, tokenizer, cfg)
         engine.load_seconds = time.monotonic() - t0
