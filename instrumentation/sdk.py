@@ -98,15 +98,16 @@ class TelemetryClient:
             return False
         if self._wal is not None:
             return self._emit_ahead(event)
+        q = self._queue
         with self._lock:
-            room = self._make_room()
+            room = (self._accepting and len(q) < self._queue_size) or self._make_room()  # inline: the common case
             if room:
-                self._queue.append(event)
+                q.append(event)
                 self._counters.enqueued += 1
         if room is None:  # queue full, policy "spool": to disk on the caller's thread
             return self._to_spool(self._sender.records([event]))
-        if room:
-            self._signal()
+        if room and (self._sender.idle or len(q) >= self._batch_size):
+            self._wake.set()
         return bool(room)
 
     def _emit_ahead(self, event: Event) -> bool:
@@ -128,8 +129,8 @@ class TelemetryClient:
                         self._counters.enqueued += 1
         if room is None:  # queue full under policy "spool", or the log full or unwritable: to the spool
             return self._to_spool(records)
-        if room:
-            self._signal()
+        if room and (self._sender.idle or len(self._queue) >= self._batch_size):
+            self._wake.set()
         return bool(room)
 
     def _log(self, record: Record) -> Position | None:
@@ -142,12 +143,12 @@ class TelemetryClient:
     def _make_room(self) -> bool | None:
         """Called under the lock, before queueing one event: True when it may be queued (the oldest evicted under
         `drop_oldest`), False when it is dropped (counted), None when it goes to the spool (policy `spool`)."""
+        if self._accepting and len(self._queue) < self._queue_size:
+            return True
         c = self._counters
         if not self._accepting:
             c.dropped["closed"] += 1
             return False
-        if len(self._queue) < self._queue_size:
-            return True
         if self._policy == "drop_oldest":
             try:
                 self._queue.popleft()
@@ -164,10 +165,6 @@ class TelemetryClient:
         taken = self._sender.to_spool(records) if records else 0
         self._wake.set()
         return taken > 0
-
-    def _signal(self) -> None:
-        if self._sender.idle or len(self._queue) >= self._batch_size:
-            self._wake.set()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every event emitted before this call is sent or spooled (on disk), and one replay of the
