@@ -35,9 +35,11 @@ How (`<spool_dir>/wal/`, beside the spool's own segments):
 - Events evicted under `queue_full_policy = "drop_oldest"` stay in the log until a later batch retires them: a
   process killed before that delivers them after all (at least once beats a counted drop). When the log is full
   (`spool_max_bytes`) or cannot be written, `emit` writes the event to the spool instead, as queue overflow does.
-- Cost: the caller's thread does the preparing (tens of microseconds for a trajectory) and one write() per event;
-  `python -m instrumentation.bench_emit` prints emit throughput with and without the log. Clients that can lose
-  their last `linger_ms` keep the default (off).
+- Cost: the caller's thread does the preparing and one write() per event. `rtrl bench emit --json` on this
+  project's 2-core machine (beside a running demo): emit p50 39 us / p99 105 us, without the log 1.7 / 2.2 us
+  (edit and follow-up events); 45 / 170 us for serving's trajectories (192 tokens); events through to the
+  transport 25,700/s instead of 46,600/s. Cheap for serving (tens of requests a second), not free: other clients
+  keep the default (off).
 """
 
 from __future__ import annotations
