@@ -20,6 +20,7 @@ EPILOG = """examples:
   rtrl quality --rewards .rtrl/rewards/table   data-quality suites (exit 3 blocks training)
   rtrl bootstrap               make and register policy v0 (aliases champion, control)
   rtrl bench ingest --json     SDK, collector and Kafka throughput, end-to-end delivery check
+  rtrl bench emit --json       SDK emit cost on the caller's thread, without and with the write-ahead log
   rtrl serve --detach          the OpenAI-compatible gateway (A/B arms, hot swap) in the background
   rtrl gate 3                  evaluate version 3 against the champion (held-out suite, report, MLflow)
   rtrl promote 3               make version 3 champion if its gate passed against the current champion
@@ -297,6 +298,11 @@ def _parser() -> argparse.ArgumentParser:
     bi = bench_sub.add_parser("ingest", help="SDK enqueue latency, collector and Kafka throughput, archive check")
     bi.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
     bi.add_argument("--events", type=int, default=50_000, help="events to send per stage (default 50000)")
+    bem = bench_sub.add_parser("emit", help="SDK emit latency and throughput on the caller's thread (transport that "
+                               "discards), without and with the write-ahead log (sdk.write_ahead)")
+    bem.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+    from instrumentation.bench_emit import add_arguments as add_emit_arguments  # argparse only
+    add_emit_arguments(bem)
     bfz = bench_sub.add_parser("fuzz", help="hostile input (schemathesis, hypothesis, atheris) against the collector "
                                "and the parsers: cases, crashes (must be 0), rejections by reason")
     bfz.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")

@@ -25,6 +25,11 @@ class SdkConfig(BaseModel):
                                      description="Size at which the spool starts a new segment file; a segment is "
                                      "deleted once everything in it was resent.")
     spool_fsync_every: int = Field(default=200, ge=1, le=100_000, description="fsync the spool every N events.")
+    write_ahead: bool = Field(default=False, description="Write each event to a write-ahead log (<spool_dir>/wal) "
+                              "on the caller's thread before `emit` returns, so a kill of the process right after "
+                              "loses nothing; the caller then also pays for redaction and serialization "
+                              "(`instrumentation.wal`). Serving turns it on for its own client "
+                              "(serving.telemetry_write_ahead).")
     retry_interval_s: float = Field(default=1.0, gt=0, le=300, description="How often the spool retries the broker.")
     sampling: dict[str, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=dict, description="Per event type keep-fraction in [0, 1] "
                                        "(deterministic by event_id); types not listed are always kept.")

@@ -17,11 +17,17 @@ are appended behind it and the spool is replayed in order every `retry_interval_
 go straight to the transport again. Events are delivered at least once; `event_id` dedupes.
 Order is kept per client except for events spooled on queue overflow, which may overtake events still queued.
 The event objects handed to `emit` are not modified (do not modify them after emitting either).
+
+With `write_ahead` (`instrumentation.wal`), `emit` also prepares the record and appends it to a write-ahead log
+on the caller's thread, so the event survives a kill of the process from the moment `emit` returns; the sender
+retires it there once it was acknowledged or spooled. Every client moves what a killed predecessor left in that
+log to its spool when it starts.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -29,8 +35,9 @@ from zlib import crc32
 
 from instrumentation.config import SdkConfig
 from instrumentation.sender import Counters, Sender
-from instrumentation.spool import Spool
-from instrumentation.transport import Transport
+from instrumentation.spool import Position, Spool, SpoolError
+from instrumentation.transport import Record, Transport
+from instrumentation.wal import WAL_DIR, WriteAheadLog
 from schemas import EVENT_TYPES, Event
 
 log = logging.getLogger(__name__)
@@ -56,10 +63,31 @@ class TelemetryClient:
                         name, unknown, sorted(EVENT_TYPES))
         self._counters = Counters()
         self._lock = self._counters.lock  # guards the queue bound and every counter, for a few instructions
+        self._wal = self._recover(spool_dir, config)
+        self._log_lock = threading.Lock()  # write-ahead: log order is queue order (held around both appends)
         self._accepting, self._closed = True, False
-        self._sender = Sender(self._queue, self._counters, transport, self._spool, config, name)
+        self._sender = Sender(self._queue, self._counters, transport, self._spool, config, name, self._wal)
         self._wake = self._sender.wake
         self._sender.start()
+
+    def _recover(self, spool_dir: str | Path, config: SdkConfig) -> WriteAheadLog | None:
+        """Move what a killed predecessor left in the write-ahead log to the spool (sent first, in order); the
+        open log when this client writes ahead."""
+        if not (config.write_ahead or (Path(spool_dir) / WAL_DIR).is_dir()):
+            return None
+        wal = WriteAheadLog.under(spool_dir, config)
+        moved, refused = wal.move_to(self._spool, config.batch_size)
+        if moved or refused:
+            log.warning("telemetry client %r: %d events left in the write-ahead log by a previous process go out "
+                        "through the spool (%d refused: spool full)", self.name, moved + refused, refused)
+        with self._lock:
+            self._counters.recovered += moved
+            if refused:
+                self._counters.dropped["spool_full"] += refused
+        if config.write_ahead:
+            return wal
+        wal.close()
+        return None
 
     def emit(self, event: Event) -> bool:
         """Queue `event` for sending. Returns False when it was sampled out or dropped (see `stats()`)."""
@@ -68,35 +96,75 @@ class TelemetryClient:
             with self._lock:
                 self._counters.sampled_out += 1
             return False
-        q, c = self._queue, self._counters
+        if self._wal is not None:
+            return self._emit_ahead(event)
+        q = self._queue
         with self._lock:
-            if not self._accepting:
-                c.dropped["closed"] += 1
-                return False
-            if len(q) < self._queue_size:
+            room = (self._accepting and len(q) < self._queue_size) or self._make_room()  # inline: the common case
+            if room:
                 q.append(event)
-                c.enqueued += 1
-            elif self._policy == "drop_oldest":
-                try:
-                    q.popleft()
-                    c.dropped["oldest_evicted"] += 1
-                except IndexError:  # the sender emptied it meanwhile
-                    pass
-                q.append(event)
-                c.enqueued += 1
-            elif self._policy == "drop_newest":
-                c.dropped["queue_full"] += 1
-                return False
-            else:
-                q = None
-        if q is None:  # queue full, policy "spool": to disk on the caller's thread
-            records = self._sender.records([event])
-            taken = self._sender.to_spool(records) if records else 0
+                self._counters.enqueued += 1
+        if room is None:  # queue full, policy "spool": to disk on the caller's thread
+            return self._to_spool(self._sender.records([event]))
+        if room and (self._sender.idle or len(q) >= self._batch_size):
             self._wake.set()
-            return taken > 0
-        if self._sender.idle or len(q) >= self._batch_size:
+        return bool(room)
+
+    def _emit_ahead(self, event: Event) -> bool:
+        """Write-ahead `emit`: prepare here, log, then queue the record with its log position."""
+        records = self._sender.records([event])
+        if not records:  # invalid or too large: dropped and counted
+            return False
+        record = records[0]
+        with self._log_lock:
+            with self._lock:
+                room = self._make_room()
+            if room:
+                end = self._log(record)
+                if end is None:
+                    room = None
+                else:
+                    with self._lock:
+                        self._queue.append((record, end))
+                        self._counters.enqueued += 1
+        if room is None:  # queue full under policy "spool", or the log full or unwritable: to the spool
+            return self._to_spool(records)
+        if room and (self._sender.idle or len(self._queue) >= self._batch_size):
             self._wake.set()
-        return True
+        return bool(room)
+
+    def _log(self, record: Record) -> Position | None:
+        try:
+            return self._wal.log(record)
+        except (SpoolError, OSError) as e:
+            log.error("telemetry client %r: cannot write the write-ahead log: %s", self.name, e)
+            return None
+
+    def _make_room(self) -> bool | None:
+        """Called under the lock, before queueing one event: True when it may be queued (the oldest evicted under
+        `drop_oldest`), False when it is dropped (counted), None when it goes to the spool (policy `spool`)."""
+        if self._accepting and len(self._queue) < self._queue_size:
+            return True
+        c = self._counters
+        if not self._accepting:
+            c.dropped["closed"] += 1
+            return False
+        if self._policy == "drop_oldest":
+            try:
+                self._queue.popleft()
+                c.dropped["oldest_evicted"] += 1
+            except IndexError:  # the sender emptied it meanwhile
+                pass
+            return True
+        if self._policy == "drop_newest":
+            c.dropped["queue_full"] += 1
+            return False
+        return None
+
+    def _to_spool(self, records: list[Record]) -> bool:
+        taken = self._sender.to_spool(records) if records else 0
+        self._wake.set()
+        return taken > 0
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every event emitted before this call is sent or spooled (on disk), and one replay of the
@@ -108,15 +176,21 @@ class TelemetryClient:
         if self._closed:
             return
         deadline = time.monotonic() + timeout
-        with self._lock:
+        with self._log_lock, self._lock:
             self._accepting = False
         self.flush(timeout)
         if not self._sender.stop(max(0.0, deadline - time.monotonic())):
             leftover = self._sender.take(len(self._queue))  # stuck in transport.send: keep the queue on disk
-            log.warning("telemetry client %r: sender did not stop within %.1fs; spooling %d queued events",
-                        self.name, timeout, len(leftover))
-            self._sender.to_spool(self._sender.records(leftover))
+            if self._wal is not None:  # the queue and the batch in flight are in the log already
+                log.warning("telemetry client %r: sender did not stop within %.1fs; %d queued events stay in the "
+                            "write-ahead log for the next client", self.name, timeout, len(leftover))
+            else:
+                log.warning("telemetry client %r: sender did not stop within %.1fs; spooling %d queued events",
+                            self.name, timeout, len(leftover))
+                self._sender.to_spool(self._sender.records(leftover))
         self._closed = True
+        if self._wal is not None:
+            self._wal.close()
         self._spool.close()
         try:
             self._transport.close()
@@ -136,10 +210,12 @@ class TelemetryClient:
 
     def stats(self) -> dict:
         """Counts since this client started: enqueued, sent, spooled, resent (from the spool), sampled_out,
-        redacted (secrets), dropped (by reason), plus spool_bytes, queue_depth and whether it is spooling."""
+        redacted (secrets), dropped (by reason), recovered (left in the write-ahead log by a previous process and
+        moved to the spool at start), plus spool_bytes, queue_depth and whether it is spooling."""
         spooling = not self._spool.empty or not self._sender.healthy
         c = self._counters
         with self._lock:
             return {"enqueued": c.enqueued, "sent": c.sent, "spooled": c.spooled, "resent": c.resent,
                     "sampled_out": c.sampled_out, "redacted": c.redacted, "dropped": dict(c.dropped),
+                    "recovered": c.recovered,
                     "spool_bytes": self._spool.bytes, "queue_depth": len(self._queue), "spooling": spooling}

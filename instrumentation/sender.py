@@ -5,6 +5,9 @@ to fill), each event prepared by `instrumentation.prepare` (privacy mode, redact
 the spool when a retry is due. A failed send puts the batch in the spool and makes the sender *spooling*: while
 the spool holds anything, new batches are appended behind it (order is kept) and the spool is replayed in order
 every `retry_interval_s`; once it is empty, batches go straight to the transport again.
+
+In write-ahead mode (`wal` given, `instrumentation.wal`) the queue holds (record, log position) pairs that `emit`
+already prepared and logged; once a batch was sent or spooled the sender retires it in the log.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from instrumentation.config import SdkConfig
 from instrumentation.prepare import prepare
 from instrumentation.spool import Spool, SpoolError
 from instrumentation.transport import Record, Transport, TransportError
+from instrumentation.wal import WriteAheadLog
 from schemas import Event
 from schemas.wire import MAX_WIRE_BYTES
 
@@ -32,6 +36,7 @@ class Counters:
     def __init__(self):
         self.lock = threading.Lock()
         self.enqueued = self.sent = self.spooled = self.resent = self.sampled_out = self.redacted = 0
+        self.recovered = 0  # records a killed process left in the write-ahead log, moved to the spool at start
         self.dropped: Counter[str] = Counter()
 
     def add(self, name: str, n: int) -> None:
@@ -41,9 +46,10 @@ class Counters:
 
 class Sender:
     def __init__(self, queue: deque, counters: Counters, transport: Transport, spool: Spool, config: SdkConfig,
-                 name: str):
+                 name: str, wal: WriteAheadLog | None = None):
         self.queue, self.counters, self.transport, self.spool, self.config, self.name = (
             queue, counters, transport, spool, config, name)
+        self.wal = wal
         self.wake = threading.Event()  # set by emit (batch full / sender idle), flush and stop
         self.idle = False              # read by emit: the sender sleeps until woken, not just for linger_ms
         self.stopping = False
@@ -83,6 +89,8 @@ class Sender:
             requested = self._flush_requested  # every event emitted before this request is in the queue now
             try:
                 self._pump(len(self.queue))
+                if self.wal is not None:
+                    self.wal.sync_due()
                 self._replay_spool(force=requested > self._flush_done)
                 if requested > self._flush_done:
                     self.spool.sync()
@@ -114,13 +122,15 @@ class Sender:
             if not batch:
                 return
             n -= len(batch)
-            records = self.records(batch)
+            records = self.records(batch) if self.wal is None else [record for record, _ in batch]
             if not records:
                 continue
             if self.spool.empty and (self._healthy or time.monotonic() >= self._next_retry) and self._send(records):
                 self.counters.add("sent", len(records))
             else:
                 self.to_spool(records)
+            if self.wal is not None:
+                self.wal.commit(batch[-1][1])  # acknowledged or on disk in the spool: retired from the log
 
     def records(self, events: Sequence[Event]) -> list[Record]:
         """The records to send for `events`; events that cannot be serialized or are too large are dropped."""

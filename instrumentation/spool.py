@@ -50,6 +50,11 @@ def _fsync_dir(path: Path) -> None:
 
 
 class Spool:
+    durable_cursor = True
+    """`commit` fsyncs the cursor (and the directory): a machine crash does not resend what was committed."""
+    fresh_segment_when_empty = True
+    """A `commit` that empties the spool starts the next append in a new segment, so every byte is deleted."""
+
     def __init__(self, directory: str | Path, *, max_bytes: int, fsync_every: int = 200,
                  segment_bytes: int = 8 * 1024 * 1024):
         self.dir = Path(directory)
@@ -100,10 +105,12 @@ class Spool:
         tmp = self.dir / "cursor.json.tmp"
         with open(tmp, "w") as f:
             json.dump({"segment": pos.segment, "offset": pos.offset}, f)
-            f.flush()
-            os.fsync(f.fileno())
+            if self.durable_cursor:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, self.dir / "cursor.json")
-        _fsync_dir(self.dir)
+        if self.durable_cursor:
+            _fsync_dir(self.dir)
 
     def _first_from(self, index: int) -> int:
         later = [i for i in self._sizes if i >= index]
@@ -130,22 +137,23 @@ class Spool:
         """Append in order; returns how many were taken (the rest did not fit under `max_bytes`)."""
         with self._lock:
             self._check_open()
-            taken = 0
-            for record in records:
-                data = encode(record)
-                if self._bytes + len(data) > self.max_bytes:
-                    continue
-                writer = self._writer_with_room()
-                writer.write(data)
-                self._sizes[self._writer_index] += len(data)
-                self._bytes += len(data)
-                taken += 1
-                self._unsynced += 1
-                if self._unsynced >= self.fsync_every:
-                    self._sync()
+            taken = sum(self._write(encode(record)) for record in records)
             if self._writer is not None:
                 self._writer.flush()  # into the page cache: survives a crash of this process
             return taken
+
+    def _write(self, data: bytes) -> bool:
+        """Under the lock: append one encoded record unless it would pass `max_bytes`; fsync per `fsync_every`."""
+        if self._bytes + len(data) > self.max_bytes:
+            return False
+        writer = self._writer_with_room()
+        writer.write(data)
+        self._sizes[self._writer_index] += len(data)
+        self._bytes += len(data)
+        self._unsynced += 1
+        if self._unsynced >= self.fsync_every:
+            self._sync()
+        return True
 
     def _writer_with_room(self) -> BinaryIO:
         if self._writer is not None and self._sizes[self._writer_index] >= self.segment_bytes:
@@ -156,8 +164,11 @@ class Spool:
             self._writer_index, self._next_index = self._next_index, self._next_index + 1
             self._writer = open(self._path(self._writer_index), "ab")
             self._sizes[self._writer_index] = 0
-            _fsync_dir(self.dir)
+            self._sync_dir()
         return self._writer
+
+    def _sync_dir(self) -> None:
+        _fsync_dir(self.dir)
 
     def _sync(self) -> None:
         if self._writer is not None and self._unsynced:
@@ -214,7 +225,7 @@ class Spool:
         with self._lock:
             self._check_open()
             self._read = pos
-            if self._empty():
+            if self.fresh_segment_when_empty and self._empty():
                 pos = Position(self._next_index, 0)  # nothing left: start over with a fresh segment
                 self._read = pos
             self._store_cursor(pos)

@@ -62,6 +62,10 @@ class ServingConfig(BaseModel):
                                      description="`rtrl serve --detach` waits this long for GET /health to be ready.")
     telemetry: bool = Field(default=True, description="Emit one trajectory event per request through the SDK "
                             "(Kafka; spooled on disk while the broker is down).")
+    telemetry_write_ahead: bool = Field(default=True, description="Serving's SDK client writes each trajectory to "
+                                        "its write-ahead log before the request is answered (sdk.write_ahead for "
+                                        "this client), so a kill of serving loses no answered request's "
+                                        "trajectory; false follows sdk.write_ahead.")
     access_log: bool = False
 
     @model_validator(mode="after")

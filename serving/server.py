@@ -38,11 +38,13 @@ def build_gateway(cfg, *, registry=None, loader=None) -> Gateway:
     if cfg.serving.telemetry:
         from instrumentation import KafkaTransport, TelemetryClient
 
+        # write-ahead: a trajectory is on disk before its request is answered, so a kill of serving loses none
+        sdk = cfg.sdk.model_copy(update={"write_ahead": True}) if cfg.serving.telemetry_write_ahead else cfg.sdk
         client = TelemetryClient(KafkaTransport(cfg.kafka.bootstrap(), timeout_s=cfg.sdk.send_timeout_s,
-                                                client_id="rtrl-serving"), cfg.sdk, spool_dir(cfg), name="serving")
+                                                client_id="rtrl-serving"), sdk, spool_dir(cfg), name="serving")
         emit, stats = client.emit, client.stats
 
-        def on_close() -> None:  # what Kafka has not acknowledged within 5 s stays in the spool for the next start
+        def on_close() -> None:  # what Kafka has not acknowledged within 5 s stays on disk for the next start
             client.close(timeout=5.0)
     return Gateway(cfg.serving, Fleet(cfg.serving, registry, loader), cfg.mlflow.registered_model, emit=emit,
                    on_close=on_close, telemetry_stats=stats)

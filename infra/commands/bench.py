@@ -18,6 +18,11 @@ def main(args, cfg) -> int:
         result = {"benchmark": "ingest", "cpus": os.cpu_count(), **result}
         print(json.dumps(result))
         return 0 if result["events_archived"] == result["events_sent"] else 1
+    if args.bench_command == "emit":
+        from instrumentation.bench_emit import run as run_emit
+
+        print(json.dumps({"benchmark": "emit", "cpus": os.cpu_count(), **run_emit(args)}))
+        return 0
     if args.bench_command == "fuzz":
         from infra.bench.fuzz import DEFAULT_CASES, run as run_fuzz
 

@@ -8,11 +8,15 @@ import threading
 import uuid
 from datetime import datetime, timezone
 
+import pytest
+
 from instrumentation.transport import Record, TransportError
 from schemas.events import (CodebaseSnapshot, EditApplied, FollowupMessage, Hunk, ToolCallRecord, ToolCallResult,
                             ToolCallStatus, ToolErrorKind, Trajectory)
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+both_emit_modes = pytest.mark.parametrize("write_ahead", [False, True], ids=["queue", "write_ahead"])
+"""Runs a test with the client's `sdk.write_ahead` off and on (the test passes `write_ahead` to `make_client`)."""
 _rng = random.Random(7)
 
 

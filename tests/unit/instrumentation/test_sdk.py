@@ -6,14 +6,15 @@ import uuid
 
 from instrumentation.sdk import keep_threshold
 from schemas.events import FollowupMessage
-from tests.unit.instrumentation.factories import (FakeTransport, edit, envelope, followup, snapshot, tool_result,
-                                                  trajectory)
+from tests.unit.instrumentation.factories import (FakeTransport, both_emit_modes, edit, envelope, followup, snapshot,
+                                                  tool_result, trajectory)
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 
 
-def test_emitted_events_arrive_in_order_with_their_event_ids(make_client, transport):
-    client = make_client()
+@both_emit_modes
+def test_emitted_events_arrive_in_order_with_their_event_ids(make_client, transport, write_ahead):
+    client = make_client(write_ahead=write_ahead)
     events = [edit(i) for i in range(300)]
     assert all(client.emit(e) for e in events)
     assert client.flush(5)
@@ -57,8 +58,9 @@ def test_keep_threshold_is_the_rate_of_the_crc_range():
     assert keep_threshold(0.0) == 0 and keep_threshold(1.0) == 2**32 and keep_threshold(0.25) == 2**30
 
 
-def test_drop_newest_keeps_the_oldest_and_counts_queue_full(make_client, transport, hold_sender):
-    client = make_client(queue_size=10, queue_full_policy="drop_newest")
+@both_emit_modes
+def test_drop_newest_keeps_the_oldest_and_counts_queue_full(make_client, transport, hold_sender, write_ahead):
+    client = make_client(queue_size=10, queue_full_policy="drop_newest", write_ahead=write_ahead)
     hold_sender(client, transport)
     events = [edit(i) for i in range(25)]
     accepted = [client.emit(e) for e in events]
@@ -69,8 +71,9 @@ def test_drop_newest_keeps_the_oldest_and_counts_queue_full(make_client, transpo
     assert transport.event_ids()[1:] == [e.event_id for e in events[:10]]
 
 
-def test_drop_oldest_keeps_the_newest_and_counts_evictions(make_client, transport, hold_sender):
-    client = make_client(queue_size=10, queue_full_policy="drop_oldest")
+@both_emit_modes
+def test_drop_oldest_keeps_the_newest_and_counts_evictions(make_client, transport, hold_sender, write_ahead):
+    client = make_client(queue_size=10, queue_full_policy="drop_oldest", write_ahead=write_ahead)
     hold_sender(client, transport)
     events = [edit(i) for i in range(25)]
     assert all(client.emit(e) for e in events)
@@ -80,9 +83,10 @@ def test_drop_oldest_keeps_the_newest_and_counts_evictions(make_client, transpor
     assert transport.event_ids()[1:] == [e.event_id for e in events[15:]]
 
 
+@both_emit_modes
 def test_spool_policy_writes_overflow_to_disk_on_the_caller_thread_and_delivers_it(make_client, transport,
-                                                                                     hold_sender):
-    client = make_client(queue_size=10, queue_full_policy="spool")
+                                                                                     hold_sender, write_ahead):
+    client = make_client(queue_size=10, queue_full_policy="spool", write_ahead=write_ahead)
     hold_sender(client, transport)
     events = [edit(i) for i in range(25)]
     assert all(client.emit(e) for e in events)
@@ -96,8 +100,9 @@ def test_spool_policy_writes_overflow_to_disk_on_the_caller_thread_and_delivers_
     assert stats["spool_bytes"] == 0
 
 
-def test_privacy_mode_in_config_strips_content_from_every_event(make_client, transport):
-    client = make_client(privacy_mode=True)
+@both_emit_modes
+def test_privacy_mode_in_config_strips_content_from_every_event(make_client, transport, write_ahead):
+    client = make_client(privacy_mode=True, write_ahead=write_ahead)
     for e in (followup("please fix the bug"), trajectory(), tool_result("file src/a.py not found")):
         client.emit(e)
     assert client.flush(5)
@@ -119,8 +124,9 @@ def test_privacy_mode_of_the_event_alone_strips_its_content(make_client, transpo
     assert private.completion_token_ids == [4, 5]  # the caller's object is not modified
 
 
-def test_secrets_are_redacted_in_every_free_text_field_on_the_wire(make_client, transport):
-    client = make_client()
+@both_emit_modes
+def test_secrets_are_redacted_in_every_free_text_field_on_the_wire(make_client, transport, write_ahead):
+    client = make_client(write_ahead=write_ahead)
     text = f"deploy failed with key {AWS_KEY}"
     client.emit(followup(text))
     client.emit(tool_result(f"auth error: password=hunter2x for {AWS_KEY}"))
@@ -150,8 +156,9 @@ def test_redaction_can_be_turned_off(make_client, transport):
     assert transport.events()[0]["text"] == f"key {AWS_KEY}" and client.stats()["redacted"] == 0
 
 
-def test_too_large_event_is_dropped_and_counted(make_client, transport):
-    client = make_client()
+@both_emit_modes
+def test_too_large_event_is_dropped_and_counted(make_client, transport, write_ahead):
+    client = make_client(write_ahead=write_ahead)
     huge = FollowupMessage.model_construct(**envelope(), event_type="followup_message", schema_version=1,
                                            privacy_mode=False, received_time=None, previous_request_id=None,
                                            text="x" * (5 * 1024 * 1024))
@@ -174,8 +181,9 @@ def test_received_time_is_stamped_only_for_transports_that_ask(make_client, tmp_
     assert plain.events()[0]["received_time"] is None
 
 
-def test_many_threads_emitting_lose_nothing(make_client, transport):
-    client = make_client(batch_size=100)
+@both_emit_modes
+def test_many_threads_emitting_lose_nothing(make_client, transport, write_ahead):
+    client = make_client(batch_size=100, write_ahead=write_ahead)
     ids: list[list[str]] = [[] for _ in range(8)]
 
     def worker(k):
@@ -199,8 +207,10 @@ def test_many_threads_emitting_lose_nothing(make_client, transport):
     assert stats["enqueued"] == stats["sent"] == 16_000
 
 
-def test_stats_account_for_every_event(make_client, transport, hold_sender):
-    client = make_client(queue_size=5, queue_full_policy="drop_newest", sampling={"codebase_snapshot": 0.5})
+@both_emit_modes
+def test_stats_account_for_every_event(make_client, transport, hold_sender, write_ahead):
+    client = make_client(queue_size=5, queue_full_policy="drop_newest", sampling={"codebase_snapshot": 0.5},
+                         write_ahead=write_ahead)
     hold_sender(client, transport)
     for _ in range(20):
         client.emit(snapshot())
