@@ -65,10 +65,20 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             f"trainer.max_rows={d.train_max_rows}",
             # the gate runs on serving's engines: the champion is loaded there, a promoted candidate is not loaded twice
             "gate.via_serving=true",
+            *user_pace(cfg),
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
             f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}",
             # the held-out suite (and its flaky-check verdicts) outlives the demo's state dir, like v0
             f'gate.suite_dir="{default_suite_dir(demo_suite_cfg(cfg))}"']
+
+
+def user_pace(cfg) -> list[str]:
+    """The simulator keys of `demo.pace` and `demo.start_spread_s`: slower users, so that more of them (the A/B
+    units) make the same requests per second, all starting soon after serving is up."""
+    s, pace = cfg.simulator, cfg.demo.pace
+    think, gap = [x / pace for x in s.think_s], [x / pace for x in s.session_gap_s]
+    return [f"simulator.think_s=[{think[0]:.1f}, {think[1]:.1f}]", f"simulator.session_gap_s=[{gap[0]:.1f}, {gap[1]:.1f}]",
+            f"simulator.start_spread_s={cfg.demo.start_spread_s}"]
 
 
 def demo_suite_cfg(cfg):

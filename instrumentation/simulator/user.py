@@ -195,8 +195,8 @@ class SimUser:
         heapq.heappush(self.agenda, _Action(t, self._seq, fn, args, new_task))
 
     def start(self) -> None:
-        """Schedule the first session (users start spread over one session gap)."""
-        spread = self.cfg.session_gap_s[1]
+        """Schedule the first session (users start spread over one session gap, or `start_spread_s`)."""
+        spread = self.cfg.start_spread_s or self.cfg.session_gap_s[1]
         self.at(self.clock.start + timedelta(seconds=self.rng.uniform(0, spread)), self._start_session,
                 new_task=True)
 

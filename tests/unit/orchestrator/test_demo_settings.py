@@ -50,3 +50,13 @@ def test_the_demo_gates_on_a_suite_kept_outside_its_fresh_state_dir(tmp_path):
     assert suite.startswith(str(tmp_path / "eval-suites")) and not suite.startswith(str(demo.state))
     demo.ensure_suite()
     assert str(default_suite(demo.cfg.model_copy(update={"state_dir": str(tmp_path)}))) == suite
+
+
+def test_the_demo_pace_slows_each_user_so_more_users_make_the_same_load(tmp_path):
+    from infra.orchestrator.demo import demo_overrides
+
+    base = make_config(tmp_path, "demo.pace=0.25", "demo.start_spread_s=600")
+    cfg = make_config(tmp_path, *demo_overrides(base, tmp_path / "demo"))
+    assert cfg.simulator.think_s == pytest.approx([x * 4 for x in base.simulator.think_s])
+    assert cfg.simulator.session_gap_s == pytest.approx([x * 4 for x in base.simulator.session_gap_s])
+    assert cfg.simulator.start_spread_s == 600

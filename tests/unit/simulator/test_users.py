@@ -256,3 +256,19 @@ def test_every_event_goes_through_the_telemetry_sdk(tmp_path):
     sent = [parse_wire(r.value) for r in transport.records]
     assert [e.event_id for e in sent] == [e.event_id for e in mirror.events]
     assert client.stats()["sent"] == len(mirror.events) == pop.summary()["events_emitted"]["total"]
+
+
+def test_first_sessions_start_within_start_spread_s_and_otherwise_within_one_session_gap():
+    def first_requests(**overrides):
+        pop, _, policy = simulate(seed=3, users=40, hours=3, **overrides)
+        first: dict[str, datetime] = {}
+        for s in policy.served:
+            t = datetime.fromisoformat(s.metadata["event_time"])
+            first[s.user] = min(first.get(s.user, t), t)
+        return pop, first
+
+    pop, first = first_requests(start_spread_s=300.0)
+    start = pop.clock.start
+    assert len(first) == 40 and max(first.values()) - start < timedelta(seconds=300 + 60)
+    _, spread = first_requests()        # the steady state: spread over session_gap_s max (3600 s)
+    assert max(spread.values()) - start > timedelta(seconds=600)
