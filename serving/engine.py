@@ -192,7 +192,4 @@ class VllmEngine:
         # AsyncLLM.__del__ calls shutdown() again, possibly at interpreter exit when vLLM's module globals are
         # gone (a TypeError printed on exit): once is enough.
         llm.shutdown = lambda *args, **kwargs: None
-        import multiprocessing
-
-        multiprocessing.active_children()   # reaps the exited engine-core process (else a zombie per hot swap)
         log.info("engine for version %s shut down", self.version)
