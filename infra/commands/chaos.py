@@ -7,6 +7,7 @@ least --faults faults were injected, 3 otherwise (the figures say which), 1 when
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -37,11 +38,21 @@ def main(args, cfg) -> int:
         print(f"{time.monotonic() - t0:6.0f}s {msg}", file=sys.stderr, flush=True)
 
     run = ChaosRun(args.config, args.overrides, state, opt, log, v0_cache=cfg.state_path / "policy-v0")
+
+    def on_term(signum, frame):  # SIGTERM like Ctrl-C: the run's `finally` stops the loop it started
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     try:
         report = run.run()
     except StepFailed as e:
         print(f"rtrl chaos: the run broke: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("rtrl chaos: interrupted; the loop it started was stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(json.dumps(report) if args.json else json.dumps(report, indent=2), flush=True)
     ok = report["rewards_lost"] == 0 and report["rewards_duplicated"] == 0 and report["faults_injected"] >= args.faults
     return 0 if ok else 3

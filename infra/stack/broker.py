@@ -119,10 +119,11 @@ class Broker:
         return kafka_reachable(self.cfg.bootstrap(), timeout_s=2.0, client_id="rtrl-stack-health")
 
     def stop(self) -> bool:
+        """Stop the broker and its object store. The store is stopped whenever one is recorded in the state dir,
+        whatever `kafka.storage_engine` says now: `rtrl --set state_dir=D down` on a state dir another command
+        started with storage "s3" (rtrl chaos) must not leave the store running."""
         stopped = self.proc.stop()
-        if self.store is not None:
-            stopped = self.store.proc.stop() or stopped
-        return stopped
+        return ManagedProcess("objectstore", self.state_dir).stop() or stopped
 
 
 def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.0) -> list[str]:
