@@ -48,9 +48,11 @@ def chaos_overrides(state: Path, speed: float, lateness_wall_s: float, users: in
             "simulator.snapshot_delay_s=600", "simulator.revert_delay_s=[60.0, 500.0]",
             "simulator.session_gap_s=[60.0, 600.0]", f"simulator.speed={speed:g}", f"simulator.users={users}",
             f"simulator.seed={seed}", f'simulator.start_time="{start.isoformat()}"', "simulator.request_timeout_s=30",
-            # one partition per topic and serving's batches every 200 ms: each produced batch is an object in the
-            # broker's object store and fetches walk them (the users' SDK batches every 5 s: infra.chaos.users)
-            "kafka.partitions=1", "sdk.linger_ms=200", "sdk.send_timeout_s=5", "sdk.retry_interval_s=0.5",
+            # one partition per topic and serving's batches every 2 s: each produced batch is an object in the
+            # broker's object store, and Tansu 0.6.0 lists every object of a partition on each fetch, so reads cost
+            # (objects)^2; serving writes its events ahead (sdk.write_ahead), so a long linger loses nothing on a
+            # kill (the users' SDK batches every 5 s: infra.chaos.users)
+            "kafka.partitions=1", "sdk.linger_ms=2000", "sdk.send_timeout_s=5", "sdk.retry_interval_s=0.5",
             "trainer.threads=1", "trainer.min_rows=1", "trainer.rows_per_step=32", "trainer.micro_batch=8"]
 
 
