@@ -19,6 +19,10 @@ any arm; requests pinned to it (`lease_version`) reach it, none is routed to it.
 through the engine serving will use, and when the candidate is promoted the alias moves to an engine that is
 already loaded: the swap is a switch, no load. `unstage(version)` retires it unless an alias holds it; a staged
 version no alias holds is unstaged by the poller after `stage_ttl_s` (a gate that died leaks nothing).
+
+Spares (`serving.spare_engines`, serving/spares.py): a load first asks for an idle engine on the wanted cores and
+reloads its weights in place; a retired engine that has drained becomes a spare instead of shutting down when the
+pool has room.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from serving.config import ServingConfig
+from serving.spares import Spares, cores_of
 
 log = logging.getLogger("rtrl.serving.arms")
 
@@ -81,6 +86,7 @@ class SwapRecord:
     drain_s: float | None = None  # switch -> old engine's last in-flight request done (None: still draining)
     in_flight_at_switch: int = 0
     old_engine_shut_down: bool = False
+    old_engine_kept_spare: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -108,6 +114,8 @@ class Fleet:
         self._tasks: set[asyncio.Task] = set()
         self._poller: asyncio.Task | None = None
         self._swap_lock = asyncio.Lock()
+        self.spares = Spares(self.cfg.spare_engines, self.cfg.spare_cpu_cores or self.cfg.cpu_cores, self.loader,
+                             _shut_down)
 
     # -- start / stop -------------------------------------------------------------------------------------------
 
@@ -124,6 +132,7 @@ class Fleet:
                                   "the default policy, or point the alias at a version)")
             self._by_alias[alias] = await self._get_or_load(version)
         self.ready = True
+        self._replenish()
 
     def start_polling(self) -> None:
         if self._poller is None:
@@ -142,6 +151,7 @@ class Fleet:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         for slot in list(self._loaded.values()):
             await _shut_down(slot.engine)
+        await self.spares.close()
         self._loaded.clear()
         self._by_alias.clear()
         self.ready = False
@@ -173,7 +183,7 @@ class Fleet:
                                else None} for arm, alias in self.arm_alias.items()},
                 "engines": [{"version": s.version, "in_flight": s.in_flight, "retiring": s.retiring}
                             for s in self._all_slots()],
-                "staged": self.staged,
+                "staged": self.staged, "spares": self.spares.status(),
                 "swaps": [s.as_dict() for s in self.swaps[-20:]], "last_error": self.last_error}
 
     def _all_slots(self) -> list[Loaded]:
@@ -185,10 +195,22 @@ class Fleet:
         if (slot := self._loaded.get(version)) is not None:
             return slot
         folder = await asyncio.to_thread(self.registry.local_path, version)
-        extra = {"cpu_cores": cpu_cores} if cpu_cores else {}
-        engine = await asyncio.to_thread(self.loader, version, folder, **extra)
+        engine = await self.spares.take(version, folder, cpu_cores or self.cfg.cpu_cores)
+        if engine is None:
+            extra = {"cpu_cores": cpu_cores} if cpu_cores else {}
+            engine = await asyncio.to_thread(self.loader, version, folder, **extra)
         slot = self._loaded[version] = Loaded(version, engine)
         return slot
+
+    def _replenish(self) -> None:
+        """Start a spare engine in the background unless the pool is full or a draining engine will join it."""
+        if not self.spares.capacity or not self._loaded:
+            return
+        version = next(iter(self._loaded))
+        joining = sum(1 for s in self._draining if cores_of(s.engine) == self.spares.cores)
+        if self.spares.replenish(version, lambda: self.registry.local_path(version), joining):
+            log.info("starting a spare engine (cores %r) from version %s", self.spares.cores or "vLLM's choice",
+                     version)
 
     # -- staging ------------------------------------------------------------------------------------------------
 
@@ -210,6 +232,7 @@ class Fleet:
             if slot is not None and not self._held(slot):
                 log.info("version %s unstaged: its engine retires", version)
                 self._retire(slot, None)
+            self._replenish()
             return True
 
     def _held(self, slot: Loaded) -> bool:
@@ -291,6 +314,11 @@ class Fleet:
             log.warning("version %s still had %d requests after drain_timeout_s=%.0f; shutting it down anyway",
                         slot.version, slot.in_flight, self.cfg.drain_timeout_s)
         try:
+            if not slot.in_flight and self.spares.offer(slot.engine):
+                log.info("the engine of version %s is kept as a spare", slot.version)
+                if rec is not None:
+                    rec.old_engine_kept_spare = True
+                return
             await _shut_down(slot.engine)
             if rec is not None:
                 rec.old_engine_shut_down = True

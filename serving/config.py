@@ -40,6 +40,15 @@ class ServingConfig(BaseModel):
                            description="vLLM CPU: cores an engine's worker binds its threads to, e.g. \"0\" or "
                                        "\"0-7\" (VLLM_CPU_OMP_THREADS_BIND); \"\" = vLLM's own choice. Engines that "
                                        "share a core with each other or a trainer stall in OpenMP barriers.")
+    spare_engines: int = Field(default=0, ge=0, le=4,
+                               description="Warm engines kept idle beside the arms' (serving/spares.py). A version "
+                                           "staged or swapped in takes one and only reloads its weights in place "
+                                           "(~0.1 s instead of an engine start, ~25-50 s on CPU); a retired engine "
+                                           "becomes one. Each costs an engine's memory (kv_cache_gb) while idle.")
+    spare_cpu_cores: str = Field(default="", pattern=CPU_CORES_PATTERN,
+                                 description="cpu_cores of the spare engines (\"\" = cpu_cores): a spare serves a "
+                                             "stage or swap that asks for these cores, e.g. the gate's "
+                                             "(gate.engine_cpu_cores).")
     registry_poll_s: float = Field(default=2.0, gt=0, le=3600,
                                    description="How often aliases are checked for a new version (hot swap).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(

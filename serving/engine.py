@@ -72,6 +72,25 @@ def engine_args(folder: str | Path, cfg: ServingConfig):
         disable_log_stats=True, **chunking)
 
 
+# config.json keys that name or stamp a checkpoint without changing its shapes
+_NOT_ARCHITECTURE = {"_name_or_path", "transformers_version", "torch_dtype", "dtype"}
+
+
+def same_architecture(a: str | Path, b: str | Path) -> bool:
+    """Whether two Hugging Face checkpoints have the same config.json apart from names and stamps (so one's
+    weights load into a model built for the other)."""
+    import json
+
+    def arch(folder) -> dict:
+        cfg = json.loads((Path(folder) / "config.json").read_text())
+        return {k: v for k, v in cfg.items() if k not in _NOT_ARCHITECTURE}
+
+    try:
+        return arch(a) == arch(b)
+    except (OSError, ValueError):
+        return False
+
+
 class VllmEngine:
     """A loaded version: its tokenizer (chat template) and its vLLM engine."""
 
@@ -80,6 +99,7 @@ class VllmEngine:
         self.llm, self.tokenizer = llm, tokenizer
         self.sampling = sampling_of(cfg)
         self.max_model_len = cfg.max_model_len
+        self.cpu_cores = cfg.cpu_cores
         self.load_seconds = 0.0
 
     @classmethod
@@ -102,6 +122,34 @@ class VllmEngine:
         engine.load_seconds = time.monotonic() - t0
         log.info("engine for version %s loaded from %s in %.1fs", version, folder, engine.load_seconds)
         return engine
+
+    async def reload(self, version: str, folder: str | Path) -> float:
+        """Serve `version` from `folder` in this engine: its weights are reloaded in place in the worker (vLLM's
+        `reload_weights`) and the prefix cache is emptied (cached KV of the old weights must not be reused). For an
+        idle engine (a spare, serving/spares.py); seconds taken. ValueError, before anything changes, when the
+        checkpoint's architecture differs from the one loaded (that needs a new engine)."""
+        import asyncio
+        import time
+
+        from transformers import AutoTokenizer
+
+        t0 = time.monotonic()
+        if not same_architecture(self.folder, folder):
+            raise ValueError(f"checkpoint {folder} has another architecture than {self.folder}: not reloadable")
+        tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, str(folder))
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"checkpoint {folder} (version {version}) has no chat template in its tokenizer")
+        await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+        for _ in range(100):
+            if await self.llm.reset_prefix_cache():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise RuntimeError(f"the prefix cache of the engine reloaded to version {version} could not be reset")
+        self.version, self.folder, self.tokenizer = version, Path(folder), tokenizer
+        self.load_seconds = time.monotonic() - t0
+        log.info("engine reloaded in place to version %s from %s in %.2fs", version, folder, self.load_seconds)
+        return self.load_seconds
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The checkpoint's chat template with the generation prompt, tokenized (the template writes any BOS)."""

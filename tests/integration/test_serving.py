@@ -8,7 +8,6 @@ alias `champion`, both on version A at first (one shared engine).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -16,6 +15,8 @@ import uuid
 import pytest
 
 from tests.conftest import free_port
+from tests.integration.gateway import (openai_client, running_gateway, teacher_forced_logprobs, trajectories,
+                                       users_of)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -25,10 +26,8 @@ LOGPROB_TOLERANCE = 1e-3  # absolute, vLLM CPU fp32 vs transformers fp32 (measur
 @pytest.fixture(scope="module")
 def served(stack, tmp_path_factory):
     """(cfg, gateway, url, registry, versions, folders): a running gateway in a thread of this process."""
-    import uvicorn  # noqa: F401 -- fail here, not in the thread, when serving deps are missing
-
     from infra.registry import Registry
-    from serving.server import build_gateway, make_server, url_of
+    from serving.server import url_of
     from serving.testing import make_tiny_checkpoint
 
     tmp = tmp_path_factory.mktemp("serving")
@@ -43,62 +42,14 @@ def served(stack, tmp_path_factory):
     versions = [registry.register(f, tags={"test": "serving"}) for f in folders]
     registry.set_alias("control", versions[0])
     registry.set_alias("champion", versions[0])
-    gateway = build_gateway(cfg)
-    server = make_server(cfg, gateway=gateway, log_level="warning")
-    thread = threading.Thread(target=server.run, name="gateway", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 240
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert server.started, "the gateway did not start (see the log above)"
-    yield cfg, gateway, url_of(cfg.serving), registry, versions, folders
-    server.should_exit = True
-    thread.join(timeout=120)
-
-
-def openai_client(url: str):
-    import openai
-
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-def users_of(gateway, arm: str, n: int) -> list[str]:
-    users, i = [], 0
-    while len(users) < n:
-        if gateway.router.assign(f"user-{i}") == arm:
-            users.append(f"user-{i}")
-        i += 1
-    return users
+    with running_gateway(cfg) as gateway:
+        yield cfg, gateway, url_of(cfg.serving), registry, versions, folders
 
 
 def ask(client, user: str, **kw):
     return client.chat.completions.create(model="rtrl-policy", user=user, logprobs=True,
                                           messages=[{"role": "user", "content": "Raise RETRIES in app/util.py"}],
                                           **kw)
-
-
-def trajectories(bootstrap: str, partitions: int, request_ids: set[str], deadline_s: float = 30.0) -> dict[str, dict]:
-    """Trajectory events on the `trajectories` topic with these request ids (read from the beginning)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    found: dict[str, dict] = {}
-    try:
-        consumer.assign([TopicPartition("trajectories", p) for p in range(partitions)])
-        consumer.seek_to_beginning()
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline and not request_ids <= set(found):
-            for records in consumer.poll(timeout_ms=200).values():
-                for r in records:
-                    try:
-                        d = json.loads(r.value)
-                    except ValueError:
-                        continue
-                    if isinstance(d, dict) and d.get("request_id") in request_ids:
-                        found[d["request_id"]] = d
-        return found
-    finally:
-        consumer.close()
 
 
 def test_openai_client_gets_policy_version_arm_and_per_token_logprobs(served):
@@ -169,12 +120,7 @@ def test_logprobs_equal_transformers_teacher_forcing_and_the_trajectory_reaches_
         served_lp = [c.logprob for c in r.choices[0].logprobs.content]
         assert e["behaviour_logprobs"] == pytest.approx(served_lp, abs=1e-6)
         assert len(e["completion_token_ids"]) == e["completion_tokens"] == r.usage.completion_tokens
-        ids = torch.tensor([e["prompt_token_ids"] + e["completion_token_ids"]])
-        with torch.no_grad():
-            logits = model(ids).logits[0].float()
-        n = len(e["prompt_token_ids"])
-        ref = torch.log_softmax(logits[n - 1:-1], dim=-1).gather(
-            1, torch.tensor(e["completion_token_ids"])[:, None])[:, 0]
+        ref = teacher_forced_logprobs(model, e["prompt_token_ids"], e["completion_token_ids"])
         diff = (ref - torch.tensor(e["behaviour_logprobs"])).abs().max().item()
         worst = max(worst, diff)
     print(f"serving contract: max |serving - transformers| logprob = {worst:.2e} over {len(events)} requests")

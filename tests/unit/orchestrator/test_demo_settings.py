@@ -13,9 +13,9 @@ from tests.conftest import make_config
 
 @pytest.mark.parametrize("cores, expected", [
     (None, []), (1, []),
-    (2, ['serving.cpu_cores="0"', 'gate.engine_cpu_cores="1"']),
-    (3, ['serving.cpu_cores="0"', 'gate.engine_cpu_cores="1-2"']),
-    (8, ['serving.cpu_cores="0-3"', 'gate.engine_cpu_cores="4-7"']),
+    (2, ['serving.cpu_cores="0"', 'gate.engine_cpu_cores="1"', 'serving.spare_cpu_cores="1"']),
+    (3, ['serving.cpu_cores="0"', 'gate.engine_cpu_cores="1-2"', 'serving.spare_cpu_cores="1-2"']),
+    (8, ['serving.cpu_cores="0-3"', 'gate.engine_cpu_cores="4-7"', 'serving.spare_cpu_cores="4-7"']),
 ])
 def test_serving_and_gate_engines_get_disjoint_cores(cores, expected):
     assert core_split(cores) == expected
@@ -23,7 +23,7 @@ def test_serving_and_gate_engines_get_disjoint_cores(cores, expected):
 
 def test_every_core_split_is_a_valid_config(tmp_path):
     cfg = make_config(tmp_path, *core_split(8))
-    assert (cfg.serving.cpu_cores, cfg.gate.engine_cpu_cores) == ("0-3", "4-7")
+    assert (cfg.serving.cpu_cores, cfg.gate.engine_cpu_cores, cfg.serving.spare_cpu_cores) == ("0-3", "4-7", "4-7")
 
 
 T0, T1 = datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 1, 5, tzinfo=timezone.utc)

@@ -29,12 +29,15 @@ class FakeRegistry:
 
 class FakeEngine:
     """Answers with a scripted text (default: 'answer from v<version>'), one character per token; `delay_s` per
-    request; records shutdown."""
+    request; records shutdown and in-place reloads (`reload_fails` makes the next one raise)."""
 
     def __init__(self, version: str, folder: Path, reply: str | None = None, delay_s: float = 0.0,
-                 max_model_len: int = 1024):
-        self.version, self.folder = version, folder
+                 max_model_len: int = 1024, cpu_cores: str = ""):
+        self.version, self.folder, self.cpu_cores = version, folder, cpu_cores
+        self.scripted = reply
         self.reply = reply if reply is not None else f"answer from v{version}"
+        self.reloads: list[str] = []
+        self.reload_fails = False
         self.delay_s, self.max_model_len = delay_s, max_model_len
         self.sampling = Sampling(temperature=1.0)
         self.shut_down = False
@@ -51,6 +54,15 @@ class FakeEngine:
         text = self.reply[:max_tokens]
         return Generation(token_ids=[ord(c) % 500 for c in text], logprobs=[math.log(0.5)] * len(text),
                           tokens=list(text), text=text, finish_reason="stop" if len(text) < max_tokens else "length")
+
+    async def reload(self, version: str, folder: Path) -> float:
+        assert not self.shut_down, "a reload reached an engine that was shut down"
+        if self.reload_fails:
+            raise ValueError(f"cannot reload {folder}")
+        self.version, self.folder = version, folder
+        self.reply = self.scripted if self.scripted is not None else f"answer from v{version}"
+        self.reloads.append(version)
+        return 0.0
 
     def shutdown(self) -> None:
         self.shut_down = True
@@ -73,7 +85,7 @@ class FakeLoader:
             time.sleep(self.load_delay_s)
         if version in self.fail:
             raise RuntimeError(f"cannot load v{version}")
-        e = FakeEngine(version, folder, **self.engine_kw)
+        e = FakeEngine(version, folder, cpu_cores=cpu_cores, **self.engine_kw)
         self.cpu_cores[version] = cpu_cores
         self.engines.append(e)
         return e

@@ -1,0 +1,111 @@
+"""Warm spare engines: a version staged or swapped in takes an idle engine and reloads its weights in place.
+
+Starting a vLLM engine is two new processes that import torch and vLLM: ~25-50 s on a loaded 2-core machine, while
+the weights of the default policy load in ~0.03 s. With `serving.spare_engines = N` the fleet keeps up to N idle
+engines (bound to `serving.spare_cpu_cores`), so the gate's candidate stage and a hot swap take a reload, not an
+engine start (`VllmEngine.reload`: weights replaced in the worker, prefix cache emptied).
+
+Where spares come from:
+  * a retired engine (hot swap, unstaged candidate) whose requests have drained joins the pool when it has room and
+    its cores are the spares' cores;
+  * otherwise `replenish` starts one in the background (at serving start and after each unstage, the quiet end of
+    a gate or deploy), unless a draining engine will join soon.
+
+An engine that fails its reload (another architecture, a dead worker) is shut down and the caller loads a fresh
+engine: a spare can make a load faster, never make it fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+log = logging.getLogger("rtrl.serving.spares")
+
+
+def cores_of(engine: Any) -> str:
+    return getattr(engine, "cpu_cores", "") or ""
+
+
+class Spares:
+    """Up to `capacity` idle engines bound to `cores`. `loader(version, folder, **{"cpu_cores": cores})` starts
+    one (blocking; run in a thread); `shut_down(engine)` stops one."""
+
+    def __init__(self, capacity: int, cores: str, loader: Callable[..., Any],
+                 shut_down: Callable[[Any], Awaitable[None]]):
+        self.capacity, self.cores = capacity, cores
+        self._loader, self._shut_down = loader, shut_down
+        self._idle: list[Any] = []
+        self._loading: asyncio.Task | None = None
+        self.reloads = 0          # versions served by a reloaded spare
+        self.started = 0          # spares started by `replenish`
+        self.kept = 0             # retired engines kept as spares
+
+    def status(self) -> dict:
+        return {"capacity": self.capacity, "cores": self.cores, "idle": len(self._idle),
+                "loading": self._loading is not None and not self._loading.done(), "reloads": self.reloads,
+                "started": self.started, "kept_retired": self.kept}
+
+    def _reusable(self, engine: Any) -> bool:
+        return hasattr(engine, "reload") and cores_of(engine) == self.cores
+
+    async def take(self, version: str, folder: Path, cores: str) -> Any | None:
+        """An idle engine on `cores` now serving `version` (weights reloaded from `folder`), or None: no spare on
+        those cores, or its reload failed (that engine is shut down). Waits for a spare being started."""
+        if cores != self.cores or self.capacity == 0:
+            return None
+        if not self._idle and self._loading is not None:
+            await asyncio.gather(self._loading, return_exceptions=True)
+        while self._idle:
+            engine = self._idle.pop()
+            try:
+                await engine.reload(version, folder)
+            except Exception as e:  # noqa: BLE001 -- a spare may make a load faster, never make it fail
+                log.warning("reloading a spare engine to version %s failed (%s: %s); starting a new engine",
+                            version, type(e).__name__, e)
+                await self._shut_down(engine)
+                continue
+            self.reloads += 1
+            return engine
+        return None
+
+    def offer(self, engine: Any) -> bool:
+        """Keep a retired, drained engine as a spare when there is room and it is on the spares' cores."""
+        if not self._reusable(engine) or len(self._idle) >= self.capacity:
+            return False
+        self._idle.append(engine)
+        self.kept += 1
+        return True
+
+    def replenish(self, version: str, folder: Callable[[], Path], joining: int = 0) -> bool:
+        """Start one spare in the background (from `folder()`, labelled `version`) when the idle ones, the one
+        starting and `joining` (draining engines that will be offered) are fewer than `capacity`."""
+        starting = self._loading is not None and not self._loading.done()
+        if len(self._idle) + int(starting) + joining >= self.capacity:
+            return False
+        self._loading = asyncio.create_task(self._start(version, folder), name="rtrl-spare-engine")
+        return True
+
+    async def _start(self, version: str, folder: Callable[[], Path]) -> None:
+        try:
+            path = await asyncio.to_thread(folder)
+            extra = {"cpu_cores": self.cores} if self.cores else {}
+            engine = await asyncio.to_thread(self._loader, version, path, **extra)
+        except Exception as e:  # noqa: BLE001 -- no spare: the next stage loads an engine as without spares
+            log.warning("starting a spare engine failed: %s: %s", type(e).__name__, e)
+            return
+        self.started += 1
+        if len(self._idle) >= self.capacity:   # a retired engine filled the pool meanwhile
+            await self._shut_down(engine)
+        else:
+            self._idle.append(engine)
+            log.info("spare engine ready (cores %r)", self.cores or "vLLM's choice")
+
+    async def close(self) -> None:
+        if self._loading is not None:
+            await asyncio.gather(self._loading, return_exceptions=True)
+        idle, self._idle = self._idle, []
+        for engine in idle:
+            await self._shut_down(engine)

@@ -1,0 +1,114 @@
+"""Spare engines over fake engines (serving/spares.py): a stage or swap takes an idle engine and reloads it instead
+of starting one, a drained retiree joins the pool, a failed reload falls back to a new engine, a stage on other
+cores never gets a spare, and none is kept when `spare_engines` is 0."""
+
+from __future__ import annotations
+
+import asyncio
+
+from serving.arms import Fleet
+from serving.config import ServingConfig
+from tests.unit.serving.fakes import FakeLoader, FakeRegistry
+
+
+def fleet(aliases, **cfg) -> tuple[Fleet, FakeRegistry, FakeLoader]:
+    reg, loader = FakeRegistry(aliases), FakeLoader()
+    return Fleet(ServingConfig(registry_poll_s=0.01, drain_timeout_s=5, **cfg), reg, loader), reg, loader
+
+
+async def until(check, timeout_s: float = 5.0) -> None:
+    for _ in range(int(timeout_s / 0.01)):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+async def answer(f: Fleet, version: str) -> str:
+    with f.lease_version(version) as slot:
+        return (await slot.engine.generate([1, 2], 64)).text
+
+
+def test_a_staged_version_takes_the_warm_spare_and_a_new_spare_starts_after_unstaging():
+    async def scenario():
+        f, reg, loader = fleet({"control": "1", "champion": "1"}, spare_engines=1, spare_cpu_cores="1")
+        await f.start()
+        await until(lambda: f.spares.status()["idle"] == 1)
+        assert [(e.version, e.cpu_cores) for e in loader.engines] == [("1", ""), ("1", "1")]
+        spare = loader.engines[1]
+        await f.stage("2", cpu_cores="1")
+        assert len(loader.engines) == 2 and spare.reloads == ["2"]        # reloaded, no engine started
+        assert await answer(f, "2") == "answer from v2"
+        assert f.spares.status()["idle"] == 0 and f.spares.status()["reloads"] == 1
+        await f.unstage("2")                                               # rejected: it retires
+        await until(lambda: f.spares.status()["idle"] == 1)
+        assert not spare.shut_down and f.spares.status()["kept_retired"] == 1
+        assert len(loader.engines) == 2                                    # the retiree refilled the pool
+        await f.close()
+        assert spare.shut_down and all(e.shut_down for e in loader.engines)
+
+    asyncio.run(scenario())
+
+
+def test_a_promoted_stage_is_switched_in_and_the_drained_old_champion_becomes_the_spare():
+    async def scenario():
+        f, reg, loader = fleet({"control": "1", "champion": "2"}, spare_engines=1)
+        await f.start()
+        await until(lambda: f.spares.status()["idle"] == 1)
+        old_champion = next(e for e in loader.engines if e.version == "2")
+        await f.stage("3")
+        reg.aliases["champion"] = "3"
+        (swap,) = await f.poll_once()
+        assert swap.load_s >= 0 and f.arm_versions() == {"control": "1", "treatment": "3"}
+        await until(lambda: swap.old_engine_kept_spare)
+        assert not old_champion.shut_down and not swap.old_engine_shut_down
+        await f.unstage("3")                                               # deploy: the alias holds it now
+        await asyncio.sleep(0.05)
+        assert len(loader.engines) == 3                                    # pool full: no new spare started
+        await f.stage("4")
+        assert old_champion.reloads == ["4"] and await answer(f, "4") == "answer from v4"
+        await f.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_spare_that_fails_to_reload_is_shut_down_and_a_new_engine_serves_the_stage():
+    async def scenario():
+        f, reg, loader = fleet({"control": "1", "champion": "1"}, spare_engines=1)
+        await f.start()
+        await until(lambda: f.spares.status()["idle"] == 1)
+        spare = loader.engines[1]
+        spare.reload_fails = True
+        await f.stage("2")
+        assert spare.shut_down and [e.version for e in loader.engines] == ["1", "1", "2"]
+        assert await answer(f, "2") == "answer from v2"
+        await f.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_stage_on_other_cores_than_the_spares_starts_its_own_engine():
+    async def scenario():
+        f, reg, loader = fleet({"control": "1", "champion": "1"}, spare_engines=1, spare_cpu_cores="1")
+        await f.start()
+        await until(lambda: f.spares.status()["idle"] == 1)
+        await f.stage("2", cpu_cores="0")
+        assert loader.engines[1].reloads == [] and loader.cpu_cores["2"] == "0" and len(loader.engines) == 3
+        assert f.spares.status()["idle"] == 1
+        await f.close()
+
+    asyncio.run(scenario())
+
+
+def test_without_spares_no_engine_is_kept_and_a_retiree_shuts_down():
+    async def scenario():
+        f, reg, loader = fleet({"control": "1", "champion": "1"})
+        await f.start()
+        await f.stage("2")
+        await f.unstage("2")
+        await until(lambda: loader.engines[1].shut_down)
+        assert len(loader.engines) == 2 and f.spares.status() == {
+            "capacity": 0, "cores": "", "idle": 0, "loading": False, "reloads": 0, "started": 0, "kept_retired": 0}
+        await f.close()
+
+    asyncio.run(scenario())
