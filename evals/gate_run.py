@@ -176,6 +176,22 @@ def unstage_after(cfg, versions: dict[str, str], promote: bool, log: Callable[[s
             log(f"[gate] unstaging version {version}: {e}")
 
 
+def reused_champion(cfg, suite_dir: Path, tasks: list[Task], samples: int, champion: str,
+                    log: Callable[[str], None]):
+    """(the episode cache or None when gate.reuse_episodes is off, the champion's kept episodes or None)."""
+    if not cfg.gate.reuse_episodes:
+        return None, None
+    from evals.episode_cache import EpisodeCache, cache_key
+
+    key = cache_key(suite_dir, [t.id for t in tasks], samples, cfg.gate.seed, cfg.serving)
+    cache = EpisodeCache(cfg.state_path / "gate" / "episodes", key)
+    reused = cache.load(champion, "champion")
+    if reused:
+        log(f"[gate] champion v{champion}: {len(reused)} episodes kept from the gate that evaluated it "
+            f"({cache.path(champion)}); running the candidate only")
+    return cache, reused
+
+
 @dataclass
 class GateRun:
     result: object                      # evals.gate.decision.GateResult
@@ -233,18 +249,23 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     timings = {"flaky_check": time.monotonic() - t0}
     k, w = samples or g.samples_per_task, workers or g.workers
     log(f"[gate] candidate v{candidate} vs champion v{champion}: {len(kept)} tasks x {k} samples per arm")
-    versions = {"candidate": candidate, "champion": champion}
+    cache, reused = reused_champion(cfg, suite_dir, kept, k, champion, log)
+    versions = {"candidate": candidate} if reused else {"candidate": candidate, "champion": champion}
     if g.via_serving:
         try:
             episodes = run_arms_on_serving(cfg, versions, kept, suite_dir, k, w, timings, log)
         except BaseException:
             unstage_after(cfg, versions, False, log)
             raise
-        result = decide(episodes, g)
+        result = decide(episodes + (reused or []), g)
         unstage_after(cfg, versions, result.promote, log)
     else:
         episodes = run_arms(cfg, registry, versions, kept, suite_dir, k, w, timings, log)
-        result = decide(episodes, g)
+        result = decide(episodes + (reused or []), g)
+    if cache is not None:   # this gate's measurements, for the gates where these versions are the champion
+        for arm, version in versions.items():
+            cache.store(version, [e for e in episodes if e.arm == arm])
+    episodes += reused or []
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) if out_dir else cfg.state_path / "gate" / f"v{candidate}-vs-v{champion}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
@@ -252,7 +273,8 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
         for e in episodes:
             f.write(json.dumps(e.to_dict(), default=str) + "\n")
     meta = {"candidate_version": candidate, "champion_version": champion, "suite": str(suite_dir),
-            "tasks": len(kept), "samples_per_task": k, "quarantined": bad}
+            "tasks": len(kept), "samples_per_task": k, "quarantined": bad,
+            "champion_episodes": reused[0].notes["reused_from"] if reused else "run by this gate"}
     report = write_report(result, episodes, out, meta)
     run_id = log_to_mlflow(result, out, registry, candidate, champion) if track else None
     timings["total"] = time.monotonic() - t0

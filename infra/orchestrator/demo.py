@@ -68,6 +68,8 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             "gate.via_serving=true",
             # a warm spare engine: each candidate stage reloads weights (~0.1 s) instead of starting vLLM (30-50 s)
             "serving.spare_engines=1",
+            # the champion was the previous gate's candidate: its episodes are kept, only the candidate's arm runs
+            "gate.reuse_episodes=true",
             *user_pace(cfg),
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
             f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}",

@@ -1,0 +1,64 @@
+"""Episodes of a version kept for the next gate (`gate.reuse_episodes`).
+
+Each cycle's gate runs the champion on the same tasks with the same seeds, and the champion was the previous
+gate's candidate: its episodes are already measured. With the cache on, a gate stores its candidate's episodes
+(when none was an infrastructure failure) and the next gate reads the champion's instead of running them again,
+so only the candidate's arm runs. The pairing the gate needs, (task, sample) with the same seed for both arms,
+is kept; what can differ from a rerun is floating-point noise of batching, as between two reruns.
+
+The key covers what decides an episode besides the weights: the suite folder, the kept task ids, samples per task,
+the sampling seed and serving's temperature, completion budget and context length. Anything else that changes
+episodes (the harness or grading code) needs a new suite folder or `gate.reuse_episodes = false`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from evals.records import Episode
+
+
+def cache_key(suite_dir: Path, task_ids: list[str], samples: int, seed: int, serving) -> str:
+    parts = {"suite": str(Path(suite_dir).resolve()), "tasks": sorted(task_ids), "samples": samples, "seed": seed,
+             "temperature": serving.temperature, "max_tokens": serving.max_tokens,
+             "max_model_len": serving.max_model_len}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class EpisodeCache:
+    """`<root>/v<version>-<key>.jsonl`: one version's episodes under one key."""
+
+    def __init__(self, root: Path, key: str):
+        self.root, self.key = Path(root), key
+
+    def path(self, version: str) -> Path:
+        return self.root / f"v{version}-{self.key}.jsonl"
+
+    def load(self, version: str, arm: str) -> list[Episode] | None:
+        """The version's stored episodes relabelled as `arm`, or None when there are none under this key."""
+        p = self.path(version)
+        if not p.exists():
+            return None
+        episodes = []
+        for line in p.read_text(encoding="utf-8").splitlines():
+            e = Episode.from_dict(json.loads(line))
+            e.arm = arm
+            e.notes = {**e.notes, "reused_from": str(p)}
+            episodes.append(e)
+        return episodes or None
+
+    def store(self, version: str, episodes: list[Episode]) -> Path | None:
+        """Keep the version's episodes (atomically); not when one was an infrastructure failure. The path or None."""
+        if not episodes or any(not e.valid for e in episodes):
+            return None
+        self.root.mkdir(parents=True, exist_ok=True)
+        p = self.path(version)
+        tmp = p.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for e in episodes:
+                f.write(json.dumps(e.to_dict(), default=str) + "\n")
+        os.replace(tmp, p)
+        return p

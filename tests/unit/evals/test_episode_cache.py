@@ -1,0 +1,62 @@
+"""The gate's episode cache (evals/episode_cache.py): a version's stored episodes come back relabelled as the arm
+that reuses them, a run with an infrastructure failure is not kept, and any change of suite, tasks, samples, seed
+or sampling settings is another key; `reused_champion` only reads it when gate.reuse_episodes is on."""
+
+from __future__ import annotations
+
+from evals.episode_cache import EpisodeCache, cache_key
+from evals.gate_run import reused_champion
+from evals.records import Episode
+from serving.config import ServingConfig
+from tests.conftest import make_config
+
+
+def episodes(arm: str, n: int = 4, infra: bool = False) -> list[Episode]:
+    return [Episode(task_id=f"t{i // 2}", sample=i % 2, arm=arm, resolved=i % 3 == 0, policy_version="5",
+                    infra_error="connection refused" if infra and i == 1 else None) for i in range(n)]
+
+
+def test_a_stored_candidate_comes_back_as_the_champion_with_its_outcomes(tmp_path):
+    cache = EpisodeCache(tmp_path, "k1")
+    assert cache.load("5", "champion") is None
+    assert cache.store("5", episodes("candidate")) == tmp_path / "v5-k1.jsonl"
+    back = cache.load("5", "champion")
+    assert [(e.task_id, e.sample, e.resolved, e.arm) for e in back] == \
+        [(e.task_id, e.sample, e.resolved, "champion") for e in episodes("candidate")]
+    assert back[0].notes["reused_from"] == str(tmp_path / "v5-k1.jsonl")
+    assert EpisodeCache(tmp_path, "k2").load("5", "champion") is None
+
+
+def test_episodes_with_an_infrastructure_failure_are_not_kept(tmp_path):
+    cache = EpisodeCache(tmp_path, "k1")
+    assert cache.store("5", episodes("candidate", infra=True)) is None and cache.store("5", []) is None
+    assert cache.load("5", "champion") is None
+
+
+def test_the_key_changes_with_every_setting_that_decides_an_episode(tmp_path):
+    s = ServingConfig()
+    base = cache_key(tmp_path, ["a", "b"], 2, 0, s)
+    assert base == cache_key(tmp_path, ["b", "a"], 2, 0, s)
+    others = {cache_key(tmp_path / "other", ["a", "b"], 2, 0, s), cache_key(tmp_path, ["a"], 2, 0, s),
+              cache_key(tmp_path, ["a", "b"], 3, 0, s), cache_key(tmp_path, ["a", "b"], 2, 1, s),
+              cache_key(tmp_path, ["a", "b"], 2, 0, ServingConfig(temperature=0.7)),
+              cache_key(tmp_path, ["a", "b"], 2, 0, ServingConfig(max_tokens=64))}
+    assert base not in others and len(others) == 6
+
+
+def test_the_champion_is_reused_only_when_reuse_is_on(tmp_path):
+    from evals.tasks.spec import Task
+
+    class T:  # the tasks' ids are all the key reads of them
+        def __init__(self, id_):
+            self.id = id_
+
+    tasks: list[Task] = [T("t0"), T("t1")]  # type: ignore[list-item]
+    on = make_config(tmp_path, "gate.reuse_episodes=true")
+    cache, reused = reused_champion(on, tmp_path / "suite", tasks, 2, "5", lambda m: None)
+    assert reused is None
+    cache.store("5", episodes("candidate"))
+    cache2, reused = reused_champion(on, tmp_path / "suite", tasks, 2, "5", lambda m: None)
+    assert cache2.key == cache.key and {e.arm for e in reused} == {"champion"} and len(reused) == 4
+    off = make_config(tmp_path)
+    assert reused_champion(off, tmp_path / "suite", tasks, 2, "5", lambda m: None) == (None, None)
