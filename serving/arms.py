@@ -203,7 +203,8 @@ class Fleet:
         return slot
 
     def _replenish(self) -> None:
-        """Start a spare engine in the background unless the pool is full or a draining engine will join it."""
+        """Start a spare engine in the background (at start) unless the pool is full or a draining engine will
+        join it."""
         if not self.spares.capacity or not self._loaded:
             return
         version = next(iter(self._loaded))
@@ -232,7 +233,6 @@ class Fleet:
             if slot is not None and not self._held(slot):
                 log.info("version %s unstaged: its engine retires", version)
                 self._retire(slot, None)
-            self._replenish()
             return True
 
     def _held(self, slot: Loaded) -> bool:

@@ -47,7 +47,9 @@ class Loop:
                           'orchestrator.clock="accelerated"', "orchestrator.min_mature_rows=5",
                           "orchestrator.interval_s=7200", "orchestrator.deploy_timeout_s=300",
                           "simulator.privacy_rate=0.0", "trainer.threads=1", *core_split(os.cpu_count()),
-                          "gate.via_serving=true",          # as `rtrl demo`: the gate runs on serving's engines
+                          "gate.via_serving=true",          # as `rtrl demo`: the gate runs on serving's engines,
+                          "serving.spare_engines=1",        # its candidates take serving's warm spare engine
+                          "gate.reuse_episodes=true",       # and a champion's episodes are measured once
                           *GATE_PASSES]
         self.cfg = load_config(None, self.overrides)
         self.cli = RtrlCli(None, self.overrides, state / "test-logs", timeout_s=900)
@@ -128,6 +130,7 @@ def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_on
     (swap,) = [s for s in health["swaps"] if s["to_version"] == candidate]
     assert swap["load_s"] < 5.0, swap
     assert health["staged"] == []
+    assert health["spares"]["reloads"] >= 1, "the candidate's stage reloaded serving's spare engine"
     assert (loop.state / "ab" / "cycles" / "c1" / "result.json").exists()
 
 
@@ -139,6 +142,9 @@ def test_a_candidate_that_fails_the_gate_leaves_champion_and_serving_unchanged(l
     rec = loop.cycle("c2", ["gate.min_tasks=1000"])     # fail closed: too few tasks for the decision
     assert rec.status == DONE, rec.error
     assert rec.result("evaluate")["decision"] == "keep_champion"
+    # the champion was c1's candidate: its episodes from c1's gate were read, only the candidate's arm ran
+    assert "champion_episodes" not in rec.result("evaluate")["seconds"]
+    assert "candidate_episodes" in rec.result("evaluate")["seconds"]
     assert not rec.result("promote")["promoted"]
     assert registry.version_of("champion") == champion
     assert rec.result("deploy")["arms"] == {"treatment": champion}

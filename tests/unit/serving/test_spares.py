@@ -29,7 +29,7 @@ async def answer(f: Fleet, version: str) -> str:
         return (await slot.engine.generate([1, 2], 64)).text
 
 
-def test_a_staged_version_takes_the_warm_spare_and_a_new_spare_starts_after_unstaging():
+def test_a_staged_version_takes_the_warm_spare_and_returns_to_the_pool_when_unstaged():
     async def scenario():
         f, reg, loader = fleet({"control": "1", "champion": "1"}, spare_engines=1, spare_cpu_cores="1")
         await f.start()
