@@ -9,9 +9,8 @@ Where spares come from:
   * `replenish` starts one in the background when serving starts;
   * a retired engine (hot swap, unstaged candidate) whose requests have drained joins the pool when it has room and
     its cores are the spares' cores. In steady state each promotion retires the old champion's engine, which
-    becomes the next candidate's. No spare is started mid-run: on a CPU-bound machine a background start costs
-    the cycle the same CPU as the load it would save (measured in `rtrl demo` on 2 cores: the train step that
-    ran beside such a start took ~2x as long).
+    becomes the next candidate's. No spare is started mid-run: on a CPU-bound machine (the demo's 2 cores) a
+    background start costs the steps running beside it the same CPU time as the load it would save.
 
 An engine that fails its reload (another architecture, a dead worker) is shut down and the caller loads a fresh
 engine: a spare can make a load faster, never make it fail.
