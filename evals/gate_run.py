@@ -257,15 +257,15 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
         except BaseException:
             unstage_after(cfg, versions, False, log)
             raise
-        result = decide(episodes + (reused or []), g)
-        unstage_after(cfg, versions, result.promote, log)
     else:
         episodes = run_arms(cfg, registry, versions, kept, suite_dir, k, w, timings, log)
-        result = decide(episodes + (reused or []), g)
     if cache is not None:   # this gate's measurements, for the gates where these versions are the champion
         for arm, version in versions.items():
             cache.store(version, [e for e in episodes if e.arm == arm])
     episodes += reused or []
+    result = decide(episodes, g)
+    if g.via_serving:
+        unstage_after(cfg, versions, result.promote, log)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) if out_dir else cfg.state_path / "gate" / f"v{candidate}-vs-v{champion}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from serving.config import ServingConfig
-from serving.spares import Spares, cores_of
+from serving.spares import Spares
 
 log = logging.getLogger("rtrl.serving.arms")
 
@@ -203,13 +203,11 @@ class Fleet:
         return slot
 
     def _replenish(self) -> None:
-        """Start a spare engine in the background (at start) unless the pool is full or a draining engine will
-        join it."""
+        """Start a spare engine in the background (at start) unless the pool is full."""
         if not self.spares.capacity or not self._loaded:
             return
         version = next(iter(self._loaded))
-        joining = sum(1 for s in self._draining if cores_of(s.engine) == self.spares.cores)
-        if self.spares.replenish(version, lambda: self.registry.local_path(version), joining):
+        if self.spares.replenish(version, lambda: self.registry.local_path(version)):
             log.info("starting a spare engine (cores %r) from version %s", self.spares.cores or "vLLM's choice",
                      version)
 

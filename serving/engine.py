@@ -91,6 +91,16 @@ def same_architecture(a: str | Path, b: str | Path) -> bool:
         return False
 
 
+def chat_tokenizer(version: str, folder: str | Path):
+    """The checkpoint's tokenizer; ValueError when it has no chat template (serving renders every prompt with it)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"checkpoint {folder} (version {version}) has no chat template in its tokenizer")
+    return tokenizer
+
+
 class VllmEngine:
     """A loaded version: its tokenizer (chat template) and its vLLM engine."""
 
@@ -107,13 +117,10 @@ class VllmEngine:
         """Start an engine on `folder` (blocking: run it in a thread so the event loop keeps serving)."""
         import time
 
-        from transformers import AutoTokenizer
         from vllm.v1.engine.async_llm import AsyncLLM
 
         t0 = time.monotonic()
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(f"checkpoint {folder} (version {version}) has no chat template in its tokenizer")
+        tokenizer = chat_tokenizer(version, folder)
         _set_kv_cache_env(cfg.kv_cache_gb)
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_cores or "auto"   # read when the worker spawns
         busy_poll_env(cfg.busy_poll_ms)                                      # read by serving.vllm_idle there
@@ -131,14 +138,10 @@ class VllmEngine:
         import asyncio
         import time
 
-        from transformers import AutoTokenizer
-
         t0 = time.monotonic()
         if not same_architecture(self.folder, folder):
             raise ValueError(f"checkpoint {folder} has another architecture than {self.folder}: not reloadable")
-        tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, str(folder))
-        if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(f"checkpoint {folder} (version {version}) has no chat template in its tokenizer")
+        tokenizer = await asyncio.to_thread(chat_tokenizer, version, folder)
         await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
         for _ in range(100):
             if await self.llm.reset_prefix_cache():

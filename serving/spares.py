@@ -26,10 +26,6 @@ from typing import Any, Awaitable, Callable
 log = logging.getLogger("rtrl.serving.spares")
 
 
-def cores_of(engine: Any) -> str:
-    return getattr(engine, "cpu_cores", "") or ""
-
-
 class Spares:
     """Up to `capacity` idle engines bound to `cores`. `loader(version, folder, **{"cpu_cores": cores})` starts
     one (blocking; run in a thread); `shut_down(engine)` stops one."""
@@ -50,7 +46,7 @@ class Spares:
                 "started": self.started, "kept_retired": self.kept}
 
     def _reusable(self, engine: Any) -> bool:
-        return hasattr(engine, "reload") and cores_of(engine) == self.cores
+        return hasattr(engine, "reload") and (getattr(engine, "cpu_cores", "") or "") == self.cores
 
     async def take(self, version: str, folder: Path, cores: str) -> Any | None:
         """An idle engine on `cores` now serving `version` (weights reloaded from `folder`), or None: no spare on
@@ -80,11 +76,11 @@ class Spares:
         self.kept += 1
         return True
 
-    def replenish(self, version: str, folder: Callable[[], Path], joining: int = 0) -> bool:
-        """Start one spare in the background (from `folder()`, labelled `version`) when the idle ones, the one
-        starting and `joining` (draining engines that will be offered) are fewer than `capacity`."""
+    def replenish(self, version: str, folder: Callable[[], Path]) -> bool:
+        """Start one spare in the background (from `folder()`, labelled `version`) when the idle ones and the one
+        starting are fewer than `capacity`."""
         starting = self._loading is not None and not self._loading.done()
-        if len(self._idle) + int(starting) + joining >= self.capacity:
+        if len(self._idle) + int(starting) >= self.capacity:
             return False
         self._loading = asyncio.create_task(self._start(version, folder), name="rtrl-spare-engine")
         return True

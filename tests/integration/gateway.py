@@ -3,11 +3,12 @@ official `openai` client against it: shared by the serving integration tests."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
+
+from tests.integration.kafka_read import read_json_records
 
 
 @contextmanager
@@ -60,23 +61,6 @@ def users_of(gateway, arm: str, n: int) -> list[str]:
 
 def trajectories(bootstrap: str, partitions: int, request_ids: set[str], deadline_s: float = 30.0) -> dict[str, dict]:
     """Trajectory events on the `trajectories` topic with these request ids (read from the beginning)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    found: dict[str, dict] = {}
-    try:
-        consumer.assign([TopicPartition("trajectories", p) for p in range(partitions)])
-        consumer.seek_to_beginning()
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline and not request_ids <= set(found):
-            for records in consumer.poll(timeout_ms=200).values():
-                for r in records:
-                    try:
-                        d = json.loads(r.value)
-                    except ValueError:
-                        continue
-                    if isinstance(d, dict) and d.get("request_id") in request_ids:
-                        found[d["request_id"]] = d
-        return found
-    finally:
-        consumer.close()
+    return read_json_records(bootstrap, [("trajectories", p) for p in range(partitions)],
+                             lambda d: d.get("request_id") if d.get("request_id") in request_ids else None,
+                             lambda found: request_ids <= set(found), deadline_s)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from tests.integration.kafka_read import read_json_records
 from tests.integration.test_sdk_kafka import partitions_of
 from tests.unit.simulator.mock_server import MockServing
 
@@ -22,28 +22,12 @@ REPO = Path(__file__).parents[2]
 
 def _events_of_run(bootstrap: str, partitions: dict[str, int], run: str, n: int) -> list[dict]:
     """Every event of the run (its session ids carry the run id); polls until `n` are seen."""
-    from kafka import KafkaConsumer, TopicPartition
-
     from schemas.topics import EVENT_TOPICS
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    try:
-        consumer.assign([TopicPartition(t, p) for t in EVENT_TOPICS for p in range(partitions[t])])
-        consumer.seek_to_beginning()
-        found: dict[str, dict] = {}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(found) < n:
-            for records in consumer.poll(timeout_ms=200).values():
-                for r in records:
-                    try:
-                        d = json.loads(r.value)
-                    except ValueError:
-                        continue
-                    if isinstance(d, dict) and run in str(d.get("session_id", "")):
-                        found[d["event_id"]] = d
-        return list(found.values())
-    finally:
-        consumer.close()
+    found = read_json_records(bootstrap, [(t, p) for t in EVENT_TOPICS for p in range(partitions[t])],
+                              lambda d: d["event_id"] if run in str(d.get("session_id", "")) else None,
+                              lambda found: len(found) >= n, 60)
+    return list(found.values())
 
 
 def test_simulate_drives_the_endpoint_and_its_events_reach_kafka(stack, tmp_path):

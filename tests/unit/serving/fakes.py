@@ -91,5 +91,13 @@ class FakeLoader:
         return e
 
 
+def fake_fleet(aliases: dict[str, str], **cfg):
+    """(Fleet over fake engines with a fast poll and drain and `cfg` serving keys, its registry, its loader)."""
+    from serving.arms import Fleet
+
+    reg, loader = FakeRegistry(aliases), FakeLoader()
+    return Fleet(ServingConfig(registry_poll_s=0.01, drain_timeout_s=5, **cfg), reg, loader), reg, loader
+
+
 def serving_config(**kw) -> ServingConfig:
     return ServingConfig(**kw)

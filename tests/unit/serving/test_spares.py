@@ -7,13 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from serving.arms import Fleet
-from serving.config import ServingConfig
-from tests.unit.serving.fakes import FakeLoader, FakeRegistry
-
-
-def fleet(aliases, **cfg) -> tuple[Fleet, FakeRegistry, FakeLoader]:
-    reg, loader = FakeRegistry(aliases), FakeLoader()
-    return Fleet(ServingConfig(registry_poll_s=0.01, drain_timeout_s=5, **cfg), reg, loader), reg, loader
+from tests.unit.serving.fakes import fake_fleet
 
 
 async def until(check, timeout_s: float = 5.0) -> None:
@@ -31,7 +25,7 @@ async def answer(f: Fleet, version: str) -> str:
 
 def test_a_staged_version_takes_the_warm_spare_and_returns_to_the_pool_when_unstaged():
     async def scenario():
-        f, reg, loader = fleet({"control": "1", "champion": "1"}, spare_engines=1, spare_cpu_cores="1")
+        f, reg, loader = fake_fleet({"control": "1", "champion": "1"}, spare_engines=1, spare_cpu_cores="1")
         await f.start()
         await until(lambda: f.spares.status()["idle"] == 1)
         assert [(e.version, e.cpu_cores) for e in loader.engines] == [("1", ""), ("1", "1")]
@@ -52,7 +46,7 @@ def test_a_staged_version_takes_the_warm_spare_and_returns_to_the_pool_when_unst
 
 def test_a_promoted_stage_is_switched_in_and_the_drained_old_champion_becomes_the_spare():
     async def scenario():
-        f, reg, loader = fleet({"control": "1", "champion": "2"}, spare_engines=1)
+        f, reg, loader = fake_fleet({"control": "1", "champion": "2"}, spare_engines=1)
         await f.start()
         await until(lambda: f.spares.status()["idle"] == 1)
         old_champion = next(e for e in loader.engines if e.version == "2")
@@ -74,7 +68,7 @@ def test_a_promoted_stage_is_switched_in_and_the_drained_old_champion_becomes_th
 
 def test_a_spare_that_fails_to_reload_is_shut_down_and_a_new_engine_serves_the_stage():
     async def scenario():
-        f, reg, loader = fleet({"control": "1", "champion": "1"}, spare_engines=1)
+        f, reg, loader = fake_fleet({"control": "1", "champion": "1"}, spare_engines=1)
         await f.start()
         await until(lambda: f.spares.status()["idle"] == 1)
         spare = loader.engines[1]
@@ -89,7 +83,7 @@ def test_a_spare_that_fails_to_reload_is_shut_down_and_a_new_engine_serves_the_s
 
 def test_a_stage_on_other_cores_than_the_spares_starts_its_own_engine():
     async def scenario():
-        f, reg, loader = fleet({"control": "1", "champion": "1"}, spare_engines=1, spare_cpu_cores="1")
+        f, reg, loader = fake_fleet({"control": "1", "champion": "1"}, spare_engines=1, spare_cpu_cores="1")
         await f.start()
         await until(lambda: f.spares.status()["idle"] == 1)
         await f.stage("2", cpu_cores="0")
@@ -102,7 +96,7 @@ def test_a_stage_on_other_cores_than_the_spares_starts_its_own_engine():
 
 def test_without_spares_no_engine_is_kept_and_a_retiree_shuts_down():
     async def scenario():
-        f, reg, loader = fleet({"control": "1", "champion": "1"})
+        f, reg, loader = fake_fleet({"control": "1", "champion": "1"})
         await f.start()
         await f.stage("2")
         await f.unstage("2")

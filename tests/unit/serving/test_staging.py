@@ -11,17 +11,12 @@ from starlette.testclient import TestClient
 from serving.app import EVAL_ARM, Gateway, create_app
 from serving.arms import Fleet
 from serving.config import ServingConfig
-from tests.unit.serving.fakes import FakeLoader, FakeRegistry
-
-
-def fleet(aliases, **cfg) -> tuple[Fleet, FakeRegistry, FakeLoader]:
-    reg, loader = FakeRegistry(aliases), FakeLoader()
-    return Fleet(ServingConfig(registry_poll_s=0.01, drain_timeout_s=5, **cfg), reg, loader), reg, loader
+from tests.unit.serving.fakes import FakeLoader, FakeRegistry, fake_fleet
 
 
 def test_a_staged_version_is_promoted_by_a_switch_without_loading_again():
     async def scenario():
-        f, reg, loader = fleet({"control": "1", "champion": "1"})
+        f, reg, loader = fake_fleet({"control": "1", "champion": "1"})
         await f.start()
         assert await f.stage("2", cpu_cores="1") >= 0
         assert [e.version for e in loader.engines] == ["1", "2"] and loader.cpu_cores["2"] == "1"
@@ -41,7 +36,7 @@ def test_a_staged_version_is_promoted_by_a_switch_without_loading_again():
 
 def test_unstaging_a_rejected_candidate_shuts_its_engine_down_and_staging_twice_loads_once():
     async def scenario():
-        f, reg, loader = fleet({"control": "1", "champion": "1"})
+        f, reg, loader = fake_fleet({"control": "1", "champion": "1"})
         await f.start()
         await f.stage("3")
         assert await f.stage("3") == 0
@@ -68,7 +63,7 @@ def test_unstaging_a_rejected_candidate_shuts_its_engine_down_and_staging_twice_
 
 def test_a_stage_no_alias_took_expires_after_its_ttl():
     async def scenario():
-        f, reg, loader = fleet({"control": "1", "champion": "1"}, stage_ttl_s=0.05)
+        f, reg, loader = fake_fleet({"control": "1", "champion": "1"}, stage_ttl_s=0.05)
         await f.start()
         await f.stage("4")
         await asyncio.sleep(0.1)
