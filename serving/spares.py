@@ -6,7 +6,8 @@ engines (bound to `serving.spare_cpu_cores`), so the gate's candidate stage and 
 engine start (`VllmEngine.reload`: weights replaced in the worker, prefix cache emptied).
 
 Where spares come from:
-  * `replenish` starts one in the background when serving starts;
+  * `replenish` fills the pool in the background when serving starts, one engine after another (two vLLM
+    starts on the spares' core at once would stall each other);
   * a retired engine (hot swap, unstaged candidate) whose requests have drained joins the pool when it has room and
     its cores are the spares' cores. In steady state each promotion retires the old champion's engine, which
     becomes the next candidate's. No spare is started mid-run: on a CPU-bound machine (the demo's 2 cores) a
@@ -50,11 +51,11 @@ class Spares:
 
     async def take(self, version: str, folder: Path, cores: str) -> Any | None:
         """An idle engine on `cores` now serving `version` (weights reloaded from `folder`), or None: no spare on
-        those cores, or its reload failed (that engine is shut down). Waits for a spare being started."""
+        those cores, or its reload failed (that engine is shut down). Waits for the next spare while the pool fills."""
         if cores != self.cores or self.capacity == 0:
             return None
-        if not self._idle and self._loading is not None:
-            await asyncio.gather(self._loading, return_exceptions=True)
+        while not self._idle and self._loading is not None and not self._loading.done():   # the next one is starting
+            await asyncio.wait({self._loading}, timeout=0.1)
         while self._idle:
             engine = self._idle.pop()
             try:
@@ -77,28 +78,36 @@ class Spares:
         return True
 
     def replenish(self, version: str, folder: Callable[[], Path]) -> bool:
-        """Start one spare in the background (from `folder()`, labelled `version`) when the idle ones and the one
-        starting are fewer than `capacity`."""
+        """Fill the pool in the background (engines from `folder()`, labelled `version`), one start at a time,
+        until the idle ones reach `capacity`. False when it is full or being filled already."""
         starting = self._loading is not None and not self._loading.done()
-        if len(self._idle) + int(starting) >= self.capacity:
+        if starting or len(self._idle) >= self.capacity:
             return False
-        self._loading = asyncio.create_task(self._start(version, folder), name="rtrl-spare-engine")
+        self._loading = asyncio.create_task(self._fill(version, folder), name="rtrl-spare-engines")
         return True
 
-    async def _start(self, version: str, folder: Callable[[], Path]) -> None:
+    async def _fill(self, version: str, folder: Callable[[], Path]) -> None:
+        while len(self._idle) < self.capacity:
+            if not await self._start(version, folder):
+                return
+
+    async def _start(self, version: str, folder: Callable[[], Path]) -> bool:
+        """Start one spare; False when that failed."""
         try:
             path = await asyncio.to_thread(folder)
             extra = {"cpu_cores": self.cores} if self.cores else {}
             engine = await asyncio.to_thread(self._loader, version, path, **extra)
         except Exception as e:  # noqa: BLE001 -- no spare: the next stage loads an engine as without spares
             log.warning("starting a spare engine failed: %s: %s", type(e).__name__, e)
-            return
+            return False
         self.started += 1
         if len(self._idle) >= self.capacity:   # a retired engine filled the pool meanwhile
             await self._shut_down(engine)
         else:
             self._idle.append(engine)
-            log.info("spare engine ready (cores %r)", self.cores or "vLLM's choice")
+            log.info("spare engine ready (cores %r; %d of %d)", self.cores or "vLLM's choice", len(self._idle),
+                     self.capacity)
+        return True
 
     async def close(self) -> None:
         if self._loading is not None:

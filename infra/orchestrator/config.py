@@ -53,6 +53,9 @@ class DemoConfig(BaseModel):
                               description="The demo's cadence in simulated seconds (the production default is "
                                           "orchestrator.interval_s, five hours).")
     min_mature_rows: int = Field(default=300, ge=1, description="Mature requests needed before a cycle starts.")
+    warm_steps: bool = Field(default=True, description="Run the steps' `rtrl` commands as children of a warm "
+                             "runner that has the heavy libraries imported (infra.orchestrator.warm_runner) "
+                             "instead of a new interpreter each (15-40 s of imports per step on 2 cores).")
     gate_tasks: int = Field(default=40, ge=2, le=10_000, description="Held-out tasks of the demo's gate suite.")
     gate_samples: int = Field(default=2, ge=1, le=100, description="Samples per task and arm in the demo's gate.")
     train_rows_per_step: int = Field(default=128, ge=1, le=1_000_000,

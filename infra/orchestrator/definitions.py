@@ -31,6 +31,7 @@ from infra.orchestrator.clock import clock_for
 from infra.orchestrator.ledger import Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli
 from infra.orchestrator.steps import STEPS, context_for, finish, run_step, step_log_dir
+from infra.orchestrator.warm_runner import socket_path
 
 CONFIG_ENV, OVERRIDES_ENV = "RTRL_CONFIG", "RTRL_SET"
 CYCLE_JOB, REPLAY_JOB = "rtrl_cycle", "rtrl_replay"
@@ -59,7 +60,7 @@ class RtrlResource(dg.ConfigurableResource):
 
     def cli(self, cfg, cycle_id: str) -> RtrlCli:
         return RtrlCli(self.config_path or None, list(self.overrides), step_log_dir(cfg, cycle_id),
-                       cfg.orchestrator.step_timeout_s)
+                       cfg.orchestrator.step_timeout_s, warm=socket_path(cfg.state_path))
 
 
 def resource_from_env() -> RtrlResource:

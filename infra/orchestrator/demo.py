@@ -33,6 +33,7 @@ from infra.config import load_config
 from infra.orchestrator.clock import AcceleratedClock, clock_path
 from infra.orchestrator.ledger import BLOCKED, DONE, Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
+from infra.orchestrator.warm_runner import socket_path, start_background
 
 MAX_ATTEMPTS = 3
 # Dagster's own per-event console lines stay in its run log (the UI); the steps print their progress themselves
@@ -66,8 +67,10 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             f"trainer.max_rows={d.train_max_rows}",
             # the gate runs on serving's engines: the champion is loaded there, a promoted candidate is not loaded twice
             "gate.via_serving=true",
-            # a warm spare engine: each candidate stage reloads weights (~0.1 s) instead of starting vLLM (30-50 s)
-            "serving.spare_engines=1",
+            # warm spare engines: each candidate stage reloads weights (~0.1 s) instead of starting vLLM (30-70 s).
+            # Two: after c1 both arms' engines stay in use (control v0, treatment the new champion), so c2's
+            # candidate needs the second; from c3 on the retired champion's engine is the spare
+            "serving.spare_engines=2",
             # the champion was the previous gate's candidate: its episodes are kept, only the candidate's arm runs
             "gate.reuse_episodes=true",
             *user_pace(cfg),
@@ -101,7 +104,7 @@ class Demo:
         self.cfg = load_config(config_path, self.overrides)
         self.log = log
         self.cli = RtrlCli(config_path, self.overrides, self.state / "orchestrator" / "logs" / "demo",
-                           cfg.orchestrator.step_timeout_s)
+                           cfg.orchestrator.step_timeout_s, warm=socket_path(self.state))
         self.t0 = time.monotonic()
         self.interrupted = False
 
@@ -111,6 +114,12 @@ class Demo:
             self.stop_all(quiet=True)
             shutil.rmtree(self.state)
         self.state.mkdir(parents=True, exist_ok=True)
+
+    def start_warm_runner(self) -> None:
+        """The steps' warm runner, first: it imports while the stack starts; until it listens, commands start
+        new interpreters."""
+        if self.cfg.demo.warm_steps and start_background(self.state) is not None:
+            self.log(f"[steps] warm runner starting (log: {self.state / 'logs' / 'steps.log'})")
 
     def start_stack(self) -> None:
         from infra.stack.stack import Stack
@@ -127,7 +136,7 @@ class Demo:
         if (self.v0_cache / "config.json").exists():
             self.log(f"[v0] registering the cached default policy {self.v0_cache}")
             cli = RtrlCli(self.config_path, [*self.overrides, f'policy.base_checkpoint="{self.v0_cache}"'],
-                          self.cli.log_dir, self.cli.timeout_s)
+                          self.cli.log_dir, self.cli.timeout_s, warm=self.cli.warm)
             cli.run("bootstrap", step="bootstrap")
         else:
             self.log("[v0] bootstrapping the default policy (first demo on this machine: a few minutes; later "
@@ -257,6 +266,7 @@ class Demo:
 
         old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
+            self.start_warm_runner()
             self.start_stack()
             v0 = self.ensure_v0()
             self.log(f"[v0] champion = control = version {v0} ({self.elapsed():.0f}s)")

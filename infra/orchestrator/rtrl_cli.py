@@ -35,11 +35,14 @@ class RtrlCli:
     log_dir: Path = Path(".")
     timeout_s: float = 3600.0
     env: dict[str, str] = field(default_factory=dict)
+    warm: Path | None = None      # a warm step runner's socket (infra.orchestrator.warm_runner): used when it answers
 
     def argv(self, *args: str) -> list[str]:
-        head = [sys.executable, "-m", "infra.cli"]
-        if self.config:
-            head += ["--config", self.config]
+        return [sys.executable, "-m", "infra.cli", *self.cli_args(*args)]
+
+    def cli_args(self, *args: str) -> list[str]:
+        """`rtrl`'s own arguments: the config file, the overrides, then `args`."""
+        head = ["--config", self.config] if self.config else []
         for o in self.overrides:
             head += ["--set", o]
         return head + list(args)
@@ -54,8 +57,7 @@ class RtrlCli:
         with open(log_file, "a", encoding="utf-8") as err:
             err.write(f"$ rtrl {' '.join(args)}\n")
             err.flush()
-            proc = subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    cwd=REPO, env=env, errors="replace")
+            proc = self._start(args, env)
             # one reader per pipe: `communicate()` would also read stderr, racing the pump for its lines
             pump = threading.Thread(target=_pump, args=(proc.stderr, err, echo), daemon=True)
             out: list[str] = []
@@ -91,6 +93,18 @@ class RtrlCli:
         except ValueError:
             raise StepFailed(f"`rtrl {' '.join(args)}` printed no JSON summary (log: {log_file}); "
                              f"stdout ended: {lines[-3:] if lines else 'nothing'}") from None
+
+
+    def _start(self, args: tuple[str, ...], env: dict[str, str]):
+        """The command's process: a child of the warm runner when one answers at `warm`, else a new interpreter."""
+        if self.warm is not None:
+            from infra.orchestrator.warm_process import WarmProcess
+
+            proc = WarmProcess.start(self.warm, self.cli_args(*args), env, REPO)
+            if proc is not None:
+                return proc
+        return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=REPO, env=env, errors="replace")
 
 
 def _pump(stream, sink, echo) -> None:

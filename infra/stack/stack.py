@@ -16,7 +16,7 @@ from infra.stack.process import ManagedProcess
 from schemas.topics import TOPICS
 
 # Services started by other subcommands that `rtrl down` also stops, so nothing is left behind.
-WORKERS = ("simulator", "orchestrator", "dashboard", "collector", "archiver", "serving")
+WORKERS = ("simulator", "steps", "orchestrator", "dashboard", "collector", "archiver", "serving")
 
 
 @dataclass

@@ -26,6 +26,7 @@ from infra.orchestrator.clock import AcceleratedClock, clock_path
 from infra.orchestrator.demo import core_split
 from infra.orchestrator.ledger import DONE, Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli
+from infra.orchestrator.warm_runner import socket_path, start_background
 from infra.registry import Registry
 from pipelines.rewards.table import read_reward_table
 from tests.conftest import free_port, free_port_pair
@@ -69,7 +70,8 @@ class Loop:
 
     def cycle(self, cycle_id: str, extra: list[str] = ()) -> steps.CycleRecord:
         cfg = load_config(None, [*self.overrides, *extra])
-        cli = RtrlCli(None, [*self.overrides, *extra], steps.step_log_dir(cfg, cycle_id), 900)
+        cli = RtrlCli(None, [*self.overrides, *extra], steps.step_log_dir(cfg, cycle_id), 900,
+                      warm=socket_path(self.state))        # as `rtrl demo`: steps fork from the warm runner
         ctx, ledger = steps.context_for(cfg, cli, cycle_id, self.clock.now(), log=lambda m: print(m, flush=True))
         return steps.run_cycle(ctx, ledger)
 
@@ -85,6 +87,7 @@ def loop(bootstrapped, tmp_path_factory):
     from infra.stack.stack import Stack
 
     stack = Stack(lp.cfg)
+    start_background(lp.state)
     stack.up(log=lambda *_: None)
     try:
         lp.rtrl("bootstrap", step="bootstrap")
@@ -132,6 +135,9 @@ def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_on
     assert health["staged"] == []
     assert health["spares"]["reloads"] >= 1, "the candidate's stage reloaded serving's spare engine"
     assert (loop.state / "ab" / "cycles" / "c1" / "result.json").exists()
+    runner_log = (loop.state / "logs" / "steps.log").read_text()
+    for command in ("rewards --cycle c1", "quality", "train --cycle c1", "gate"):
+        assert f" {command}" in runner_log, f"`rtrl {command}` was forked from the warm runner"
 
 
 def test_a_candidate_that_fails_the_gate_leaves_champion_and_serving_unchanged(loop):

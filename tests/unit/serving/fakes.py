@@ -77,12 +77,19 @@ class FakeLoader:
         self.fail: set[str] = set()
         self.load_delay_s = 0.0
         self.cpu_cores: dict[str, str] = {}
+        self.loading = 0              # loads in progress now ...
+        self.most_loading = 0         # ... and at most at once
 
     def __call__(self, version: str, folder: Path, cpu_cores: str = "") -> FakeEngine:
         import time
 
-        if self.load_delay_s:
-            time.sleep(self.load_delay_s)
+        self.loading += 1
+        self.most_loading = max(self.most_loading, self.loading)
+        try:
+            if self.load_delay_s:
+                time.sleep(self.load_delay_s)
+        finally:
+            self.loading -= 1
         if version in self.fail:
             raise RuntimeError(f"cannot load v{version}")
         e = FakeEngine(version, folder, cpu_cores=cpu_cores, **self.engine_kw)

@@ -1,5 +1,5 @@
 """Spare engines over fake engines (serving/spares.py): a stage or swap takes an idle engine and reloads it instead
-of starting one, a drained retiree joins the pool, a failed reload falls back to a new engine, a stage on other
+of starting one, serving's start fills the pool one engine at a time, a drained retiree joins the pool, a failed reload falls back to a new engine, a stage on other
 cores never gets a spare, and none is kept when `spare_engines` is 0."""
 
 from __future__ import annotations
@@ -40,6 +40,22 @@ def test_a_staged_version_takes_the_warm_spare_and_returns_to_the_pool_when_unst
         assert len(loader.engines) == 2                                    # the retiree refilled the pool
         await f.close()
         assert spare.shut_down and all(e.shut_down for e in loader.engines)
+
+    asyncio.run(scenario())
+
+
+def test_serving_start_fills_a_pool_of_two_spares_one_engine_start_at_a_time():
+    async def scenario():
+        f, reg, loader = fake_fleet({"control": "1", "champion": "1"}, spare_engines=2, spare_cpu_cores="1")
+        loader.load_delay_s = 0.05
+        await f.start()
+        await until(lambda: f.spares.status()["idle"] == 2)
+        assert [(e.version, e.cpu_cores) for e in loader.engines] == [("1", ""), ("1", "1"), ("1", "1")]
+        assert loader.most_loading == 1 and f.spares.status()["started"] == 2
+        await f.stage("2", cpu_cores="1")                                 # two stages in a row: both reloads
+        await f.stage("3", cpu_cores="1")
+        assert len(loader.engines) == 3 and f.spares.status()["reloads"] == 2
+        await f.close()
 
     asyncio.run(scenario())
 
