@@ -181,8 +181,8 @@ class Fleet:
         return {"ready": self.ready,
                 "arms": {arm: {"alias": alias, "version": self._by_alias[alias].version if alias in self._by_alias
                                else None} for arm, alias in self.arm_alias.items()},
-                "engines": [{"version": s.version, "in_flight": s.in_flight, "retiring": s.retiring}
-                            for s in self._all_slots()],
+                "engines": [{"version": s.version, "in_flight": s.in_flight, "retiring": s.retiring,
+                             "cpu_cores": getattr(s.engine, "cpu_cores", "")} for s in self._all_slots()],
                 "staged": self.staged, "spares": self.spares.status(),
                 "swaps": [s.as_dict() for s in self.swaps[-20:]], "last_error": self.last_error}
 
@@ -280,6 +280,7 @@ class Fleet:
             log.error("%s; still serving version %s", self.last_error, current.version)
             return None
         self._failed.pop(version, None)
+        self._to_arm_cores(new.engine)
         self._by_alias[alias] = new  # the switch: new requests now lease `new`
         arms = [a for a, al in self.arm_alias.items() if al == alias]
         rec = SwapRecord(alias=alias, arms=arms, from_version=current.version, to_version=version,
@@ -291,6 +292,13 @@ class Fleet:
         if not self._held(current):
             self._retire(current, rec)
         return rec
+
+    def _to_arm_cores(self, engine) -> None:
+        """An engine that starts serving an arm moves to the arms' cores (a candidate staged on a spare or on the
+        gate's cores otherwise serves live traffic beside the trainer: serving/affinity.py)."""
+        cores = self.cfg.cpu_cores
+        if cores and getattr(engine, "cpu_cores", cores) != cores and hasattr(engine, "bind"):
+            engine.bind(cores)
 
     def _retire(self, slot: Loaded, rec: SwapRecord | None) -> None:
         if self._loaded.get(slot.version) is slot:

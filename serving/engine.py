@@ -154,6 +154,32 @@ class VllmEngine:
         log.info("engine reloaded in place to version %s from %s in %.2fs", version, folder, self.load_seconds)
         return self.load_seconds
 
+    def worker_pids(self) -> list[int]:
+        """The processes under this engine's engine-core process(es): vLLM's CPU workers."""
+        from serving.affinity import descendants
+
+        manager = getattr(getattr(getattr(self.llm, "engine_core", None), "resources", None), "engine_manager", None)
+        cores = [p.pid for p in getattr(manager, "processes", []) if p.pid]
+        return [pid for core in cores for pid in descendants(core)]
+
+    def bind(self, cores: str) -> bool:
+        """Move this engine's workers to `cores` (serving/affinity.py); False when they could not be found (the
+        engine stays where it is)."""
+        from serving.affinity import parse_cores, pin_threads
+
+        if not cores:
+            return False
+        if cores == self.cpu_cores:
+            return True
+        pids = self.worker_pids()
+        if not pids or not pin_threads(pids, parse_cores(cores)):
+            log.warning("engine of version %s: no worker process found to move to cores %s", self.version, cores)
+            return False
+        log.info("engine of version %s moved from cores %r to %r (%d processes)", self.version, self.cpu_cores,
+                 cores, len(pids))
+        self.cpu_cores = cores
+        return True
+
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The checkpoint's chat template with the generation prompt, tokenized (the template writes any BOS)."""
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

@@ -9,7 +9,8 @@ Where spares come from:
   * `replenish` fills the pool in the background when serving starts, one engine after another (two vLLM
     starts on the spares' core at once would stall each other);
   * a retired engine (hot swap, unstaged candidate) whose requests have drained joins the pool when it has room and
-    its cores are the spares' cores. In steady state each promotion retires the old champion's engine, which
+    it is on the spares' cores or can be moved there (a promoted spare was moved to the arms' cores:
+    serving/affinity.py). In steady state each promotion retires the old champion's engine, which
     becomes the next candidate's. No spare is started mid-run: on a CPU-bound machine (the demo's 2 cores) a
     background start costs the steps running beside it the same CPU time as the load it would save.
 
@@ -47,7 +48,12 @@ class Spares:
                 "started": self.started, "kept_retired": self.kept}
 
     def _reusable(self, engine: Any) -> bool:
-        return hasattr(engine, "reload") and (getattr(engine, "cpu_cores", "") or "") == self.cores
+        """Reloadable, and on the spares' cores or moved there (`bind`)."""
+        if not hasattr(engine, "reload"):
+            return False
+        if (getattr(engine, "cpu_cores", "") or "") == self.cores:
+            return True
+        return bool(self.cores) and hasattr(engine, "bind") and engine.bind(self.cores)
 
     async def take(self, version: str, folder: Path, cores: str) -> Any | None:
         """An idle engine on `cores` now serving `version` (weights reloaded from `folder`), or None: no spare on
@@ -70,8 +76,9 @@ class Spares:
         return None
 
     def offer(self, engine: Any) -> bool:
-        """Keep a retired, drained engine as a spare when there is room and it is on the spares' cores."""
-        if not self._reusable(engine) or len(self._idle) >= self.capacity:
+        """Keep a retired, drained engine as a spare when there is room and it is (or can be moved) on the spares'
+        cores."""
+        if len(self._idle) >= self.capacity or not self._reusable(engine):
             return False
         self._idle.append(engine)
         self.kept += 1

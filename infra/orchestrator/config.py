@@ -42,9 +42,9 @@ class DemoConfig(BaseModel):
 
     cycles: int = Field(default=3, ge=1, le=100, description="Cycles to run (`--cycles`).")
     users: int = Field(default=144, ge=1, le=10_000, description="Simulated users driving the serving endpoint.")
-    speed: float = Field(default=30.0, gt=0, le=100_000, description="Simulated seconds per wall second of the "
+    speed: float = Field(default=60.0, gt=0, le=100_000, description="Simulated seconds per wall second of the "
                          "users and of the orchestrator's clock.")
-    pace: float = Field(default=0.3333, gt=0, le=100, description="Each simulated user's request rate relative "
+    pace: float = Field(default=0.16667, gt=0, le=100, description="Each simulated user's request rate relative "
                         "to the simulator's: its think and session-gap times are divided by this, so more users "
                         "(more A/B units per arm) make the same load on serving.")
     start_spread_s: float = Field(default=1800.0, ge=0, le=86400, description="The users' first sessions start "

@@ -101,7 +101,7 @@ def serve(path: Path, log=print) -> dict | None:
     server.bind(str(tmp))
     server.listen(16)
     os.replace(tmp, path)           # a client never finds a socket that is not yet listening
-    me = os.getpid()
+    me, mine = os.getpid(), os.stat(path).st_ino
     log(f"warm runner: listening at {path} (pid {me})")
     children: dict[int, socket.socket | None] = {}   # child pid -> the client waiting for its exit (None: gone)
     try:
@@ -133,7 +133,7 @@ def serve(path: Path, log=print) -> dict | None:
         if os.getpid() == me:
             server.close()
             try:
-                if path.exists() and path.stat().st_ino == os.stat(path).st_ino:
+                if os.stat(path).st_ino == mine:     # not a newer runner's socket
                     path.unlink()
             except OSError:
                 pass

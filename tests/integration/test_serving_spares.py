@@ -5,17 +5,21 @@ holds after a reload), and the engine retired by the next swap goes back to the 
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
 import pytest
 
+from serving.affinity import thread_affinities
 from tests.conftest import free_port
 from tests.integration.gateway import openai_client, running_gateway, teacher_forced_logprobs, trajectories, users_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 LOGPROB_TOLERANCE = 1e-3  # as tests/integration/test_serving.py
+# as `rtrl demo`: the arms' engines on core 0, the spare on core 1 (a promoted spare moves to core 0)
+SPLIT_CORES = {"cpu_cores": "0", "spare_cpu_cores": "1"} if len(os.sched_getaffinity(0)) >= 2 else {}
 PROMPT = [{"role": "user", "content": "Raise RETRIES in app/util.py"}]
 
 
@@ -41,7 +45,8 @@ def test_a_swapped_in_version_reloads_the_spare_and_serves_the_new_weights(stack
     cfg = stack.cfg.model_copy(update={
         "mlflow": stack.cfg.mlflow.model_copy(update={"registered_model": model}),
         "serving": stack.cfg.serving.model_copy(update={"port": free_port(), "max_tokens": 32, "registry_poll_s": 0.5,
-                                                        "spare_engines": 1, "drain_timeout_s": 30}),
+                                                        "spare_engines": 1, "drain_timeout_s": 30,
+                                                        **SPLIT_CORES}),
         "sdk": stack.cfg.sdk.model_copy(update={"linger_ms": 5, "send_timeout_s": 5})})
     registry = Registry.from_config(cfg)
     folders = [make_tiny_checkpoint(tmp_path / f"ckpt{s}", seed=s) for s in (0, 1)]
@@ -57,6 +62,13 @@ def test_a_swapped_in_version_reloads_the_spare_and_serves_the_new_weights(stack
         spares = status()["spares"]
         assert (spares["reloads"], spares["started"], spares["idle"]) == (1, 1, 0)   # B took the spare: no start
         print(f"spare reload: swap to B took {swap['load_s']:.2f}s")
+        if SPLIT_CORES:                                            # B serves an arm now: on the arms' core
+            with gateway.fleet.lease("treatment") as slot:
+                assert slot.version == b and slot.engine.cpu_cores == "0"
+                workers = slot.engine.worker_pids()
+            assert workers
+            for pid in workers:
+                assert set(map(frozenset, thread_affinities(pid).values())) == {frozenset({0})}, pid
 
         client = openai_client(f"http://{cfg.serving.host}:{cfg.serving.port}")
         rids = set()

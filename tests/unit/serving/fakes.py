@@ -42,6 +42,7 @@ class FakeEngine:
         self.sampling = Sampling(temperature=1.0)
         self.shut_down = False
         self.calls: list[dict] = []
+        self.binds: list[str] = []        # cores it was moved to (`bind`)
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         return [ord(c) % 500 for c in render(messages)]
@@ -54,6 +55,12 @@ class FakeEngine:
         text = self.reply[:max_tokens]
         return Generation(token_ids=[ord(c) % 500 for c in text], logprobs=[math.log(0.5)] * len(text),
                           tokens=list(text), text=text, finish_reason="stop" if len(text) < max_tokens else "length")
+
+    def bind(self, cores: str) -> bool:
+        if cores and cores != self.cpu_cores:
+            self.binds.append(cores)
+            self.cpu_cores = cores
+        return bool(cores)
 
     async def reload(self, version: str, folder: Path) -> float:
         assert not self.shut_down, "a reload reached an engine that was shut down"

@@ -57,7 +57,8 @@ def test_the_old_engine_is_shut_down_only_after_its_last_request():
         reg.aliases.update(control="2", champion="2")
         swaps = await f.poll_once()
         assert [s.to_version for s in swaps] == ["2", "2"] and len(loader.engines) == 2  # v2 loaded once
-        assert not old.shut_down and f.status()["engines"][-1] == {"version": "1", "in_flight": 6, "retiring": True}
+        assert not old.shut_down and f.status()["engines"][-1] == {"version": "1", "in_flight": 6, "retiring": True,
+                                                  "cpu_cores": ""}
         results = await asyncio.gather(*slow)  # FakeEngine asserts it is not shut down while generating
         assert all(r.startswith("1:") for r in results)
         for _ in range(100):

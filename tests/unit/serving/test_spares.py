@@ -60,6 +60,29 @@ def test_serving_start_fills_a_pool_of_two_spares_one_engine_start_at_a_time():
     asyncio.run(scenario())
 
 
+def test_a_promoted_spare_moves_to_the_arms_cores_and_back_to_the_spare_cores_when_it_retires():
+    async def scenario():
+        f, reg, loader = fake_fleet({"control": "1", "champion": "1"}, cpu_cores="0", spare_engines=1,
+                                    spare_cpu_cores="1")
+        await f.start()
+        await until(lambda: f.spares.status()["idle"] == 1)
+        spare = loader.engines[1]
+        await f.stage("2", cpu_cores="1")                                  # the gate's candidate, on the spare
+        assert spare.reloads == ["2"] and spare.cpu_cores == "1"
+        reg.aliases["champion"] = "2"
+        await f.poll_once()                                                # promoted: it serves treatment now
+        assert spare.cpu_cores == "0" and spare.binds == ["0"]
+        await f.unstage("2")
+        await f.stage("3", cpu_cores="1")                                  # v1 serves control: a new engine
+        reg.aliases["champion"] = "3"
+        await f.poll_once()
+        await until(lambda: f.spares.status()["idle"] == 1)                # v2's engine retired into the pool
+        assert spare.binds == ["0", "1"] and f.spares.status()["kept_retired"] == 1
+        await f.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_promoted_stage_is_switched_in_and_the_drained_old_champion_becomes_the_spare():
     async def scenario():
         f, reg, loader = fake_fleet({"control": "1", "champion": "2"}, spare_engines=1)
