@@ -52,7 +52,7 @@ class DemoConfig(BaseModel):
     interval_s: float = Field(default=3600, gt=0, le=30 * 86400,
                               description="The demo's cadence in simulated seconds (the production default is "
                                           "orchestrator.interval_s, five hours).")
-    min_mature_rows: int = Field(default=300, ge=1, description="Mature requests needed before a cycle starts.")
+    min_mature_rows: int = Field(default=250, ge=1, description="Mature requests needed before a cycle starts.")
     warm_steps: bool = Field(default=True, description="Run the steps' `rtrl` commands as children of a warm "
                              "runner that has the heavy libraries imported (infra.orchestrator.warm_runner) "
                              "instead of a new interpreter each (15-40 s of imports per step on 2 cores).")

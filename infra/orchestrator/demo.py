@@ -33,11 +33,12 @@ from infra.config import load_config
 from infra.orchestrator.clock import AcceleratedClock, clock_path
 from infra.orchestrator.ledger import BLOCKED, DONE, Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
-from infra.orchestrator.warm_runner import socket_path, start_background
+from infra.orchestrator.warm_runner import socket_path, start_background, wait_listening
 
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 3       # runs of one cycle id (the first and two resumptions) before the demo gives up
+WARM_WAIT_S = 30.0     # how long v0's registration waits for the warm runner (a new interpreter takes ~20 s)
 # Dagster's own per-event console lines stay in its run log (the UI); the steps print their progress themselves
-QUIET_DAGSTER = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}   # runs of one cycle id (the first and two resumptions) before the demo gives up
+QUIET_DAGSTER = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 class DemoError(RuntimeError):
@@ -76,6 +77,9 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             *user_pace(cfg),
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
             f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}",
+            # 16 episodes in flight: the engine batches their requests (a step of a 2M-parameter model costs
+            # about the same for 8 or 16 sequences on a CPU)
+            "gate.workers=16",
             # the held-out suite (and its flaky-check verdicts) outlives the demo's state dir, like v0
             f'gate.suite_dir="{default_suite_dir(demo_suite_cfg(cfg))}"']
 
@@ -134,6 +138,8 @@ class Demo:
         if (v := registry.version_of("champion")) is not None:
             return v
         if (self.v0_cache / "config.json").exists():
+            if self.cfg.demo.warm_steps:     # its imports are done a few seconds after the stack's start: fork it
+                wait_listening(self.cli.warm, WARM_WAIT_S)
             self.log(f"[v0] registering the cached default policy {self.v0_cache}")
             cli = RtrlCli(self.config_path, [*self.overrides, f'policy.base_checkpoint="{self.v0_cache}"'],
                           self.cli.log_dir, self.cli.timeout_s, warm=self.cli.warm)

@@ -68,6 +68,22 @@ def start_background(state_dir: str | Path) -> Path | None:
     return path
 
 
+def wait_listening(path: Path, timeout_s: float) -> bool:
+    """Wait until a runner listens at `path` (its imports done); False after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if usable_path(path) and path.exists():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+                try:
+                    s.connect(str(path))
+                    return True
+                except OSError:
+                    pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
 def preload(modules=PRELOAD, log=print) -> None:
     t0 = time.monotonic()
     names = list(modules)
