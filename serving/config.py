@@ -46,9 +46,10 @@ class ServingConfig(BaseModel):
                                            "(~0.1 s instead of an engine start, ~25-50 s on CPU); a retired engine "
                                            "becomes one. Each costs an engine's memory (kv_cache_gb) while idle.")
     spare_cpu_cores: str = Field(default="", pattern=CPU_CORES_PATTERN,
-                                 description="cpu_cores of the spare engines (\"\" = cpu_cores): a spare serves a "
-                                             "stage or swap that asks for these cores, e.g. the gate's "
-                                             "(gate.engine_cpu_cores).")
+                                 description="cpu_cores of the spare engines (\"\" = cpu_cores), e.g. the gate's "
+                                             "(gate.engine_cpu_cores). A stage or swap asking for other cores "
+                                             "moves a spare's workers there; one left to vLLM's choice (\"\") "
+                                             "starts its own engine.")
     registry_poll_s: float = Field(default=2.0, gt=0, le=3600,
                                    description="How often aliases are checked for a new version (hot swap).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(

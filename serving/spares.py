@@ -56,14 +56,19 @@ class Spares:
         return bool(self.cores) and hasattr(engine, "bind") and engine.bind(self.cores)
 
     async def take(self, version: str, folder: Path, cores: str) -> Any | None:
-        """An idle engine on `cores` now serving `version` (weights reloaded from `folder`), or None: no spare on
-        those cores, or its reload failed (that engine is shut down). Waits for the next spare while the pool fills."""
-        if cores != self.cores or self.capacity == 0:
+        """An idle engine on `cores` now serving `version` (weights reloaded from `folder`; moved to `cores` when
+        the spares live on others: serving/affinity.py), or None: no spare, `cores` is vLLM's choice ("") while the
+        spares are bound, the move failed, or the reload failed (that engine is shut down). Waits for the next
+        spare while the pool fills."""
+        if self.capacity == 0 or (cores != self.cores and not cores):
             return None
         while not self._idle and self._loading is not None and not self._loading.done():   # the next one is starting
             await asyncio.wait({self._loading}, timeout=0.1)
         while self._idle:
             engine = self._idle.pop()
+            if cores != self.cores and not (hasattr(engine, "bind") and engine.bind(cores)):
+                self._idle.append(engine)
+                return None
             try:
                 await engine.reload(version, folder)
             except Exception as e:  # noqa: BLE001 -- a spare may make a load faster, never make it fail

@@ -1,6 +1,7 @@
 """Spare engines over fake engines (serving/spares.py): a stage or swap takes an idle engine and reloads it instead
-of starting one, serving's start fills the pool one engine at a time, a drained retiree joins the pool, a failed reload falls back to a new engine, a stage on other
-cores never gets a spare, and none is kept when `spare_engines` is 0."""
+of starting one, serving's start fills the pool one engine at a time, a drained retiree joins the pool, a failed
+reload falls back to a new engine, a stage on other cores moves the spare there (one left to vLLM's choice of cores
+starts its own engine), a promoted spare moves to the arms' cores, and none is kept when `spare_engines` is 0."""
 
 from __future__ import annotations
 
@@ -120,13 +121,27 @@ def test_a_spare_that_fails_to_reload_is_shut_down_and_a_new_engine_serves_the_s
     asyncio.run(scenario())
 
 
-def test_a_stage_on_other_cores_than_the_spares_starts_its_own_engine():
+def test_a_stage_on_other_cores_takes_the_spare_and_moves_it_there():
     async def scenario():
         f, reg, loader = fake_fleet({"control": "1", "champion": "1"}, spare_engines=1, spare_cpu_cores="1")
         await f.start()
         await until(lambda: f.spares.status()["idle"] == 1)
+        spare = loader.engines[1]
         await f.stage("2", cpu_cores="0")
-        assert loader.engines[1].reloads == [] and loader.cpu_cores["2"] == "0" and len(loader.engines) == 3
+        assert spare.reloads == ["2"] and spare.binds == ["0"] and len(loader.engines) == 2
+        assert f.spares.status()["idle"] == 0
+        await f.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_stage_left_to_vllms_choice_of_cores_starts_its_own_engine_while_the_spares_are_bound():
+    async def scenario():
+        f, reg, loader = fake_fleet({"control": "1", "champion": "1"}, spare_engines=1, spare_cpu_cores="1")
+        await f.start()
+        await until(lambda: f.spares.status()["idle"] == 1)
+        await f.stage("2")
+        assert loader.engines[1].reloads == [] and loader.cpu_cores["2"] == "" and len(loader.engines) == 3
         assert f.spares.status()["idle"] == 1
         await f.close()
 
