@@ -1,5 +1,7 @@
 """Running `rtrl` subcommands as the cycle's steps: a subprocess each (its own memory, its own crash), with the
 orchestrator's config file and overrides, stderr to a per-step log file, the JSON summary from the last stdout line.
+With `warm=` a warm step runner's socket (infra.orchestrator.warm_runner), the subprocess is forked from that
+runner, which has the heavy libraries imported; when none answers there, a new interpreter as before.
 
     cli = RtrlCli(config_path, overrides, log_dir)
     out = cli.run("rewards", "--cycle", "c3", step="distill")      # -> {"rewards": {...}}, exit 0
@@ -93,7 +95,6 @@ class RtrlCli:
         except ValueError:
             raise StepFailed(f"`rtrl {' '.join(args)}` printed no JSON summary (log: {log_file}); "
                              f"stdout ended: {lines[-3:] if lines else 'nothing'}") from None
-
 
     def _start(self, args: tuple[str, ...], env: dict[str, str]):
         """The command's process: a child of the warm runner when one answers at `warm`, else a new interpreter."""
