@@ -17,6 +17,14 @@ import os
 from pathlib import Path
 
 
+def on_cores(engine, cores: str) -> bool:
+    """Whether `engine` is on `cores` after this call: it was, or its `bind` moved it there. An engine that cannot
+    move (no `bind`, e.g. another engine kind) or a move to vLLM's own choice ("") stays where it is."""
+    if (getattr(engine, "cpu_cores", "") or "") == cores:
+        return True
+    return bool(cores) and hasattr(engine, "bind") and engine.bind(cores)
+
+
 def parse_cores(spec: str) -> set[int]:
     """'0', '0-3', '0,2,4-5' (vLLM's bind list; '|' separates ranks' lists: their union) -> core numbers."""
     cores: set[int] = set()

@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from serving.affinity import on_cores
 from serving.config import ServingConfig
 from serving.spares import Spares
 
@@ -296,9 +297,8 @@ class Fleet:
     def _to_arm_cores(self, engine) -> None:
         """An engine that starts serving an arm moves to the arms' cores (a candidate staged on a spare or on the
         gate's cores otherwise serves live traffic beside the trainer: serving/affinity.py)."""
-        cores = self.cfg.cpu_cores
-        if cores and getattr(engine, "cpu_cores", cores) != cores and hasattr(engine, "bind"):
-            engine.bind(cores)
+        if self.cfg.cpu_cores:
+            on_cores(engine, self.cfg.cpu_cores)
 
     def _retire(self, slot: Loaded, rec: SwapRecord | None) -> None:
         if self._loaded.get(slot.version) is slot:

@@ -25,6 +25,8 @@ import logging
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from serving.affinity import on_cores
+
 log = logging.getLogger("rtrl.serving.spares")
 
 
@@ -47,14 +49,6 @@ class Spares:
                 "loading": self._loading is not None and not self._loading.done(), "reloads": self.reloads,
                 "started": self.started, "kept_retired": self.kept}
 
-    def _reusable(self, engine: Any) -> bool:
-        """Reloadable, and on the spares' cores or moved there (`bind`)."""
-        if not hasattr(engine, "reload"):
-            return False
-        if (getattr(engine, "cpu_cores", "") or "") == self.cores:
-            return True
-        return bool(self.cores) and hasattr(engine, "bind") and engine.bind(self.cores)
-
     async def take(self, version: str, folder: Path, cores: str) -> Any | None:
         """An idle engine on `cores` now serving `version` (weights reloaded from `folder`; moved to `cores` when
         the spares live on others: serving/affinity.py), or None: no spare, `cores` is vLLM's choice ("") while the
@@ -66,7 +60,7 @@ class Spares:
             await asyncio.wait({self._loading}, timeout=0.1)
         while self._idle:
             engine = self._idle.pop()
-            if cores != self.cores and not (hasattr(engine, "bind") and engine.bind(cores)):
+            if not on_cores(engine, cores):
                 self._idle.append(engine)
                 return None
             try:
@@ -83,7 +77,7 @@ class Spares:
     def offer(self, engine: Any) -> bool:
         """Keep a retired, drained engine as a spare when there is room and it is (or can be moved) on the spares'
         cores."""
-        if len(self._idle) >= self.capacity or not self._reusable(engine):
+        if len(self._idle) >= self.capacity or not hasattr(engine, "reload") or not on_cores(engine, self.cores):
             return False
         self._idle.append(engine)
         self.kept += 1

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
 from pathlib import Path
 
-from infra.orchestrator.warm_runner import MAX_REQUEST, usable_path
+from infra.orchestrator.warm_runner import MAX_REQUEST, connect
 
 LOST = 255     # the exit code reported when the runner went away before telling the child's
 
@@ -28,13 +29,7 @@ class WarmProcess:
     def start(cls, path: Path, argv: list[str], env: dict[str, str], cwd: str | Path) -> "WarmProcess | None":
         """Start `rtrl ARGV` in a child of the runner at `path`; None when no runner answers there (the caller
         starts a new process instead)."""
-        if not usable_path(path) or not path.exists():
-            return None
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            conn.connect(str(path))
-        except OSError:
-            conn.close()
+        if (conn := connect(path)) is None:
             return None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -70,8 +65,6 @@ class WarmProcess:
         return self.returncode
 
     def _ready(self, timeout: float | None) -> bool:
-        import select
-
         readable, _, _ = select.select([self.conn], [], [], timeout)
         return bool(readable)
 

@@ -68,20 +68,29 @@ def start_background(state_dir: str | Path) -> Path | None:
     return path
 
 
+def connect(path: Path) -> socket.socket | None:
+    """A connection to the runner listening at `path`, or None when none listens there (no socket file, a stale
+    one, or a path too long for AF_UNIX)."""
+    if not usable_path(path) or not path.exists():
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(str(path))
+    except OSError:
+        conn.close()
+        return None
+    return conn
+
+
 def wait_listening(path: Path, timeout_s: float) -> bool:
     """Wait until a runner listens at `path` (its imports done); False after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        if usable_path(path) and path.exists():
-            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
-                try:
-                    s.connect(str(path))
-                    return True
-                except OSError:
-                    pass
+    while (conn := connect(path)) is None:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)
+    conn.close()                  # the runner takes a connection that sends nothing for a probe
+    return True
 
 
 def preload(modules=PRELOAD, log=print) -> None:
@@ -156,8 +165,12 @@ def serve(path: Path, log=print) -> dict | None:
 
 
 def _fork(server: socket.socket, conn: socket.socket, children: dict, log) -> dict | None:
+    fds: list[int] = []
     try:
         data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 2)
+        if not data and not fds:                 # connected and left: `wait_listening`'s probe
+            conn.close()
+            return None
         request = json.loads(data)
         if len(fds) != 2 or not isinstance(request.get("argv"), list):
             raise ValueError("expected a JSON request with argv and two file descriptors")
@@ -165,6 +178,8 @@ def _fork(server: socket.socket, conn: socket.socket, children: dict, log) -> di
         log(f"warm runner: bad request: {e}")
         _send(conn, {"error": str(e)})
         conn.close()
+        for fd in fds:
+            os.close(fd)
         return None
     sys.stdout.flush()
     sys.stderr.flush()
