@@ -69,4 +69,10 @@ class DemoConfig(BaseModel):
         default="since_first_promotion",
         description="Traffic the A/B table compares: requests served since the treatment arm first differed from "
                     "control, or only those of the last cycle's range.")
+    ab_tail: bool = Field(default=True, description="After the last cycle, run the next cycle's first steps "
+                          "(collect, distill, validate, measure) so the A/B also counts the traffic served while the "
+                          "last cycle ran; that cycle's training runs when the loop goes on (`--resume`, the "
+                          "orchestrator).")
+    ab_tail_wait_s: float = Field(default=0.0, ge=0, le=3600, description="Wall seconds of traffic to wait for "
+                                  "after the last cycle before that measurement (with ab_tail).")
     timeout_s: float = Field(default=3600.0, gt=0, le=86400, description="Wall seconds before the demo gives up.")

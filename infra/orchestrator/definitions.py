@@ -109,6 +109,11 @@ def _step_asset(step: str):
 
 
 cycle_assets = [_step_asset(step) for step in STEPS]
+# a cycle's first half: its fixed range, reward rows, data-quality checks and A/B metrics. Run alone (the cycle job
+# with this asset selection) it measures the traffic since the last cycle; the cycle stays running in the ledger
+# and its train..deploy run when it is resumed (the cadence resumes a cycle whose runner is gone)
+MEASURE_STEPS = ("collect", "distill", "validate", "measure")
+MEASURE_SELECTION = [dg.AssetKey(ASSETS[s][0]) for s in MEASURE_STEPS]
 cycle_job = dg.define_asset_job(CYCLE_JOB, selection=[ASSETS[s][0] for s in STEPS], partitions_def=cycles,
                                 description="One cycle: collect -> distill -> validate -> train -> evaluate -> "
                                             "promote -> deploy, resumable by cycle id.")

@@ -14,7 +14,9 @@
    `demo.interval_s` of simulated time has passed since the last cycle started, the previous one finished and
    enough mature requests exist; each run is recorded in the Dagster instance of the demo state dir (the UI
    shows them), a failed run is resumed by the sensor;
-6. after K cycles: per-cycle A/B metrics of the reward rows (pipelines.metrics) and the summary.
+6. after K cycles: the next cycle's first steps (collect -> measure, `demo.ab_tail`), so that the A/B also counts
+   the traffic served while the last cycle ran (that cycle trains when the loop goes on); the A/B metrics of the
+   reward rows (pipelines.metrics) and the summary.
 Without --keep-running everything is stopped at the end (also on Ctrl-C or an error).
 """
 
@@ -31,7 +33,7 @@ from typing import Callable
 
 from infra.config import load_config
 from infra.orchestrator.clock import AcceleratedClock, clock_path
-from infra.orchestrator.ledger import BLOCKED, DONE, Ledger
+from infra.orchestrator.ledger import BLOCKED, DONE, Ledger, next_cycle_id
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
 from infra.orchestrator.warm_runner import socket_path, start_background, wait_listening
 
@@ -183,24 +185,29 @@ class Demo:
         return clock
 
     # --- the loop --------------------------------------------------------------------------------------------
+    def dagster(self):
+        """(the demo's Dagster instance, the cycle job, the definitions module), set up once."""
+        if getattr(self, "_dagster", None) is None:
+            from infra.orchestrator.instance import dagster_home
+
+            os.environ["DAGSTER_HOME"] = str(dagster_home(self.state))
+            import logging
+            import warnings
+
+            logging.getLogger("kafka").setLevel(logging.CRITICAL)  # kafka-python's timing chatter and close races
+            logging.getLogger().setLevel(logging.ERROR)            # Beam's "apitools not found" notice
+            warnings.filterwarnings("ignore", category=UserWarning, module="dagster")
+            os.environ["RTRL_CONFIG"] = self.config_path or ""
+            os.environ["RTRL_SET"] = json.dumps(self.overrides)
+            import dagster as dg
+
+            from infra.orchestrator import definitions as defs_mod
+
+            self._dagster = (dg.DagsterInstance.get(), defs_mod.defs.resolve_job_def(defs_mod.CYCLE_JOB), defs_mod)
+        return self._dagster
+
     def run_cycles(self, cycles: int) -> list[str]:
-        from infra.orchestrator.instance import dagster_home
-
-        os.environ["DAGSTER_HOME"] = str(dagster_home(self.state))
-        import logging
-        import warnings
-
-        logging.getLogger("kafka").setLevel(logging.CRITICAL)  # kafka-python's timing chatter and close races
-        logging.getLogger().setLevel(logging.ERROR)            # Beam's "apitools not found" notice
-        warnings.filterwarnings("ignore", category=UserWarning, module="dagster")
-        os.environ["RTRL_CONFIG"] = self.config_path or ""
-        os.environ["RTRL_SET"] = json.dumps(self.overrides)
-        import dagster as dg
-
-        from infra.orchestrator import definitions as defs_mod
-
-        instance = dg.DagsterInstance.get()
-        job = defs_mod.defs.resolve_job_def(defs_mod.CYCLE_JOB)
+        instance, job, defs_mod = self.dagster()
         resource = defs_mod.resource_from_env()
         ledger = Ledger(self.state)
         attempts: dict[str, int] = {}
@@ -233,6 +240,35 @@ class Demo:
             self.log(f"[cycle {cid}] {rec.status if rec else '?'} after {self.elapsed():.0f}s"
                      + ("" if result.success else f": {rec.error[:300] if rec else 'run failed'}"))
         return [r.cycle_id for r in ledger.all() if r.status in (DONE, BLOCKED)][:cycles]
+
+    def measure_tail(self) -> object | None:
+        """The next cycle's first steps (collect, distill, validate, measure: `definitions.MEASURE_STEPS`) after the
+        last one, so that the A/B counts the traffic served while the last cycle ran; that cycle stays running in
+        the ledger and trains when the loop goes on. Its record, or None when it did not measure."""
+        instance, job, defs_mod = self.dagster()
+        ledger = Ledger(self.state)
+        records = ledger.all()
+        last = records[-1] if records else None
+        cid = last.cycle_id if last is not None and last.status not in (DONE, BLOCKED) else next_cycle_id(records)
+        if (wait := self.cfg.demo.ab_tail_wait_s) > 0:
+            self.log(f"[ab] {wait:.0f}s more traffic before the last measurement")
+            time.sleep(wait)
+        self.check_background()
+        self.log(f"[ab] measuring the traffic served since the last cycle's range as {cid}'s first steps "
+                 f"({', '.join(defs_mod.MEASURE_STEPS)}; {cid} trains when the loop goes on)")
+        instance.add_dynamic_partitions(defs_mod.cycles.name, [cid])
+        result = job.execute_in_process(partition_key=cid, instance=instance, raise_on_error=False,
+                                        asset_selection=defs_mod.MEASURE_SELECTION, run_config=QUIET_DAGSTER,
+                                        tags={"rtrl/reason": "demo: A/B of the traffic after the last cycle"})
+        rec = ledger.load(cid)
+        if self.interrupted or (rec is not None and "ExecutionInterrupted" in rec.error):
+            raise KeyboardInterrupt
+        if not result.success or rec is None or not rec.result("measure").get("measured"):
+            self.log(f"[ab] warning: {cid} did not measure ({rec.error[:300] if rec else 'run failed'}); the A/B "
+                     "covers the cycles' ranges only")
+            return None
+        self.log(f"[ab] {cid}: {rec.result('distill').get('rows')} reward rows measured ({self.elapsed():.0f}s)")
+        return rec
 
     def check_background(self) -> None:
         from infra.stack.process import ManagedProcess
@@ -280,8 +316,9 @@ class Demo:
             self.ensure_suite()
             self.start_clock_and_users()
             done = self.run_cycles(cycles)
+            tail = self.measure_tail() if self.cfg.demo.ab_tail else None
             records = [r for r in Ledger(self.state).all() if r.cycle_id in done]
-            summary = cycle_summary(self.cfg, records, self.cfg.demo.ab_window)
+            summary = cycle_summary(self.cfg, records, self.cfg.demo.ab_window, tail=tail)
             summary.update(seconds=round(self.elapsed(), 1), state_dir=str(self.state), urls=self.urls(keep_running))
             if summary_path:
                 Path(summary_path).parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,8 @@
 `ab` compares treatment with control on the reward rows of the cycles whose treatment arm served another
 checkpoint than control, both arms from the first request treatment served with another checkpoint on
 (`since_first_promotion`; before the first promotion both arms serve v0), or of the last cycle only
-(`last_cycle`): for edit persistence and dissatisfied follow-ups, each arm's rate, the difference
+(`last_cycle`); `tail` adds the range after the last cycle (the demo measures it as the next cycle's first
+steps): for edit persistence and dissatisfied follow-ups, each arm's rate, the difference
 treatment − control and its 95% interval (delta method, users as the unit: pipelines.metrics).
 """
 
@@ -84,8 +85,13 @@ def _arms_differ(versions: dict) -> bool:
     return bool(t - c)
 
 
-def cycle_summary(cfg, records, window: str) -> dict:
-    return {"cycles": [_cycle_row(r) for r in records], "ab": ab_object(cfg, records, window)}
+def cycle_summary(cfg, records, window: str, tail=None) -> dict:
+    """One row per finished cycle in `records`; the A/B over their rows and, with `tail` (the record of the next
+    cycle whose first steps measured the traffic after them), over its rows too."""
+    ab = ab_object(cfg, [*records, *([tail] if tail is not None else [])], window)
+    if tail is not None and tail.cycle_id in ab.get("cycles", []):
+        ab["tail"] = tail.cycle_id
+    return {"cycles": [_cycle_row(r) for r in records], "ab": ab}
 
 
 def _pct(x) -> str:
@@ -110,7 +116,8 @@ def render_table(summary: dict) -> str:
     ab = summary["ab"]
     if ab.get("cycles"):
         lines.append("")
-        lines.append(f"A/B, treatment − control ({ab['window']}: cycles {', '.join(ab['cycles'])}; versions "
+        tail = f" (the range after the last cycle, measured as {ab['tail']}'s first steps)" if ab.get("tail") else ""
+        lines.append(f"A/B, treatment − control ({ab['window']}: cycles {', '.join(ab['cycles'])}{tail}; versions "
                      f"control {ab['versions'].get('control')}, treatment {ab['versions'].get('treatment')}; "
                      f"rows {ab['rows']}):")
         for key in AB_METRICS:

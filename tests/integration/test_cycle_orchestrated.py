@@ -4,7 +4,8 @@ job, the data-quality suite, DeepSpeed training, the gate (vLLM + sandbox), the 
 - a cycle with a failure injected after each step in turn resumes and completes with exactly-once data;
 - a candidate that fails the gate leaves the champion and serving unchanged;
 - the Dagster replay job over the cycle's window reproduces the cycle's reward rows;
-- the Dagster cadence sensor skips (previous running / too early / too few rows), starts, and records why.
+- the Dagster cadence sensor skips (previous running / too early / too few rows), starts, and records why;
+- the cycle's measure steps alone (the demo's A/B tail) leave a cycle that the cadence resumes without redoing them.
 """
 
 from __future__ import annotations
@@ -228,3 +229,35 @@ def test_the_cadence_sensor_skips_with_reasons_then_starts_a_cycle(loop):
     reasons = [json.loads(line) for line in (loop.state / "orchestrator" / "cadence.jsonl").read_text().splitlines()]
     assert [x["start"] for x in reasons[-4:]] == [False, False, False, True]
     assert reasons[-1]["cycle_id"] == "c3" and reasons[-1]["mature_rows"] >= 5
+
+
+def test_the_measure_steps_alone_measure_the_next_range_and_leave_its_cycle_to_be_resumed(loop):
+    """`rtrl demo`'s A/B tail: the cycle job with MEASURE_SELECTION runs collect..measure of the next cycle; the
+    cycle stays running, the cadence resumes it once its runner is gone, and the resumed run does not redo them."""
+    import dagster as dg
+
+    from infra.orchestrator import definitions
+    from infra.orchestrator.cadence import decide
+
+    ledger = Ledger(loop.state)
+    cid = ledger.next_id()
+    loop.traffic(10, seed=4)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(definitions.cycles.name, [cid])
+    job = dg.Definitions(assets=definitions.cycle_assets, jobs=[definitions.cycle_job],
+                         resources={"rtrl": definitions.RtrlResource(overrides=loop.overrides)}
+                         ).resolve_job_def(definitions.CYCLE_JOB)
+    result = job.execute_in_process(partition_key=cid, instance=instance,
+                                    asset_selection=definitions.MEASURE_SELECTION)
+    assert result.success
+    rec = ledger.load(cid)
+    assert [s for s in steps.STEPS if rec.done(s)] == list(definitions.MEASURE_STEPS)
+    assert rec.status == "running" and rec.result("measure")["measured"], rec.result("measure")
+    assert (loop.state / "ab" / "cycles" / cid / "result.json").exists()
+
+    d = decide(loop.clock.now(), ledger.all(), lambda: 0, 7200, 5, alive=lambda pid: False)
+    assert d.start and d.resume and d.cycle_id == cid, d.reason
+    measured = rec.steps["measure"]
+    rec = loop.cycle(cid)
+    assert rec.status == DONE or (rec.status == "blocked" and rec.error.startswith("train")), rec.error
+    assert rec.steps["measure"] == measured, "the resumed cycle did not measure again"

@@ -52,3 +52,25 @@ def test_since_first_promotion_compares_both_arms_from_the_first_request_of_the_
     summary = cycle_summary(cfg, records, "since_first_promotion")
     assert [c["rows_trained"] for c in summary["cycles"]] == [60, 60]    # kept minus those over max_rows
     assert "A/B, treatment − control" in render_table(summary)
+
+
+def test_a_tail_measured_after_the_last_cycle_adds_its_rows_to_the_ab_but_not_to_the_cycles(tmp_path):
+    cfg = load_config(None, [f'state_dir="{tmp_path}"'])
+    table = tmp_path / "rewards" / "table"
+    c1, c2 = demo_rows(3000, cycle=0, treatment_version="1"), demo_rows(3000, cycle=1, treatment_version="2")
+    c3 = demo_rows(3000, cycle=2, treatment_version="3")
+    for cid, rows in (("c1", c1), ("c2", c2), ("c3", c3)):
+        write_demo_table(table, cid, rows)
+    records = [_record("c1", 1, c1), _record("c2", 2, c2)]
+    tail = _record("c3", 3, c3)
+    tail.status = "running"                          # only its first steps ran: it trains when the loop goes on
+    del tail.steps["train"]
+
+    without = cycle_summary(cfg, records, "since_first_promotion")
+    summary = cycle_summary(cfg, records, "since_first_promotion", tail=tail)
+    assert [c["cycle_id"] for c in summary["cycles"]] == ["c1", "c2"]
+    ab = summary["ab"]
+    assert ab["cycles"] == ["c2", "c3"] and ab["tail"] == "c3" and "tail" not in without["ab"]
+    assert sum(ab["rows"].values()) == sum(without["ab"]["rows"].values()) + c3.height
+    assert ab["versions"]["treatment"] == ["2", "3"]
+    assert "measured as c3's first steps" in render_table(summary)
