@@ -86,12 +86,11 @@ def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
     as the broker reports it now (an estimate: Tansu reports the last batch's base offset + 1)."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from pipelines.rewards.cycle_job import CycleStore
+    from pipelines.rewards.cycle_job import CycleStore, start_after
     from pipelines.rewards.kafka_range import _event_time, key
     from schemas.topics import TRAJECTORY_TOPIC
 
-    last = CycleStore(cfg.state_path / "rewards").latest_done()
-    start = last.range["stop"] if last else {}
+    start = start_after(CycleStore(cfg.state_path / "rewards").latest_done(), cfg.kafka.bootstrap())
     cutoff = now - timedelta(seconds=cfg.rewards.maturity_delay_s() + cfg.rewards.allowed_lateness_s)
     c = KafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap(), enable_auto_commit=False, group_id=None,
                       max_poll_records=5000, fetch_max_bytes=64 * 1024 * 1024)

@@ -38,6 +38,7 @@ from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
 from infra.orchestrator.warm_runner import socket_path, start_background, wait_listening
 
 MAX_ATTEMPTS = 3       # runs of one cycle id (the first and two resumptions) before the demo gives up
+RESUME_MARGIN_S = 120.0  # wall seconds the last demo's users ran on after its last cycle record (tail, summary, stop)
 WARM_WAIT_S = 30.0     # how long v0's registration waits for the warm runner (a new interpreter takes ~20 s)
 # Dagster's own per-event console lines stay in its run log (the UI); the steps print their progress themselves
 QUIET_DAGSTER = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -167,11 +168,26 @@ class Demo:
         self.log("[serving] loading the control and treatment engines (vLLM)")
         self.cli.run("serve", "--detach", step="serving", expect_json=False)
 
-    def start_clock_and_users(self) -> AcceleratedClock:
+    def resumed_origin(self) -> datetime | None:
+        """--resume: where the last demo's simulated time stood when it stopped (a little after its last cycle's
+        last record, and after every cycle's start), so that the new events come after the old ones and the next
+        cycle's range, the rewards' maturity and the cadence stay in order. None when there is no earlier demo."""
+        records, path = Ledger(self.state).all(), clock_path(self.state)
+        if not records or not path.exists():
+            return None
+        last_wall = max(max(r.finished_wall or 0.0, r.started_wall) for r in records)
+        prev = AcceleratedClock.load(path)
+        prev.wall = lambda: last_wall + RESUME_MARGIN_S
+        margin = timedelta(seconds=RESUME_MARGIN_S * prev.speed)
+        return max(prev.now(), max(datetime.fromisoformat(r.started_at) for r in records) + margin)
+
+    def start_clock_and_users(self, resume: bool = False) -> AcceleratedClock:
         d = self.cfg.demo
         # simulated time runs `speed`x; it starts far enough in the past that no event time passes the present
         origin = (datetime.now(timezone.utc) - timedelta(seconds=d.timeout_s * d.speed + 86400)).replace(
             microsecond=0)
+        if resume and (went_on := self.resumed_origin()) is not None and went_on > origin:
+            origin = went_on
         clock = AcceleratedClock(origin.isoformat(), time.time(), d.speed)
         clock.save(clock_path(self.state))
         from infra.stack.process import ManagedProcess
@@ -254,6 +270,15 @@ class Demo:
             self.log(f"[ab] {wait:.0f}s more traffic before the last measurement")
             time.sleep(wait)
         self.check_background()
+        if last is None or last.cycle_id != cid or not last.done("collect"):     # its range is not fixed yet
+            from infra.orchestrator.cadence import count_mature_requests
+            from infra.orchestrator.clock import clock_for
+
+            n, least = count_mature_requests(self.cfg, clock_for(self.cfg).now()), self.cfg.trainer.min_rows
+            if n < least:
+                self.log(f"[ab] nothing measured after the last cycle: {n} mature requests since its range, fewer "
+                         f"than a cycle trains on (trainer.min_rows = {least})")
+                return None
         self.log(f"[ab] measuring the traffic served since the last cycle's range as {cid}'s first steps "
                  f"({', '.join(defs_mod.MEASURE_STEPS)}; {cid} trains when the loop goes on)")
         instance.add_dynamic_partitions(defs_mod.cycles.name, [cid])
@@ -314,7 +339,7 @@ class Demo:
             self.log(f"[v0] champion = control = version {v0} ({self.elapsed():.0f}s)")
             self.start_serving()
             self.ensure_suite()
-            self.start_clock_and_users()
+            self.start_clock_and_users(resume)
             done = self.run_cycles(cycles)
             tail = self.measure_tail() if self.cfg.demo.ab_tail else None
             records = [r for r in Ledger(self.state).all() if r.cycle_id in done]

@@ -96,13 +96,28 @@ def _dt(s: str | None) -> datetime | None:
     return None if s is None else datetime.fromisoformat(s)
 
 
+def start_after(prev: CycleManifest | None, bootstrap: str, log=None) -> dict[str, int]:
+    """Where the range after `prev` starts: its stop offsets, or the log's beginning when the cluster is another
+    incarnation than the one those offsets refer to (a broker over memory storage restarted: its offsets start
+    over; what the old log held past `prev` is only in the event archive, for a replay)."""
+    if prev is None:
+        return {}
+    was = prev.range.get("cluster_id")
+    if was and (now := cluster_id(bootstrap)) and now != was:
+        if log:
+            log(f"rewards: Kafka cluster {now} is a new log, not {was} that cycle {prev.cycle_id}'s offsets refer "
+                "to: reading it from its beginning")
+        return {}
+    return prev.range["stop"]
+
+
 def plan(store: CycleStore, cycle_id: str, bootstrap: str, spec: RewardSpec, idle_s: float, log) -> CycleManifest:
     """The manifest of `cycle_id`: an existing one, or a new one with the range fixed now."""
     existing = store.load(cycle_id)
     if existing is not None:
         return existing
     prev = store.latest_done()
-    start = prev.range["stop"] if prev else {}
+    start = start_after(prev, bootstrap, log)
     log(f"rewards: fixing the range of cycle {cycle_id} (after {prev.cycle_id if prev else 'the beginning'})")
     r = fix_range(bootstrap, EVENT_TOPICS, start, idle_s, progress=lambda n: progress.put("range_records", n))
     after = _dt(prev.as_of) if prev else None

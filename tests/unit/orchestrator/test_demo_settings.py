@@ -60,3 +60,25 @@ def test_the_demo_pace_slows_each_user_so_more_users_make_the_same_load(tmp_path
     assert cfg.simulator.think_s == pytest.approx([x * 4 for x in base.simulator.think_s])
     assert cfg.simulator.session_gap_s == pytest.approx([x * 4 for x in base.simulator.session_gap_s])
     assert cfg.simulator.start_spread_s == 600
+
+
+def test_a_resumed_demo_goes_on_from_where_the_last_ones_simulated_time_stood(tmp_path):
+    from datetime import timedelta
+
+    from infra.orchestrator.clock import AcceleratedClock, clock_path
+    from infra.orchestrator.demo import RESUME_MARGIN_S
+    from infra.orchestrator.ledger import CycleRecord, Ledger
+
+    demo = Demo(make_config(tmp_path), None, [], log=lambda _: None)
+    assert demo.resumed_origin() is None                     # nothing to go on from
+    anchor = 1_000_000.0
+    AcceleratedClock(T0.isoformat(), anchor, 60.0).save(clock_path(demo.state))
+    ledger = Ledger(demo.state)
+    ledger.save(CycleRecord("c1", 1, (T0 + timedelta(hours=2)).isoformat(), anchor + 120, status="done",
+                            finished_wall=anchor + 200))
+    ledger.save(CycleRecord("c2", 2, (T0 + timedelta(hours=4)).isoformat(), anchor + 240))   # left running
+    # the last record's wall time (c2's start, 240 s) plus the margin, on the last demo's clock
+    assert demo.resumed_origin() == T0 + timedelta(seconds=(240 + RESUME_MARGIN_S) * 60)
+    # a cycle stamped later than that clock says (an earlier resume on a clock behind it): after that cycle
+    ledger.save(CycleRecord("c3", 3, (T0 + timedelta(hours=9)).isoformat(), anchor + 250))
+    assert demo.resumed_origin() == T0 + timedelta(hours=9, seconds=RESUME_MARGIN_S * 60)
