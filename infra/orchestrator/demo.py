@@ -33,7 +33,7 @@ from typing import Callable
 
 from infra.config import load_config
 from infra.orchestrator.clock import AcceleratedClock, clock_path
-from infra.orchestrator.ledger import BLOCKED, DONE, Ledger, next_cycle_id
+from infra.orchestrator.ledger import BLOCKED, DONE, CycleRecord, Ledger, next_cycle_id
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
 from infra.orchestrator.warm_runner import socket_path, start_background, wait_listening
 
@@ -257,7 +257,7 @@ class Demo:
                      + ("" if result.success else f": {rec.error[:300] if rec else 'run failed'}"))
         return [r.cycle_id for r in ledger.all() if r.status in (DONE, BLOCKED)][:cycles]
 
-    def measure_tail(self) -> object | None:
+    def measure_tail(self) -> CycleRecord | None:
         """The next cycle's first steps (collect, distill, validate, measure: `definitions.MEASURE_STEPS`) after the
         last one, so that the A/B counts the traffic served while the last cycle ran; that cycle stays running in
         the ledger and trains when the loop goes on. Its record, or None when it did not measure."""
