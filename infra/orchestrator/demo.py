@@ -114,6 +114,7 @@ class Demo:
                            cfg.orchestrator.step_timeout_s, warm=socket_path(self.state))
         self.t0 = time.monotonic()
         self.interrupted = False
+        self._dagster = None      # (instance, cycle job, definitions module): `dagster()`
 
     # --- set-up ----------------------------------------------------------------------------------------------
     def prepare_state(self, resume: bool) -> None:
@@ -203,7 +204,7 @@ class Demo:
     # --- the loop --------------------------------------------------------------------------------------------
     def dagster(self):
         """(the demo's Dagster instance, the cycle job, the definitions module), set up once."""
-        if getattr(self, "_dagster", None) is None:
+        if self._dagster is None:
             from infra.orchestrator.instance import dagster_home
 
             os.environ["DAGSTER_HOME"] = str(dagster_home(self.state))
@@ -222,8 +223,21 @@ class Demo:
             self._dagster = (dg.DagsterInstance.get(), defs_mod.defs.resolve_job_def(defs_mod.CYCLE_JOB), defs_mod)
         return self._dagster
 
-    def run_cycles(self, cycles: int) -> list[str]:
+    def execute(self, cycle_id: str, tags: dict, selection=None) -> tuple[bool, CycleRecord | None]:
+        """One in-process run of the cycle job for `cycle_id` (every step, or the `selection` of assets): whether it
+        succeeded, and the cycle's ledger record after it."""
         instance, job, defs_mod = self.dagster()
+        instance.add_dynamic_partitions(defs_mod.cycles.name, [cycle_id])
+        result = job.execute_in_process(partition_key=cycle_id, instance=instance, raise_on_error=False, tags=tags,
+                                        asset_selection=selection, run_config=QUIET_DAGSTER)
+        rec = Ledger(self.state).load(cycle_id)
+        # Dagster's in-process run takes Ctrl-C/SIGTERM itself and reports an interrupted run
+        if self.interrupted or (rec is not None and "ExecutionInterrupted" in rec.error):
+            raise KeyboardInterrupt
+        return result.success, rec
+
+    def run_cycles(self, cycles: int) -> list[str]:
+        instance, _, defs_mod = self.dagster()
         resource = defs_mod.resource_from_env()
         ledger = Ledger(self.state)
         attempts: dict[str, int] = {}
@@ -246,22 +260,16 @@ class Demo:
                 rec = ledger.load(cid)
                 raise DemoError(f"cycle {cid} failed {MAX_ATTEMPTS} times; last error: {rec.error if rec else '?'}")
             self.log(f"[cadence] start {cid}: {decision.reason} (elapsed {self.elapsed():.0f}s)")
-            instance.add_dynamic_partitions(defs_mod.cycles.name, [cid])
-            result = job.execute_in_process(partition_key=cid, instance=instance, raise_on_error=False,
-                                            tags=request.tags, run_config=QUIET_DAGSTER)
-            rec = ledger.load(cid)
-            # Dagster's in-process run takes Ctrl-C/SIGTERM itself and reports an interrupted run
-            if self.interrupted or (rec is not None and "ExecutionInterrupted" in rec.error):
-                raise KeyboardInterrupt
+            success, rec = self.execute(cid, request.tags)
             self.log(f"[cycle {cid}] {rec.status if rec else '?'} after {self.elapsed():.0f}s"
-                     + ("" if result.success else f": {rec.error[:300] if rec else 'run failed'}"))
+                     + ("" if success else f": {rec.error[:300] if rec else 'run failed'}"))
         return [r.cycle_id for r in ledger.all() if r.status in (DONE, BLOCKED)][:cycles]
 
     def measure_tail(self) -> CycleRecord | None:
         """The next cycle's first steps (collect, distill, validate, measure: `definitions.MEASURE_STEPS`) after the
         last one, so that the A/B counts the traffic served while the last cycle ran; that cycle stays running in
         the ledger and trains when the loop goes on. Its record, or None when it did not measure."""
-        instance, job, defs_mod = self.dagster()
+        defs_mod = self.dagster()[2]
         ledger = Ledger(self.state)
         records = ledger.all()
         last = records[-1] if records else None
@@ -281,14 +289,9 @@ class Demo:
                 return None
         self.log(f"[ab] measuring the traffic served since the last cycle's range as {cid}'s first steps "
                  f"({', '.join(defs_mod.MEASURE_STEPS)}; {cid} trains when the loop goes on)")
-        instance.add_dynamic_partitions(defs_mod.cycles.name, [cid])
-        result = job.execute_in_process(partition_key=cid, instance=instance, raise_on_error=False,
-                                        asset_selection=defs_mod.MEASURE_SELECTION, run_config=QUIET_DAGSTER,
-                                        tags={"rtrl/reason": "demo: A/B of the traffic after the last cycle"})
-        rec = ledger.load(cid)
-        if self.interrupted or (rec is not None and "ExecutionInterrupted" in rec.error):
-            raise KeyboardInterrupt
-        if not result.success or rec is None or not rec.result("measure").get("measured"):
+        success, rec = self.execute(cid, {"rtrl/reason": "demo: A/B of the traffic after the last cycle"},
+                                    defs_mod.MEASURE_SELECTION)
+        if not success or rec is None or not rec.result("measure").get("measured"):
             self.log(f"[ab] warning: {cid} did not measure ({rec.error[:300] if rec else 'run failed'}); the A/B "
                      "covers the cycles' ranges only")
             return None
