@@ -121,6 +121,19 @@ def _wait(driver, css: str, timeout: float = 60, text: str | None = None):
     return wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, css)))
 
 
+def _wait_count(driver, css: str, n: int, timeout: float = 60) -> list:
+    """The elements matching `css` once there are at least `n` of them (or those there are at the timeout)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(driver, timeout).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, css)) >= n)
+    except TimeoutException:
+        pass
+    return driver.find_elements(By.CSS_SELECTOR, css)
+
+
 def test_experiment_table_and_chart_render(dashboard, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
@@ -180,8 +193,9 @@ def test_trends_and_health_render(dashboard, browser, tmp_path):
     url, _ = dashboard
     browser.get(f"{url}/?page=trends")
     _wait(browser, '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg')
-    charts = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stVegaLiteChart"]')
-    assert len(charts) >= 6                                   # two per default metric
+    # Streamlit renders the page's charts one by one: wait for all of them, then count (two per default metric)
+    charts = _wait_count(browser, '[data-testid="stVegaLiteChart"]', 6)
+    assert len(charts) >= 6, f"{len(charts)} trend charts rendered"
     _shot(browser, "dashboard-trends.png", tmp_path)
     browser.get(f"{url}/?page=health")
     lag = _wait(browser, '[data-testid="stMetric"]', text="Reward-job lag")
