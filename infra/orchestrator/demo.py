@@ -15,8 +15,9 @@
    enough mature requests exist; each run is recorded in the Dagster instance of the demo state dir (the UI
    shows them), a failed run is resumed by the sensor;
 6. after K cycles: the next cycle's first steps (collect -> measure, `demo.ab_tail`), so that the A/B also counts
-   the traffic served while the last cycle ran (that cycle trains when the loop goes on); the A/B metrics of the
-   reward rows (pipelines.metrics) and the summary.
+   the traffic served while the last cycle ran (that cycle trains when the loop goes on), taken no earlier than
+   `demo.ab_tail_until_s` after the start (the rest of the time budget goes to A/B traffic); the A/B metrics of
+   the reward rows (pipelines.metrics) and the summary.
 Without --keep-running everything is stopped at the end (also on Ctrl-C or an error).
 """
 
@@ -33,6 +34,7 @@ from typing import Callable
 
 from infra.config import load_config
 from infra.orchestrator.clock import AcceleratedClock, clock_path
+from infra.orchestrator.config import DemoConfig
 from infra.orchestrator.ledger import BLOCKED, DONE, CycleRecord, Ledger, next_cycle_id
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
 from infra.orchestrator.warm_runner import socket_path, start_background, wait_listening
@@ -99,6 +101,12 @@ def user_pace(cfg) -> list[str]:
 def demo_suite_cfg(cfg):
     """The user's config with the demo's suite size: `evals.gate_run.default_suite` of it is the demo's suite."""
     return cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"suite_tasks": cfg.demo.gate_tasks})})
+
+
+def tail_wait_s(demo: DemoConfig, elapsed: float) -> float:
+    """Wall seconds to wait after the last cycle before measuring the A/B tail: at least `ab_tail_wait_s`, and
+    long enough to reach `ab_tail_until_s` since the demo started."""
+    return max(demo.ab_tail_wait_s, demo.ab_tail_until_s - elapsed, 0.0)
 
 
 class Demo:
@@ -274,9 +282,15 @@ class Demo:
         records = ledger.all()
         last = records[-1] if records else None
         cid = last.cycle_id if last is not None and last.status not in (DONE, BLOCKED) else next_cycle_id(records)
-        if (wait := self.cfg.demo.ab_tail_wait_s) > 0:
-            self.log(f"[ab] {wait:.0f}s more traffic before the last measurement")
-            time.sleep(wait)
+        if (wait := tail_wait_s(self.cfg.demo, self.elapsed())) > 0:
+            until = self.elapsed() + wait
+            self.log(f"[ab] {wait:.0f}s more traffic before the last measurement (at {until:.0f}s; "
+                     "demo.ab_tail_wait_s, demo.ab_tail_until_s)")
+            while (left := until - self.elapsed()) > 0:
+                time.sleep(min(left, 30.0))
+                self.check_background()
+                if until - self.elapsed() > 1:
+                    self.log(f"[ab] {until - self.elapsed():.0f}s of traffic left before the last measurement")
         self.check_background()
         if last is None or last.cycle_id != cid or not last.done("collect"):     # its range is not fixed yet
             from infra.orchestrator.cadence import count_mature_requests

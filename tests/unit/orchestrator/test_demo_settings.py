@@ -82,3 +82,18 @@ def test_a_resumed_demo_goes_on_from_where_the_last_ones_simulated_time_stood(tm
     # a cycle stamped later than that clock says (an earlier resume on a clock behind it): after that cycle
     ledger.save(CycleRecord("c3", 3, (T0 + timedelta(hours=9)).isoformat(), anchor + 250))
     assert demo.resumed_origin() == T0 + timedelta(hours=9, seconds=RESUME_MARGIN_S * 60)
+
+
+@pytest.mark.parametrize("wait_s, until_s, elapsed, expected", [
+    (0.0, 0.0, 400.0, 0.0),        # neither: measure right after the last cycle
+    (0.0, 540.0, 400.0, 140.0),    # cycles done early: the rest of the budget is A/B traffic
+    (0.0, 540.0, 600.0, 0.0),      # cycles done late: measure at once
+    (30.0, 540.0, 600.0, 30.0),    # ab_tail_wait_s is a floor on its own
+    (30.0, 540.0, 400.0, 140.0),   # the later of the two
+])
+def test_the_ab_tail_waits_for_traffic_until_the_configured_time_since_the_start(tmp_path, wait_s, until_s, elapsed,
+                                                                                   expected):
+    from infra.orchestrator.demo import tail_wait_s
+
+    cfg = make_config(tmp_path, f"demo.ab_tail_wait_s={wait_s}", f"demo.ab_tail_until_s={until_s}")
+    assert tail_wait_s(cfg.demo, elapsed) == pytest.approx(expected)
