@@ -286,11 +286,12 @@ class Demo:
             until = self.elapsed() + wait
             self.log(f"[ab] {wait:.0f}s more traffic before the last measurement (at {until:.0f}s; "
                      "demo.ab_tail_wait_s, demo.ab_tail_until_s)")
-            while (left := until - self.elapsed()) > 0:
+            left = wait
+            while left > 0:
                 time.sleep(min(left, 30.0))
                 self.check_background()
-                if until - self.elapsed() > 1:
-                    self.log(f"[ab] {until - self.elapsed():.0f}s of traffic left before the last measurement")
+                if (left := until - self.elapsed()) > 1:
+                    self.log(f"[ab] {left:.0f}s of traffic left before the last measurement")
         self.check_background()
         if last is None or last.cycle_id != cid or not last.done("collect"):     # its range is not fixed yet
             from infra.orchestrator.cadence import count_mature_requests
