@@ -36,6 +36,10 @@ class TrainerConfig(BaseModel):
     kl_estimator: str = Field(default="k1", pattern="^(k1|k3)$")
     aggregation: str = Field(default="constant", pattern="^(constant|token_mean|seq_mean)$")
     normalize_std: bool = Field(default=False, description="Divide advantages by the group/stratum std.")
+    negative_weight: float = Field(default=0.0, ge=0, le=1,
+                                   description="Scale of negative advantages (asymmetric REINFORCE): 1 = symmetric, "
+                                               "0 = only above-baseline rows push (measured: at 1 the default policy "
+                                               "drifts toward malformed tool calls; README, Trainer).")
     stratify_by: str = Field(default="", description="Reward-table column whose values are the leave-one-out "
                              "strata (e.g. org_id); '' = one stratum. Never the response's own kind: that would "
                              "cancel the signal between an edit and a needless answer.")

@@ -18,6 +18,11 @@ Baselines (`advantages`):
                    A stratum of one sample gets b_i = R_i (A_i = 0).
     std            A_i /= (std of R in the group/stratum + eps), only when `normalize_std` (Dr. GRPO, Liu et al.
                    2025, shows it biases toward easy/hard prompts; off by default).
+    negatives      A_i *= w where A_i < 0 (`negative_weight`, 0 <= w <= 1): an asymmetric REINFORCE that weighs
+                   below-baseline samples less (cf. Arnal et al. 2025, "Asymmetric REINFORCE for off-policy RL";
+                   w = 0 keeps only above-baseline samples, like reward-ranked fine-tuning, RAFT, Dong et al. 2023).
+                   Pushing down a sampled token hands its probability to every other token; on the default policy
+                   that drifted it toward malformed tool calls within a few steps (README, "Trainer").
 
 Per-token surrogate (`pg_clip`, PPO's clipped objective, Schulman et al. 2017, with truncated importance
 sampling for the sampler/trainer mismatch, Yao et al. 2025 "Your efficient RL framework secretly brings you
@@ -59,8 +64,11 @@ class Advantages:
 
 
 def advantages(rewards: torch.Tensor, groups: list | None = None, strata: list | None = None,
-               normalize_std: bool = False, eps: float = 1e-6) -> Advantages:
-    """Group-mean baseline where a prompt group has >= 2 samples, else leave-one-out within the stratum."""
+               normalize_std: bool = False, eps: float = 1e-6, negative_weight: float = 1.0) -> Advantages:
+    """Group-mean baseline where a prompt group has >= 2 samples, else leave-one-out within the stratum;
+    negative advantages scaled by `negative_weight`."""
+    if not 0.0 <= negative_weight <= 1.0:
+        raise ValueError(f"negative_weight must be in [0, 1], got {negative_weight}")
     r = rewards.double()
     n = r.shape[0]
     groups = groups if groups is not None else [None] * n
@@ -91,6 +99,7 @@ def advantages(rewards: torch.Tensor, groups: list | None = None, strata: list |
         if normalize_std and len(idx) > 1:
             scale[ix] = vals.std(unbiased=False) + eps
     adv = (r - base) / scale
+    adv = torch.where(adv < 0, adv * negative_weight, adv)
     return Advantages(adv.to(rewards.dtype), base.to(rewards.dtype), from_group)
 
 

@@ -97,7 +97,7 @@ class Trainer:
             raise ValueError(f"trainer.stratify_by: the reward table has no column {by!r}")
         strata = [str(v) for v in self.rows[by].to_list()] if by else None
         self.adv = advantages(torch.tensor(self.rows["reward"].to_list(), dtype=torch.float32), groups, strata,
-                              self.cfg.normalize_std).values
+                              self.cfg.normalize_std, negative_weight=self.cfg.negative_weight).values
         self._bucket_by_length()
         self.plan = steps(self.rows.height, self.cfg.rows_per_step, self.cfg.micro_batch)
         accumulation = max(len(s) for s in self.plan) if self.plan else 1

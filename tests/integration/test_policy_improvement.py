@@ -1,14 +1,21 @@
 """Policy improvement on the simulator, offline (issue 5): checkpoint v0 serves the simulated users for one cycle,
 their reactions become reward rows (the reward job's computation), `rtrl train` turns them into a candidate, and
-the candidate makes clearly more right edits than v0 on held-out tasks (workspaces neither ever saw)."""
+the candidate makes clearly more right edits than v0 on held-out tasks (workspaces neither ever saw).
+
+The comparison is paired: both checkpoints answer the same 2,000 tasks with the same sampling seed, and the
+rise must be at least MARGIN with a one-sided 95 % interval above zero (clustered by workspace). v0 is made by
+`rtrl bootstrap`, whose stopping step depends on the CPU's floating-point kernels (v0 measured 0.40 and 0.45 on
+these tasks on different machines), so the margin must hold for a v0 anywhere in that band."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from evals.gate.stats import paired_difference
 from infra.registry import Registry
 from tests.conftest import make_config
 
@@ -16,22 +23,25 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180
 
 REPO = Path(__file__).parents[2]
 HELD_OUT_SEED = 4242   # evaluation workspaces and sampling seed; bootstrap trains on seed 0, evaluates on 1000
-MARGIN = 0.03          # absolute rise in the share of right edits (v0 is at ~0.40 on these tasks)
+HELD_OUT_WORKSPACES = 500   # x 4 tasks: 2,000 edit turns (paired standard error ~0.9 points)
+MARGIN = 0.02          # absolute rise in the share of right edits (v0 is at 0.40-0.45 on these tasks)
 
 
-def _accuracy(folder: Path) -> dict:
-    import torch
+def _held_out(folder: Path) -> tuple[dict, list[tuple[str, int]]]:
+    """Sampled (T=1, seeded) metrics on the held-out tasks and the per-task right-edit outcomes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer.bootstrap.corpus import generate_tasks
-    from trainer.bootstrap.evaluate import evaluate
+    from trainer.bootstrap.evaluate import generate, right_edits, score, turns_of
 
-    torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    tasks = generate_tasks(seed=HELD_OUT_SEED, workspaces=100, tasks_per_workspace=4, orgs=16)
-    return evaluate(model, tokenizer, tasks, max_new_tokens=192, batch_size=50, seed=HELD_OUT_SEED,
-                    log=lambda _: None, greedy=False).sampled.__dict__
+    turns = turns_of(generate_tasks(seed=HELD_OUT_SEED, workspaces=HELD_OUT_WORKSPACES, tasks_per_workspace=4,
+                                    orgs=16))
+    prompts = [tokenizer.apply_chat_template(t.messages, add_generation_prompt=True, tokenize=False) for t in turns]
+    texts, counts = generate(model, tokenizer, prompts, sample=True, max_new_tokens=192, batch_size=50,
+                             seed=HELD_OUT_SEED)
+    return score(turns, texts, counts).__dict__, right_edits(turns, texts)
 
 
 def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapped, tmp_path):
@@ -62,8 +72,15 @@ def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapp
     candidate = registry.local_path(result["candidate"])
     assert registry.info(result["candidate"]).tags["candidate"] == "true"
 
-    before, after = _accuracy(v0), _accuracy(candidate)
+    (before, units_v0), (after, units_cand) = _held_out(v0), _held_out(candidate)
+    assert [t for t, _ in units_v0] == [t for t, _ in units_cand]
+    workspace = {w: i for i, w in enumerate(dict.fromkeys(t.rsplit("-", 1)[0] for t, _ in units_v0))}
+    rise = paired_difference(np.array([r for _, r in units_cand]), np.array([r for _, r in units_v0]),
+                             np.array([workspace[t.rsplit("-", 1)[0]] for t, _ in units_v0]), confidence=0.95)
     print(json.dumps({"rows": rows.height, "reward_mean": float(rows["reward"].mean()), "train": result,
-                      "v0": before, "candidate": after}, default=str))
-    assert after["edit_accuracy"] >= before["edit_accuracy"] + MARGIN, (before, after)
+                      "v0": before, "candidate": after, "rise": rise.__dict__}, default=str))
+    assert rise.n_pairs == 2000 and rise.estimate == pytest.approx(after["edit_accuracy"] - before["edit_accuracy"],
+                                                                   abs=1e-3)
+    assert rise.estimate >= MARGIN and rise.lower > 0, (rise, before, after)
     assert after["broken_rate"] <= before["broken_rate"] + 0.02, (before, after)
+    assert after["malformed_rate"] <= before["malformed_rate"] + 0.02, (before, after)

@@ -85,15 +85,26 @@ def _rate(num: int, den: int) -> float:
     return round(num / den, 4) if den else 0.0
 
 
+def _graded(turns: Sequence[Turn], responses: Sequence[str]):
+    """(turn, parsed response, grade) for each turn and its response."""
+    for turn, text in zip(turns, responses):
+        parsed = parse_response(text)
+        yield turn, parsed, grade(turn.task, parsed, clarified=turn.clarified)
+
+
+def right_edits(turns: Sequence[Turn], responses: Sequence[str]) -> list[tuple[str, int]]:
+    """(task id, 1 if the edit is right else 0) for each turn that wants an edit, in turn order: the units of a
+    paired comparison of two checkpoints on the same tasks (`edit_accuracy` is their mean)."""
+    return [(turn.task.task_id, int(g.correct)) for turn, _, g in _graded(turns, responses) if turn.wants_edit]
+
+
 def score(turns: Sequence[Turn], responses: Sequence[str], n_tokens: Sequence[int]) -> Metrics:
     """Grade each turn's response and aggregate."""
     outcomes: dict[str, int] = {}
     by_kind: dict[str, list[int]] = {}
     edit_turns = right = broken = malformed = 0
     q_amb = n_amb = q_clear = n_clear = 0
-    for turn, text in zip(turns, responses):
-        parsed = parse_response(text)
-        g = grade(turn.task, parsed, clarified=turn.clarified)
+    for turn, parsed, g in _graded(turns, responses):
         outcomes[g.outcome] = outcomes.get(g.outcome, 0) + 1
         broken += g.outcome == "broken"
         malformed += parsed.broken > 0

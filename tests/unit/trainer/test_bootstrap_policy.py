@@ -13,7 +13,7 @@ from schemas.tool_protocol import parse_response
 from trainer.bootstrap import sft
 from trainer.bootstrap.config import PolicyConfig
 from trainer.bootstrap.corpus import build_corpus, generate_tasks
-from trainer.bootstrap.evaluate import score, turns_of
+from trainer.bootstrap.evaluate import right_edits, score, turns_of
 from trainer.bootstrap.model import build_model, n_parameters
 from trainer.bootstrap.tokenizer import train_tokenizer
 
@@ -184,6 +184,17 @@ def test_score_counts_right_edits_broken_calls_and_questions():
     asks = ["Which one?"] * len(turns)
     m = score(turns, asks, [1] * len(turns))
     assert m.question_rate_clear == 1.0 and m.edit_accuracy == 0.0 and m.outcomes == {"question": len(turns)}
+
+
+def test_right_edits_gives_one_paired_unit_per_edit_turn_whose_mean_is_the_edit_accuracy():
+    turns = turns_of(generate_tasks(5, 30, 2, 4))
+    responses = [t.task.demonstration(t.clarified) if i % 3 else "Which one?" for i, t in enumerate(turns)]
+    units = right_edits(turns, responses)
+    wants = [t for t in turns if t.wants_edit]
+    assert [task_id for task_id, _ in units] == [t.task.task_id for t in wants]
+    assert {r for _, r in units} == {0, 1}
+    assert sum(r for _, r in units) / len(units) == pytest.approx(score(turns, responses, [1] * len(turns)).edit_accuracy,
+                                                                  abs=1e-4)
 
 
 def test_checkpoint_folder_is_a_plain_llama_that_auto_classes_load(corpus, tokenizer, tmp_path):

@@ -24,6 +24,16 @@ def test_a_group_of_one_falls_back_to_leave_one_out_and_std_normalization_is_opt
     assert s.values.tolist() == [1.0, -1.0]  # (r - 0.5) / 0.5
 
 
+def test_negative_advantages_are_scaled_by_the_negative_weight_and_positive_ones_kept():
+    r = torch.tensor([1.0, 3.0, 5.0])                       # leave-one-out: A = -3, 0, +3
+    assert advantages(r, negative_weight=0.25).values.tolist() == [-0.75, 0.0, 3.0]
+    zero = advantages(r, negative_weight=0.0)
+    assert zero.values.tolist() == [0.0, 0.0, 3.0] and zero.baselines.tolist() == [4.0, 3.0, 2.0]
+    assert advantages(r).values.tolist() == [-3.0, 0.0, 3.0]   # 1 (the function's default): symmetric
+    with pytest.raises(ValueError, match="negative_weight"):
+        advantages(r, negative_weight=1.5)
+
+
 def test_aggregations_by_hand():
     x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]])
     m = torch.tensor([[1, 1, 1], [1, 0, 0]])

@@ -20,7 +20,7 @@ def parent(tmp_path_factory):
 
 
 def _cfg(**kw):
-    base = dict(micro_batch=4, rows_per_step=16, lr=5e-3, max_tokens=8, min_rows=1, threads=1)
+    base = dict(micro_batch=4, rows_per_step=16, lr=5e-3, max_tokens=8, min_rows=1, threads=1, negative_weight=1.0)
     return TrainerConfig(**{**base, **kw})
 
 
@@ -58,6 +58,9 @@ def test_parameters_change_and_rewarded_first_tokens_become_likelier(parent, tmp
         return float(torch.stack([p[0::2].sum() for p in probs]).mean())
 
     assert mean_even_mass(tmp_path / "run" / "checkpoint") > mean_even_mass(folder) + 0.01
+    # only the above-baseline rows push (the default negative_weight 0): the same direction, about half the move
+    _run(parent, tmp_path / "positive", negative_weight=0.0)
+    assert mean_even_mass(tmp_path / "positive" / "checkpoint") > mean_even_mass(folder) + 0.003
     h = summary.history[0]
     assert h.mismatch < 1e-4 and h.tis_weight_mean == pytest.approx(1.0, abs=1e-3) and h.grad_norm is not None
 
