@@ -39,7 +39,8 @@ class TrainerConfig(BaseModel):
     negative_weight: float = Field(default=0.0, ge=0, le=1,
                                    description="Scale of negative advantages (asymmetric REINFORCE): 1 = symmetric, "
                                                "0 = only above-baseline rows push (measured: at 1 the default policy "
-                                               "drifts toward malformed tool calls; README, \"Policy improvement, offline\").")
+                                               "drifts toward malformed tool calls; README, \"Policy improvement, "
+                                               "offline\").")
     stratify_by: str = Field(default="", description="Reward-table column whose values are the leave-one-out "
                              "strata (e.g. org_id); '' = one stratum. Never the response's own kind: that would "
                              "cancel the signal between an edit and a needless answer.")

@@ -22,7 +22,8 @@ Baselines (`advantages`):
                    below-baseline samples less (cf. Arnal et al. 2025, "Asymmetric REINFORCE for off-policy RL";
                    w = 0 keeps only above-baseline samples, like reward-ranked fine-tuning, RAFT, Dong et al. 2023).
                    Pushing down a sampled token hands its probability to every other token; on the default policy
-                   that drifted it toward malformed tool calls within a few steps (README, "Policy improvement, offline").
+                   that drifted it toward malformed tool calls within a few steps (README, "Policy improvement,
+                   offline").
 
 Per-token surrogate (`pg_clip`, PPO's clipped objective, Schulman et al. 2017, with truncated importance
 sampling for the sampler/trainer mismatch, Yao et al. 2025 "Your efficient RL framework secretly brings you

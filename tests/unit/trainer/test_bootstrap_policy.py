@@ -193,8 +193,8 @@ def test_right_edits_gives_one_paired_unit_per_edit_turn_whose_mean_is_the_edit_
     wants = [t for t in turns if t.wants_edit]
     assert [task_id for task_id, _ in units] == [t.task.task_id for t in wants]
     assert {r for _, r in units} == {0, 1}
-    assert sum(r for _, r in units) / len(units) == pytest.approx(score(turns, responses, [1] * len(turns)).edit_accuracy,
-                                                                  abs=1e-4)
+    accuracy = score(turns, responses, [1] * len(turns)).edit_accuracy
+    assert sum(r for _, r in units) / len(units) == pytest.approx(accuracy, abs=1e-4)
 
 
 def test_checkpoint_folder_is_a_plain_llama_that_auto_classes_load(corpus, tokenizer, tmp_path):
