@@ -129,8 +129,10 @@ def test_users_drive_an_openai_endpoint_concurrently_on_the_scaled_clock():
     cfg = SimulatorConfig(users=4, speed=20_000, privacy_rate=0.0, max_turns=2)
     start = start_instant(cfg, 1.0)
     sink = ListSink()
-    pop = Population(cfg, policy, sink, ScaledClock(start, cfg.speed))
+    clock = ScaledClock(start, cfg.speed)
+    pop = Population(cfg, policy, sink, clock)
     pop.run(start + timedelta(seconds=1.0 * cfg.speed))
+    end = clock.now()   # the run drains past its deadline; at 20,000x a loaded machine's lag is hours of it
     s = pop.summary()
     n = s["requests"]
     assert n > 20 and s["by_arm"] == {"treatment": n} and s["by_policy_version"] == {"7": n}
@@ -140,5 +142,5 @@ def test_users_drive_an_openai_endpoint_concurrently_on_the_scaled_clock():
     assert follow and {e.previous_request_id for e in follow} <= ids
     for b in seen:  # the metadata is the simulated clock's, in the run's span
         t = datetime.fromisoformat(b["metadata"]["event_time"])
-        assert start <= t <= start + timedelta(seconds=cfg.speed + cfg.cleanup_delay_s)
+        assert start <= t <= end
     assert not s["failures"]
