@@ -282,8 +282,9 @@ class Demo:
         records = ledger.all()
         last = records[-1] if records else None
         cid = last.cycle_id if last is not None and last.status not in (DONE, BLOCKED) else next_cycle_id(records)
-        if (wait := tail_wait_s(self.cfg.demo, self.elapsed())) > 0:
-            until = self.elapsed() + wait
+        elapsed = self.elapsed()
+        if (wait := tail_wait_s(self.cfg.demo, elapsed)) > 0:
+            until = elapsed + wait
             self.log(f"[ab] {wait:.0f}s more traffic before the last measurement (at {until:.0f}s; "
                      "demo.ab_tail_wait_s, demo.ab_tail_until_s)")
             left = wait

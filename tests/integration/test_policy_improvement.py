@@ -32,15 +32,14 @@ def _held_out(folder: Path) -> tuple[dict, list[tuple[str, int]]]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer.bootstrap.corpus import generate_tasks
-    from trainer.bootstrap.evaluate import generate, right_edits, score, turns_of
+    from trainer.bootstrap.evaluate import generate, prompts_of, right_edits, score, turns_of
 
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     turns = turns_of(generate_tasks(seed=HELD_OUT_SEED, workspaces=HELD_OUT_WORKSPACES, tasks_per_workspace=4,
                                     orgs=16))
-    prompts = [tokenizer.apply_chat_template(t.messages, add_generation_prompt=True, tokenize=False) for t in turns]
-    texts, counts = generate(model, tokenizer, prompts, sample=True, max_new_tokens=192, batch_size=50,
-                             seed=HELD_OUT_SEED)
+    texts, counts = generate(model, tokenizer, prompts_of(turns, tokenizer), sample=True, max_new_tokens=192,
+                             batch_size=50, seed=HELD_OUT_SEED)
     return score(turns, texts, counts).__dict__, right_edits(turns, texts)
 
 
@@ -74,9 +73,9 @@ def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapp
 
     (before, units_v0), (after, units_cand) = _held_out(v0), _held_out(candidate)
     assert [t for t, _ in units_v0] == [t for t, _ in units_cand]
-    workspace = {w: i for i, w in enumerate(dict.fromkeys(t.rsplit("-", 1)[0] for t, _ in units_v0))}
-    rise = paired_difference(np.array([r for _, r in units_cand]), np.array([r for _, r in units_v0]),
-                             np.array([workspace[t.rsplit("-", 1)[0]] for t, _ in units_v0]), confidence=0.95)
+    _, workspace = np.unique([t.rsplit("-", 1)[0] for t, _ in units_v0], return_inverse=True)   # the cluster
+    rise = paired_difference(np.array([r for _, r in units_cand]), np.array([r for _, r in units_v0]), workspace,
+                             confidence=0.95)
     print(json.dumps({"rows": rows.height, "reward_mean": float(rows["reward"].mean()), "train": result,
                       "v0": before, "candidate": after, "rise": rise.__dict__}, default=str))
     assert rise.n_pairs == 2000 and rise.estimate == pytest.approx(after["edit_accuracy"] - before["edit_accuracy"],

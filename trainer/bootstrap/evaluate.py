@@ -123,6 +123,14 @@ def score(turns: Sequence[Turn], responses: Sequence[str], n_tokens: Sequence[in
                    round(sum(n_tokens) / max(1, len(n_tokens)), 1))
 
 
+def prompts_of(turns: Sequence[Turn], tokenizer) -> list[str]:
+    """Each turn's prompt text: the checkpoint's own chat template (any checkpoint; the default's equals
+    `render`), else the default chat format."""
+    if getattr(tokenizer, "chat_template", None):
+        return [tokenizer.apply_chat_template(t.messages, add_generation_prompt=True, tokenize=False) for t in turns]
+    return [t.prompt for t in turns]
+
+
 def generate(model, tokenizer, prompts: Sequence[str], *, sample: bool, max_new_tokens: int, batch_size: int,
              seed: int) -> tuple[list[str], list[int]]:
     """Responses (text up to eos, special tokens skipped, as serving returns them) and their token counts."""
@@ -163,11 +171,7 @@ def evaluate(model, tokenizer, tasks: Sequence[Task], *, max_new_tokens: int, ba
 
     t0 = time.monotonic()
     turns = turns_of(tasks)
-    if getattr(tokenizer, "chat_template", None):  # any checkpoint: its own format (the default's equals render)
-        prompts = [tokenizer.apply_chat_template(t.messages, add_generation_prompt=True, tokenize=False)
-                   for t in turns]
-    else:
-        prompts = [t.prompt for t in turns]
+    prompts = prompts_of(turns, tokenizer)
     metrics = {}
     for mode in ("sampled", "greedy") if greedy else ("sampled",):
         texts, counts = generate(model, tokenizer, prompts, sample=mode == "sampled", max_new_tokens=max_new_tokens,
