@@ -58,7 +58,7 @@ class DemoConfig(BaseModel):
                              "instead of a new interpreter each (15-40 s of imports per step on 2 cores).")
     gate_tasks: int = Field(default=40, ge=2, le=10_000, description="Held-out tasks of the demo's gate suite.")
     gate_samples: int = Field(default=4, ge=1, le=100, description="Samples per task and arm in the demo's gate "
-                              "(with 2, a third of the gates kept a champion no worse than the candidate: README).")
+                              "(with 2, 3 of 15 gates kept the champion on an interval around zero: README).")
     train_rows_per_step: int = Field(default=64, ge=1, le=1_000_000,
                                      description="trainer.rows_per_step in the demo: a cycle here has hundreds of "
                                                  "rows, so smaller steps give several updates per cycle (README, "
