@@ -152,8 +152,16 @@ def test_hot_swap_under_concurrent_load_fails_no_request(served):
     threads = [threading.Thread(target=hammer, args=(u,), daemon=True) for u in treatment + control]
     for t in threads:
         t.start()
+    def wait_for_treatment(answered, until: float):
+        while time.monotonic() < until:
+            with lock:
+                if any(r.get("arm") == "treatment" and answered(r) for r in results):
+                    return
+            time.sleep(0.2)
+
     try:
         time.sleep(2.0)
+        wait_for_treatment(lambda r: True, time.monotonic() + 300)  # a cold engine's first answers can take longer
         t_move = time.monotonic()
         registry.set_alias("champion", b)  # promotion: treatment moves to B, control stays on A (shared engine)
         deadline = time.monotonic() + 300
@@ -170,6 +178,9 @@ def test_hot_swap_under_concurrent_load_fails_no_request(served):
                 and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(1.0)
+        # on a loaded machine one request can outlast the whole switch: go on until treatment has answered one it
+        # started after the switch, so that the version check below has something to check
+        wait_for_treatment(lambda r: r["start"] > t_switched, time.monotonic() + 300)
     finally:
         stop.set()
         for t in threads:
