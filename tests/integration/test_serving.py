@@ -152,6 +152,7 @@ def test_hot_swap_under_concurrent_load_fails_no_request(served):
     threads = [threading.Thread(target=hammer, args=(u,), daemon=True) for u in treatment + control]
     for t in threads:
         t.start()
+
     def wait_for_treatment(answered, until: float):
         while time.monotonic() < until:
             with lock:
