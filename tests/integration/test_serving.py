@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import free_port
 from tests.integration.gateway import (openai_client, running_gateway, teacher_forced_logprobs, trajectories,
-                                       users_of)
+                                       users_of, wait_for)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -153,16 +153,14 @@ def test_hot_swap_under_concurrent_load_fails_no_request(served):
     for t in threads:
         t.start()
 
-    def wait_for_treatment(answered, until: float):
-        while time.monotonic() < until:
-            with lock:
-                if any(r.get("arm") == "treatment" and answered(r) for r in results):
-                    return
-            time.sleep(0.2)
+    def treatment_answered(started_after: float) -> bool:
+        with lock:
+            return any(r.get("arm") == "treatment" and r["start"] > started_after for r in results)
 
     try:
         time.sleep(2.0)
-        wait_for_treatment(lambda r: True, time.monotonic() + 300)  # a cold engine's first answers can take longer
+        # a cold engine's first answers can take longer than that
+        wait_for(lambda: treatment_answered(float("-inf")), 300, "a first answer from treatment")
         t_move = time.monotonic()
         registry.set_alias("champion", b)  # promotion: treatment moves to B, control stays on A (shared engine)
         deadline = time.monotonic() + 300
@@ -181,7 +179,7 @@ def test_hot_swap_under_concurrent_load_fails_no_request(served):
         time.sleep(1.0)
         # on a loaded machine one request can outlast the whole switch: go on until treatment has answered one it
         # started after the switch, so that the version check below has something to check
-        wait_for_treatment(lambda r: r["start"] > t_switched, time.monotonic() + 300)
+        wait_for(lambda: treatment_answered(t_switched), 300, "treatment's answer to a request after the switch")
     finally:
         stop.set()
         for t in threads:

@@ -6,14 +6,14 @@ holds after a reload), and the engine retired by the next swap goes back to the 
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
 import pytest
 
 from serving.affinity import thread_affinities
 from tests.conftest import free_port
-from tests.integration.gateway import openai_client, running_gateway, teacher_forced_logprobs, trajectories, users_of
+from tests.integration.gateway import (openai_client, running_gateway, teacher_forced_logprobs, trajectories, users_of,
+                                      wait_for)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -21,16 +21,6 @@ LOGPROB_TOLERANCE = 1e-3  # as tests/integration/test_serving.py
 # as `rtrl demo`: the arms' engines on core 0, the spare on core 1 (a promoted spare moves to core 0)
 SPLIT_CORES = {"cpu_cores": "0", "spare_cpu_cores": "1"} if len(os.sched_getaffinity(0)) >= 2 else {}
 PROMPT = [{"role": "user", "content": "Raise RETRIES in app/util.py"}]
-
-
-def wait_for(check, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout_s:.0f}s")
 
 
 def test_a_swapped_in_version_reloads_the_spare_and_serves_the_new_weights(stack, tmp_path):
