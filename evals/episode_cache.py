@@ -1,10 +1,15 @@
-"""Episodes of a version kept for the next gate (`gate.reuse_episodes`).
+"""Episodes of a checkpoint kept for later gates (`gate.reuse_episodes`).
 
 Each cycle's gate runs the champion on the same tasks with the same seeds, and the champion was the previous
-gate's candidate: its episodes are already measured. With the cache on, a gate stores its candidate's episodes
-(when none was an infrastructure failure) and the next gate reads the champion's instead of running them again,
-so only the candidate's arm runs. The pairing the gate needs, (task, sample) with the same seed for both arms,
-is kept; what can differ from a rerun is floating-point noise of batching, as between two reruns.
+gate's candidate: its episodes are already measured. With the cache on, a gate stores its arms' episodes (when none
+was an infrastructure failure) and a later gate reads the champion's instead of running them again, so only the
+candidate's arm runs. The pairing the gate needs, (task, sample) with the same seed for both arms, is kept; what
+can differ from a rerun is floating-point noise of batching, as between two reruns.
+
+A checkpoint is named by its content digest (the registry's `rtrl.content_sha256` tag), not its version number,
+and the cache lives with the suite (`<suite>/.episode-cache/`), which outlives a state dir: so a checkpoint
+registered again elsewhere with the same bytes (every `rtrl demo` registers the same cached v0) is measured once
+per suite, and two registries' version 2 never share episodes. A version without the tag is not cached.
 
 The key covers what decides an episode besides the weights: the suite folder, the kept task ids, samples per task,
 the sampling seed and serving's temperature, completion budget and context length. Anything else that changes
@@ -28,18 +33,26 @@ def cache_key(suite_dir: Path, task_ids: list[str], samples: int, seed: int, ser
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+CACHE_DIR = ".episode-cache"
+
+
+def cache_root(suite_dir: Path) -> Path:
+    """Where a suite's gates keep checkpoints' episodes."""
+    return Path(suite_dir) / CACHE_DIR
+
+
 class EpisodeCache:
-    """`<root>/v<version>-<key>.jsonl`: one version's episodes under one key."""
+    """`<root>/<digest>-<key>.jsonl`: one checkpoint's episodes under one key."""
 
     def __init__(self, root: Path, key: str):
         self.root, self.key = Path(root), key
 
-    def path(self, version: str) -> Path:
-        return self.root / f"v{version}-{self.key}.jsonl"
+    def path(self, digest: str) -> Path:
+        return self.root / f"{digest[:32]}-{self.key}.jsonl"
 
-    def load(self, version: str, arm: str) -> list[Episode] | None:
-        """The version's stored episodes relabelled as `arm`, or None when there are none under this key."""
-        p = self.path(version)
+    def load(self, digest: str, arm: str) -> list[Episode] | None:
+        """The checkpoint's stored episodes relabelled as `arm`, or None when there are none under this key."""
+        p = self.path(digest)
         if not p.exists():
             return None
         episodes = []
@@ -50,13 +63,14 @@ class EpisodeCache:
             episodes.append(e)
         return episodes or None
 
-    def store(self, version: str, episodes: list[Episode]) -> Path | None:
-        """Keep the version's episodes (atomically); not when one was an infrastructure failure. The path or None."""
+    def store(self, digest: str, episodes: list[Episode]) -> Path | None:
+        """Keep the checkpoint's episodes (atomically); not when one was an infrastructure failure. The path or
+        None."""
         if not episodes or any(not e.valid for e in episodes):
             return None
         self.root.mkdir(parents=True, exist_ok=True)
-        p = self.path(version)
-        tmp = p.with_suffix(".tmp")
+        p = self.path(digest)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             for e in episodes:
                 f.write(json.dumps(e.to_dict(), default=str) + "\n")

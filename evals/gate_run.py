@@ -176,18 +176,19 @@ def unstage_after(cfg, versions: dict[str, str], promote: bool, log: Callable[[s
             log(f"[gate] unstaging version {version}: {e}")
 
 
-def reused_champion(cfg, suite_dir: Path, tasks: list[Task], samples: int, champion: str,
+def reused_champion(cfg, suite_dir: Path, tasks: list[Task], samples: int, champion: str | None,
                     log: Callable[[str], None]):
-    """(the episode cache or None when gate.reuse_episodes is off, the champion's kept episodes or None)."""
+    """(the episode cache or None when gate.reuse_episodes is off, the champion's kept episodes or None);
+    `champion` is its content digest (None: a version without one, never reused)."""
     if not cfg.gate.reuse_episodes:
         return None, None
-    from evals.episode_cache import EpisodeCache, cache_key
+    from evals.episode_cache import EpisodeCache, cache_key, cache_root
 
     key = cache_key(suite_dir, [t.id for t in tasks], samples, cfg.gate.seed, cfg.serving)
-    cache = EpisodeCache(cfg.state_path / "gate" / "episodes", key)
-    reused = cache.load(champion, "champion")
+    cache = EpisodeCache(cache_root(suite_dir), key)
+    reused = cache.load(champion, "champion") if champion else None
     if reused:
-        log(f"[gate] champion v{champion}: {len(reused)} episodes kept from the gate that evaluated it "
+        log(f"[gate] champion: {len(reused)} episodes of the same checkpoint kept from an earlier gate "
             f"({cache.path(champion)}); running the candidate only")
     return cache, reused
 
@@ -249,7 +250,8 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     timings = {"flaky_check": time.monotonic() - t0}
     k, w = samples or g.samples_per_task, workers or g.workers
     log(f"[gate] candidate v{candidate} vs champion v{champion}: {len(kept)} tasks x {k} samples per arm")
-    cache, reused = reused_champion(cfg, suite_dir, kept, k, champion, log)
+    digests = {arm: registry.digest(v) for arm, v in (("candidate", candidate), ("champion", champion))}
+    cache, reused = reused_champion(cfg, suite_dir, kept, k, digests["champion"], log)
     versions = {"candidate": candidate} if reused else {"candidate": candidate, "champion": champion}
     if g.via_serving:
         try:
@@ -259,9 +261,10 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
             raise
     else:
         episodes = run_arms(cfg, registry, versions, kept, suite_dir, k, w, timings, log)
-    if cache is not None:   # this gate's measurements, for the gates where these versions are the champion
-        for arm, version in versions.items():
-            cache.store(version, [e for e in episodes if e.arm == arm])
+    if cache is not None:   # this gate's measurements, for the gates where these checkpoints are the champion
+        for arm in versions:
+            if digests[arm]:
+                cache.store(digests[arm], [e for e in episodes if e.arm == arm])
     episodes += reused or []
     result = decide(episodes, g)
     if g.via_serving:

@@ -4,11 +4,14 @@ aliases at versions, resolve an alias to a local folder.
 Every component meets the registry through this module: `rtrl bootstrap` and the trainer register versions,
 serving resolves its arms' aliases (and polls them for hot swaps), promotion moves `champion`. A version's files
 are the artifacts of one MLflow run (`checkpoint/`); `local_path` downloads them once into a cache folder named by
-version, atomically, so concurrent readers never see a half-copied checkpoint.
+version, atomically, so concurrent readers never see a half-copied checkpoint. Every version carries the SHA-256
+of its files (tag `rtrl.content_sha256`): two versions with the same tag are the same checkpoint, even in two
+registries (the gate's episode cache relies on it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -17,6 +20,20 @@ from pathlib import Path
 
 EXPERIMENT = "rtrl-checkpoints"
 ARTIFACT_DIR = "checkpoint"
+DIGEST_TAG = "rtrl.content_sha256"
+
+
+def content_digest(folder: str | Path) -> str:
+    """SHA-256 over a checkpoint folder: every file's path (relative, sorted) and bytes."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0")
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -50,13 +67,14 @@ class Registry:
 
     def register(self, folder: str | Path, tags: dict[str, str] | None = None,
                  run_name: str = "checkpoint") -> str:
-        """Log `folder` (an HF checkpoint) as a run's artifacts and make it a new version; returns the version."""
+        """Log `folder` (an HF checkpoint) as a run's artifacts and make it a new version, tagged with the folder's
+        `content_digest`; returns the version."""
         from mlflow.exceptions import MlflowException
 
         folder = Path(folder)
         if not (folder / "config.json").is_file():
             raise ValueError(f"{folder} is not a Hugging Face checkpoint folder (no config.json)")
-        tags = {k: str(v) for k, v in (tags or {}).items()}
+        tags = {k: str(v) for k, v in (tags or {}).items()} | {DIGEST_TAG: content_digest(folder)}
         run = self.client.create_run(self.experiment_id(), run_name=run_name, tags=tags)
         try:
             self.client.log_artifacts(run.info.run_id, str(folder), ARTIFACT_DIR)
@@ -98,6 +116,10 @@ class Registry:
     def info(self, version: str) -> VersionInfo:
         mv = self.client.get_model_version(self.model, str(version))
         return VersionInfo(str(mv.version), mv.run_id, dict(mv.tags or {}))
+
+    def digest(self, version: str) -> str | None:
+        """The version's `content_digest` (None for a version registered before versions carried it)."""
+        return self.info(version).tags.get(DIGEST_TAG)
 
     def local_path(self, version: str) -> Path:
         """The version's checkpoint folder on this machine (downloaded once into the cache). The cache is per

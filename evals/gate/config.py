@@ -73,10 +73,10 @@ class GateConfig(BaseModel):
                               "instead of private engines: both versions are staged there (POST /admin/stage), the "
                               "arms run at once, and a promoted candidate is switched to without a second load. "
                               "Pinned eval requests are never logged as trajectories.")
-    reuse_episodes: bool = Field(default=False, description="Keep each gate's candidate episodes and, when the "
-                                 "champion's are kept under the same suite, tasks, samples, seed and sampling "
-                                 "settings, use them instead of running the champion again (evals/episode_cache.py): "
-                                 "only the candidate's arm runs.")
+    reuse_episodes: bool = Field(default=False, description="Keep each gate's episodes per checkpoint (by its "
+                                 "content digest, in <suite>/.episode-cache) and, when the champion's are kept under "
+                                 "the same suite, tasks, samples, seed and sampling settings, use them instead of "
+                                 "running the champion again (evals/episode_cache.py): only the candidate's arm runs.")
     workers: int = Field(default=8, ge=1, le=256, description="Episodes run concurrently per arm (the serving "
                          "engine batches their requests; grading runs in parallel sandboxes).")
     samples_per_task: int = Field(default=4, ge=1, le=100,

@@ -77,7 +77,8 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             # Two: after c1 both arms' engines stay in use (control v0, treatment the new champion), so c2's
             # candidate needs the second; from c3 on the retired champion's engine is the spare
             "serving.spare_engines=2",
-            # the champion was the previous gate's candidate: its episodes are kept, only the candidate's arm runs
+            # the champion was the previous gate's candidate: its episodes are kept, only the candidate's arm runs;
+            # v0's (the same cached bytes in every demo) are kept from the first demo's cycle 1 with the suite
             "gate.reuse_episodes=true",
             *user_pace(cfg),
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",

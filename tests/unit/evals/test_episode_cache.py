@@ -1,6 +1,8 @@
-"""The gate's episode cache (evals/episode_cache.py): a version's stored episodes come back relabelled as the arm
-that reuses them, a run with an infrastructure failure is not kept, and any change of suite, tasks, samples, seed
-or sampling settings is another key; `reused_champion` only reads it when gate.reuse_episodes is on."""
+"""The gate's episode cache (evals/episode_cache.py): a checkpoint's stored episodes come back relabelled as the
+arm that reuses them, a run with an infrastructure failure is not kept, and any change of suite, tasks, samples,
+seed or sampling settings is another key; `reused_champion` only reads it when gate.reuse_episodes is on, from the
+suite's folder (so another state dir's gate on the same suite finds it), and never for a version without a
+digest."""
 
 from __future__ import annotations
 
@@ -16,21 +18,26 @@ def episodes(arm: str, n: int = 4, infra: bool = False) -> list[Episode]:
                     infra_error="connection refused" if infra and i == 1 else None) for i in range(n)]
 
 
+D5, D6 = "5" * 64, "6" * 64     # content digests (registry tag rtrl.content_sha256)
+
+
 def test_a_stored_candidate_comes_back_as_the_champion_with_its_outcomes(tmp_path):
     cache = EpisodeCache(tmp_path, "k1")
-    assert cache.load("5", "champion") is None
-    assert cache.store("5", episodes("candidate")) == tmp_path / "v5-k1.jsonl"
-    back = cache.load("5", "champion")
+    assert cache.load(D5, "champion") is None
+    assert cache.store(D5, episodes("candidate")) == tmp_path / f"{D5[:32]}-k1.jsonl"
+    back = cache.load(D5, "champion")
     assert [(e.task_id, e.sample, e.resolved, e.arm) for e in back] == \
         [(e.task_id, e.sample, e.resolved, "champion") for e in episodes("candidate")]
-    assert back[0].notes["reused_from"] == str(tmp_path / "v5-k1.jsonl")
-    assert EpisodeCache(tmp_path, "k2").load("5", "champion") is None
+    assert back[0].notes["reused_from"] == str(tmp_path / f"{D5[:32]}-k1.jsonl")
+    assert EpisodeCache(tmp_path, "k2").load(D5, "champion") is None
+    assert cache.load(D6, "champion") is None
+    assert [p.name for p in tmp_path.iterdir()] == [f"{D5[:32]}-k1.jsonl"], "no temporary file left"
 
 
 def test_episodes_with_an_infrastructure_failure_are_not_kept(tmp_path):
     cache = EpisodeCache(tmp_path, "k1")
-    assert cache.store("5", episodes("candidate", infra=True)) is None and cache.store("5", []) is None
-    assert cache.load("5", "champion") is None
+    assert cache.store(D5, episodes("candidate", infra=True)) is None and cache.store(D5, []) is None
+    assert cache.load(D5, "champion") is None
 
 
 def test_the_key_changes_with_every_setting_that_decides_an_episode(tmp_path):
@@ -52,11 +59,13 @@ def test_the_champion_is_reused_only_when_reuse_is_on(tmp_path):
             self.id = id_
 
     tasks: list[Task] = [T("t0"), T("t1")]  # type: ignore[list-item]
-    on = make_config(tmp_path, "gate.reuse_episodes=true")
-    cache, reused = reused_champion(on, tmp_path / "suite", tasks, 2, "5", lambda m: None)
-    assert reused is None
-    cache.store("5", episodes("candidate"))
-    cache2, reused = reused_champion(on, tmp_path / "suite", tasks, 2, "5", lambda m: None)
+    on = make_config(tmp_path / "state-a", "gate.reuse_episodes=true")
+    cache, reused = reused_champion(on, tmp_path / "suite", tasks, 2, D5, lambda m: None)
+    assert reused is None and cache.root == tmp_path / "suite" / ".episode-cache"
+    cache.store(D5, episodes("candidate"))
+    other_state = make_config(tmp_path / "state-b", "gate.reuse_episodes=true")
+    cache2, reused = reused_champion(other_state, tmp_path / "suite", tasks, 2, D5, lambda m: None)
     assert cache2.key == cache.key and {e.arm for e in reused} == {"champion"} and len(reused) == 4
+    assert reused_champion(on, tmp_path / "suite", tasks, 2, None, lambda m: None)[1] is None, "no digest"
     off = make_config(tmp_path)
-    assert reused_champion(off, tmp_path / "suite", tasks, 2, "5", lambda m: None) == (None, None)
+    assert reused_champion(off, tmp_path / "suite", tasks, 2, D5, lambda m: None) == (None, None)

@@ -49,3 +49,21 @@ def test_unset_alias_and_non_checkpoint_folders_are_clear_errors(registry, tmp_p
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no config.json"):
         registry.register(tmp_path / "empty")
+
+
+def test_every_version_carries_its_files_digest_the_same_for_the_same_bytes_in_another_registry(registry, tmp_path):
+    import shutil
+
+    from infra.registry import content_digest
+
+    a = _checkpoint(tmp_path / "a", "one")
+    v1, v2 = registry.register(a), registry.register(_checkpoint(tmp_path / "b", "two"))
+    assert registry.digest(v1) == content_digest(a) != registry.digest(v2)
+    elsewhere = Registry(f"sqlite:///{tmp_path / 'other.db'}", tmp_path / "other-artifacts", "policy",
+                         tmp_path / "other-cache")
+    copy = shutil.copytree(a, tmp_path / "copy")       # the demo registers a copy of its cached v0
+    assert elsewhere.register(copy) == "1" and elsewhere.digest("1") == registry.digest(v1)
+    (copy / "weights.bin").write_bytes(b"one" * 99 + b"onf")
+    assert content_digest(copy) != content_digest(a)
+    (copy / "weights.bin").rename(copy / "weights2.bin")   # a file's name counts too
+    assert content_digest(copy) != content_digest(a)
