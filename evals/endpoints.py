@@ -60,6 +60,7 @@ def serve_version(cfg, registry, version: str, *, arm: str, log_level: str = "wa
     scfg = cfg.serving.model_copy(update={
         "host": "127.0.0.1", "port": 0, "telemetry": False, "registry_poll_s": 3600.0,   # port 0: ephemeral
         "cpu_cores": cfg.gate.engine_cpu_cores or cfg.serving.cpu_cores,
+        "spare_engines": 0,                       # one version, never swapped: no warm spares to fill
         "arms": [ArmConfig(name=arm, alias=alias, share=1.0)]})
     run_cfg = cfg.model_copy(update={"serving": scfg})
     gateway = build_gateway(run_cfg, registry=PinnedRegistry(registry, alias, version))

@@ -176,6 +176,47 @@ def unstage_after(cfg, versions: dict[str, str], promote: bool, log: Callable[[s
             log(f"[gate] unstaging version {version}: {e}")
 
 
+def gate_tasks(cfg, suite: str | Path | None = None, max_tasks: int | None = None,
+               log: Callable[[str], None] = lambda m: None) -> tuple[Path, list[Task], dict[str, str]]:
+    """(the suite's folder, the tasks the flaky check keeps, {quarantined task id: reason})."""
+    suite_dir, tasks = suite_of(cfg, suite, log)
+    if max_tasks is not None:
+        tasks = tasks[:max_tasks]
+    bad = quarantine(tasks, cfg.gate.flaky_runs, log, suite_dir if cfg.gate.flaky_cache else None)
+    return suite_dir, [t for t in tasks if t.id not in bad], bad
+
+
+def episode_cache_of(cfg, log: Callable[[str], None] = lambda m: None):
+    """(the episode cache of `cfg`'s gate suite and settings, the suite's folder, the tasks the flaky check keeps)."""
+    from evals.episode_cache import EpisodeCache, cache_key, cache_root
+
+    suite_dir, kept, _ = gate_tasks(cfg, None, None, log)
+    key = cache_key(suite_dir, [t.id for t in kept], cfg.gate.samples_per_task, cfg.gate.seed, cfg.serving)
+    return EpisodeCache(cache_root(suite_dir), key), suite_dir, kept
+
+
+def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] | None = None) -> Path | None:
+    """Run `version` alone on the gate's suite (a private engine) and keep its episodes in the episode cache, so
+    that a later gate whose champion has the same bytes runs only the candidate (`rtrl demo --prepare` does it
+    for v0); nothing runs when they are kept already. The cache file, or None: a version without a digest, or an
+    infrastructure failure (nothing kept)."""
+    from infra.registry import Registry
+
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    registry = registry or Registry.from_config(cfg)
+    digest = registry.digest(version)
+    if digest is None:
+        log(f"[gate] version {version} has no content digest (registered before versions carried one): not kept")
+        return None
+    cache, suite_dir, kept = episode_cache_of(cfg, log)
+    if cache.path(digest).exists():
+        log(f"[gate] version {version}: episodes of the same checkpoint kept already ({cache.path(digest)})")
+        return cache.path(digest)
+    k = cfg.gate.samples_per_task
+    episodes, _ = run_arm(cfg, registry, version, "champion", kept, suite_dir, k, cfg.gate.workers, log)
+    return cache.store(digest, episodes)
+
+
 def reused_champion(cfg, suite_dir: Path, tasks: list[Task], samples: int, champion: str | None,
                     log: Callable[[str], None]):
     """(the episode cache or None when gate.reuse_episodes is off, the champion's kept episodes or None);
@@ -242,11 +283,7 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
         except Exception as e:  # noqa: BLE001 -- MlflowException: RESOURCE_DOES_NOT_EXIST
             raise LookupError(f"model version {v!r} is not registered: {e}") from None
     t0 = time.monotonic()
-    suite_dir, tasks = suite_of(cfg, suite, log)
-    if max_tasks is not None:
-        tasks = tasks[:max_tasks]
-    bad = quarantine(tasks, g.flaky_runs, log, suite_dir if g.flaky_cache else None)
-    kept = [t for t in tasks if t.id not in bad]
+    suite_dir, kept, bad = gate_tasks(cfg, suite, max_tasks, log)
     timings = {"flaky_check": time.monotonic() - t0}
     k, w = samples or g.samples_per_task, workers or g.workers
     log(f"[gate] candidate v{candidate} vs champion v{champion}: {len(kept)} tasks x {k} samples per arm")

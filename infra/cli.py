@@ -247,14 +247,19 @@ def _parser() -> argparse.ArgumentParser:
     dm = cmd("demo", "infra.commands.demo:main",
              "the whole loop from nothing: stack, v0, serving with control/treatment arms, simulated users, K "
              "cycles under the orchestrator on an accelerated clock; prints a table per cycle and the A/B result",
-             epilog="Works in <state_dir>/demo (made fresh unless --resume); the first demo bootstraps v0 (a few "
-                    "minutes) and keeps a copy in <state_dir>/policy-v0 for the next ones. Progress on stderr, the "
+             epilog="Works in <state_dir>/demo (made fresh unless --resume). What every demo reuses is made once "
+                    "and kept outside it: v0 in <state_dir>/policy-v0 (bootstrapped, a few minutes), the gate's "
+                    "held-out suite in <state_dir>/eval-suites with v0's gate episodes; `--prepare` (run by "
+                    "./infra/setup.sh) makes them without a demo, else the first demo does. Progress on stderr, the "
                     "table on stdout. Settings: [demo] in rtrl.toml (users, speed, cadence, gate size).")
     dm.add_argument("--cycles", type=int, metavar="K", help="cycles to run (default demo.cycles, 3)")
     dm.add_argument("--summary", metavar="PATH", help="also write the summary as JSON to PATH")
     dm.add_argument("--keep-running", action="store_true", help="leave the stack, serving, users and the UIs "
                     "(MLflow, Dagster, dashboard) running at the end; `rtrl --set state_dir=... down` stops them")
     dm.add_argument("--resume", action="store_true", help="keep the demo state dir of an earlier run")
+    dm.add_argument("--prepare", action="store_true", help="only make what every demo reuses (v0, the gate's "
+                    "suite, v0's gate episodes) when missing, then stop: so that the first demo takes as long as "
+                    "the next ones")
     orch = cmd("orchestrator", "infra.commands.orchestrator:main",
                "the Dagster UI and daemon: the cycle's assets and lineage, the cadence sensor, replay jobs",
                epilog="Dagster instance in <state_dir>/dagster; UI on orchestrator.dagster_host:dagster_port. "

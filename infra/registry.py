@@ -5,8 +5,8 @@ Every component meets the registry through this module: `rtrl bootstrap` and the
 serving resolves its arms' aliases (and polls them for hot swaps), promotion moves `champion`. A version's files
 are the artifacts of one MLflow run (`checkpoint/`); `local_path` downloads them once into a cache folder named by
 version, atomically, so concurrent readers never see a half-copied checkpoint. Every version carries the SHA-256
-of its files (tag `rtrl.content_sha256`): two versions with the same tag are the same checkpoint, even in two
-registries (the gate's episode cache relies on it).
+of its files but the descriptive metadata (tag `rtrl.content_sha256`): two versions with the same tag are the same
+model, even in two registries (the gate's episode cache relies on it).
 """
 
 from __future__ import annotations
@@ -23,11 +23,17 @@ ARTIFACT_DIR = "checkpoint"
 DIGEST_TAG = "rtrl.content_sha256"
 
 
+# Files that say how a checkpoint was made, not what it does (trainer/bootstrap write them: registering the same
+# weights again, as every demo does with its cached v0, writes a new one); the digest leaves them out.
+DESCRIPTIVE_FILES = frozenset({"rtrl_metadata.json"})
+
+
 def content_digest(folder: str | Path) -> str:
-    """SHA-256 over a checkpoint folder: every file's path (relative, sorted) and bytes."""
+    """SHA-256 over what decides a checkpoint's behaviour: every file's path (relative, sorted) and bytes, except
+    DESCRIPTIVE_FILES (symlinks are followed)."""
     folder = Path(folder)
     h = hashlib.sha256()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for f in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in DESCRIPTIVE_FILES):
         h.update(f.relative_to(folder).as_posix().encode() + b"\0")
         with open(f, "rb") as fh:
             while chunk := fh.read(1 << 20):

@@ -17,7 +17,13 @@ def main(args, cfg) -> int:
         overrides.append(f"demo.cycles={args.cycles}")
     demo = Demo(cfg, args.config, overrides, log=lambda m: print(m, file=sys.stderr, flush=True))
     try:
-        demo.run(cfg.demo.cycles, args.summary, args.keep_running, resume=args.resume)
+        if args.prepare:
+            if args.resume or args.keep_running or args.summary:
+                print("rtrl demo: --prepare runs no demo (no --resume, --keep-running or --summary)", file=sys.stderr)
+                return 2
+            demo.prepare()
+        else:
+            demo.run(cfg.demo.cycles, args.summary, args.keep_running, resume=args.resume)
     except (DemoError, StepFailed, StackError) as e:
         print(f"rtrl demo: {e}", file=sys.stderr)
         return 1

@@ -338,6 +338,43 @@ class Demo:
             ManagedProcess(name, self.state).stop(timeout_s=30)
         Stack(cfg).down(log=(lambda m: None) if quiet else (lambda m: self.log(f"[stack] {m}")))
 
+    # --- made once, for every demo ----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """`rtrl demo --prepare`: v0 (bootstrapped when `<state_dir>/policy-v0` is missing), the gate's held-out
+        suite with its flaky-check verdicts, and v0's gate episodes (`evals.gate_run.keep_episodes`, on a private
+        engine), each only when missing; all kept outside the demo's state dir, which is removed at the end. Then
+        every demo, the first included, registers v0 in seconds and its first gate runs only the candidate."""
+        from evals.gate_run import keep_episodes
+        from infra.stack.stack import Stack
+
+        if (done := self.prepared()) is not None:
+            self.log(f"[prepare] nothing to do: v0 in {self.v0_cache}, its gate episodes in {done}")
+            return
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")   # the gate's private engine runs in this process
+        self.prepare_state(resume=False)
+        try:
+            self.start_warm_runner()
+            Stack(self.cfg).up(log=lambda m: self.log(f"[stack] {m}"))
+            v0 = self.ensure_v0()
+            self.ensure_suite()
+            kept = keep_episodes(self.cfg, v0, log=self.log)
+            self.log(f"[prepare] v0 in {self.v0_cache}; the gate's suite and v0's episodes in "
+                     f"{kept.parent.parent if kept else '(not kept)'} ({self.elapsed():.0f}s)")
+        finally:
+            self.stop_all(quiet=True)
+            shutil.rmtree(self.state, ignore_errors=True)
+
+    def prepared(self) -> Path | None:
+        """The cache file of v0's gate episodes when v0, the suite and those episodes all exist, else None."""
+        from evals.gate_run import COMPLETE, episode_cache_of
+        from infra.registry import content_digest
+
+        suite = Path(self.cfg.gate.suite_dir)
+        if not (self.v0_cache / "config.json").is_file() or not (suite / COMPLETE).is_file():
+            return None
+        path = episode_cache_of(self.cfg)[0].path(content_digest(self.v0_cache))
+        return path if path.is_file() else None
+
     # --- all of it -------------------------------------------------------------------------------------------
     def run(self, cycles: int, summary_path: str | None, keep_running: bool, resume: bool = False) -> dict:
         from infra.orchestrator.summary import cycle_summary, render_table

@@ -81,3 +81,33 @@ def test_a_checkpoint_with_noisy_weights_is_rejected_and_cannot_be_promoted(boot
     refused = _rtrl(state, "promote", candidate, timeout=300)
     assert refused.returncode == 3, refused.stderr
     assert registry.version_of("champion") == champion
+
+
+def test_episodes_kept_for_a_checkpoint_spare_its_arm_when_the_same_bytes_are_champion_in_another_registry(
+        bootstrapped, tmp_path):
+    from evals.gate_run import keep_episodes, run_gate
+
+    state, _, _ = bootstrapped
+    v0 = Registry.from_config(make_config(state)).local_path("1")
+    small = ["gate.suite_tasks=6", "gate.samples_per_task=2", "gate.reuse_episodes=true",
+             f'gate.suite_dir="{tmp_path / "suite"}"']
+    from evals.tasks.generate import generate_suite
+
+    generate_suite(tmp_path / "suite", 6, seed=7)
+    first = make_config(tmp_path / "first", *small)          # e.g. `rtrl demo --prepare`
+    reg1 = Registry.from_config(first)
+    kept = keep_episodes(first, reg1.register(v0), registry=reg1, log=print)
+    assert kept is not None and kept.parent == tmp_path / "suite" / ".episode-cache"
+    lines = kept.read_text().splitlines()
+    assert lines and len(lines) % 2 == 0 and all(json.loads(line)["infra_error"] is None for line in lines)
+    assert keep_episodes(first, "1", registry=reg1, log=print) == kept, "kept already: nothing runs"
+
+    later = make_config(tmp_path / "later", *small)          # a later demo: a new registry, v0's same bytes
+    reg2 = Registry.from_config(later)
+    champion = reg2.register(v0)
+    reg2.set_alias("champion", champion)
+    candidate = reg2.register(_degraded(v0, tmp_path / "degraded"))
+    run = run_gate(later, candidate, track=False, registry=reg2, log=print)
+    assert "champion" not in run.timings and "candidate" in run.timings, run.timings
+    champ = [e for e in run.episodes if e.arm == "champion"]
+    assert len(champ) == len(lines) and {e.notes["reused_from"] for e in champ} == {str(kept)}

@@ -51,7 +51,7 @@ def test_unset_alias_and_non_checkpoint_folders_are_clear_errors(registry, tmp_p
         registry.register(tmp_path / "empty")
 
 
-def test_every_version_carries_its_files_digest_the_same_for_the_same_bytes_in_another_registry(registry, tmp_path):
+def test_every_version_carries_its_content_digest_the_same_for_the_same_model_in_another_registry(registry, tmp_path):
     import shutil
 
     from infra.registry import content_digest
@@ -63,6 +63,8 @@ def test_every_version_carries_its_files_digest_the_same_for_the_same_bytes_in_a
                          tmp_path / "other-cache")
     copy = shutil.copytree(a, tmp_path / "copy")       # the demo registers a copy of its cached v0
     assert elsewhere.register(copy) == "1" and elsewhere.digest("1") == registry.digest(v1)
+    (copy / "rtrl_metadata.json").write_text('{"registered_at": "now"}')   # how it was made: not its content
+    assert content_digest(copy) == content_digest(a)
     (copy / "weights.bin").write_bytes(b"one" * 99 + b"onf")
     assert content_digest(copy) != content_digest(a)
     (copy / "weights.bin").rename(copy / "weights2.bin")   # a file's name counts too
