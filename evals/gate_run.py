@@ -186,13 +186,17 @@ def gate_tasks(cfg, suite: str | Path | None = None, max_tasks: int | None = Non
     return suite_dir, [t for t in tasks if t.id not in bad], bad
 
 
-def episode_cache_of(cfg, log: Callable[[str], None] = lambda m: None):
-    """(the episode cache of `cfg`'s gate suite and settings, the suite's folder, the tasks the flaky check keeps)."""
+def _episode_cache(cfg, suite_dir: Path, tasks: list[Task], samples: int):
     from evals.episode_cache import EpisodeCache, cache_key, cache_root
 
+    key = cache_key(suite_dir, [t.id for t in tasks], samples, cfg.gate.seed, cfg.serving)
+    return EpisodeCache(cache_root(suite_dir), key)
+
+
+def episode_cache_of(cfg, log: Callable[[str], None] = lambda m: None):
+    """(the episode cache of `cfg`'s gate suite and settings, the suite's folder, the tasks the flaky check keeps)."""
     suite_dir, kept, _ = gate_tasks(cfg, None, None, log)
-    key = cache_key(suite_dir, [t.id for t in kept], cfg.gate.samples_per_task, cfg.gate.seed, cfg.serving)
-    return EpisodeCache(cache_root(suite_dir), key), suite_dir, kept
+    return _episode_cache(cfg, suite_dir, kept, cfg.gate.samples_per_task), suite_dir, kept
 
 
 def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] | None = None) -> Path | None:
@@ -223,10 +227,7 @@ def reused_champion(cfg, suite_dir: Path, tasks: list[Task], samples: int, champ
     `champion` is its content digest (None: a version without one, never reused)."""
     if not cfg.gate.reuse_episodes:
         return None, None
-    from evals.episode_cache import EpisodeCache, cache_key, cache_root
-
-    key = cache_key(suite_dir, [t.id for t in tasks], samples, cfg.gate.seed, cfg.serving)
-    cache = EpisodeCache(cache_root(suite_dir), key)
+    cache = _episode_cache(cfg, suite_dir, tasks, samples)
     reused = cache.load(champion, "champion") if champion else None
     if reused:
         log(f"[gate] champion: {len(reused)} episodes of the same checkpoint kept from an earlier gate "

@@ -78,7 +78,7 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             # candidate needs the second; from c3 on the retired champion's engine is the spare
             "serving.spare_engines=2",
             # the champion was the previous gate's candidate: its episodes are kept, only the candidate's arm runs;
-            # v0's (the same cached bytes in every demo) are kept from the first demo's cycle 1 with the suite
+            # v0's (the same cached bytes in every demo) are kept with the suite by `--prepare` or the first gate
             "gate.reuse_episodes=true",
             *user_pace(cfg),
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",

@@ -64,14 +64,3 @@ def trajectories(bootstrap: str, partitions: int, request_ids: set[str], deadlin
     return read_json_records(bootstrap, [("trajectories", p) for p in range(partitions)],
                              lambda d: d.get("request_id") if d.get("request_id") in request_ids else None,
                              lambda found: request_ids <= set(found), deadline_s)
-
-
-def wait_for(check, timeout_s: float, what: str):
-    """`check()`'s first truthy value, polled every 0.5 s; AssertionError naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout_s:.0f}s")
