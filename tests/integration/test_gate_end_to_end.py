@@ -86,13 +86,12 @@ def test_a_checkpoint_with_noisy_weights_is_rejected_and_cannot_be_promoted(boot
 def test_episodes_kept_for_a_checkpoint_spare_its_arm_when_the_same_bytes_are_champion_in_another_registry(
         bootstrapped, tmp_path):
     from evals.gate_run import keep_episodes, run_gate
+    from evals.tasks.generate import generate_suite
 
     state, _, _ = bootstrapped
     v0 = Registry.from_config(make_config(state)).local_path("1")
     small = ["gate.suite_tasks=6", "gate.samples_per_task=2", "gate.reuse_episodes=true",
              f'gate.suite_dir="{tmp_path / "suite"}"']
-    from evals.tasks.generate import generate_suite
-
     generate_suite(tmp_path / "suite", 6, seed=7)
     first = make_config(tmp_path / "first", *small)          # e.g. `rtrl demo --prepare`
     reg1 = Registry.from_config(first)

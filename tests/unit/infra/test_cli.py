@@ -48,3 +48,9 @@ def test_the_deepspeed_launchers_local_rank_argument_is_accepted_before_the_comm
 
     args = _parser().parse_args(["--local_rank=1", "train", "--cycle", "c1"])
     assert args.command == "train" and args.cycle == "c1"
+
+
+def test_demo_prepare_refuses_the_options_of_a_demo_run(tmp_path):
+    out = run("--set", f'state_dir="{tmp_path}"', "demo", "--prepare", "--summary", str(tmp_path / "out.json"))
+    assert out.returncode == 2 and "--prepare runs no demo" in out.stderr
+    assert not (tmp_path / "demo").exists(), "nothing was started"

@@ -97,3 +97,32 @@ def test_the_ab_tail_waits_for_traffic_until_the_configured_time_since_the_start
 
     cfg = make_config(tmp_path, f"demo.ab_tail_wait_s={wait_s}", f"demo.ab_tail_until_s={until_s}")
     assert tail_wait_s(cfg.demo, elapsed) == pytest.approx(expected)
+
+
+def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_all_exist(tmp_path):
+    import json
+
+    from evals.gate_run import COMPLETE, default_suite, episode_cache_of
+    from evals.records import Episode
+    from infra.orchestrator.demo import demo_suite_cfg
+    from infra.registry import content_digest
+
+    cfg = make_config(tmp_path, "demo.gate_tasks=2", "demo.gate_samples=1")
+    demo = Demo(cfg, None, [f'state_dir="{tmp_path}"', "demo.gate_tasks=2", "demo.gate_samples=1"],
+                log=lambda m: None)
+    assert demo.prepared() is None                                   # nothing made yet
+    v0 = demo.v0_cache
+    v0.mkdir(parents=True)
+    (v0 / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (v0 / "model.safetensors").write_bytes(b"weights")
+    assert demo.prepared() is None                                   # no suite yet
+    suite = default_suite(demo_suite_cfg(demo.base))
+    assert (suite / COMPLETE).is_file() and str(suite) == demo.cfg.gate.suite_dir
+    assert demo.prepared() is None                                   # v0's episodes not kept
+    cache = episode_cache_of(demo.cfg)[0]
+    kept = cache.store(content_digest(v0), [Episode(task_id="eval-0000", sample=0, arm="champion")])
+    assert demo.prepared() == kept
+    (v0 / "rtrl_metadata.json").write_text("{}")                     # re-registered elsewhere: the same model
+    assert demo.prepared() == kept
+    (v0 / "model.safetensors").write_bytes(b"other weights")         # another v0: its episodes are not kept
+    assert demo.prepared() is None
