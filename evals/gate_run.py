@@ -278,9 +278,10 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     champion = champion or registry.version_of("champion")
     if champion is None:
         raise LookupError("alias champion is not set: run `rtrl bootstrap` or pass --champion VERSION")
-    for v in (candidate, champion):  # an unknown version fails here, before anything is started
+    digests = {}
+    for arm, v in (("candidate", candidate), ("champion", champion)):  # an unknown version fails here, first
         try:
-            registry.info(v)
+            digests[arm] = registry.info(v).digest
         except Exception as e:  # noqa: BLE001 -- MlflowException: RESOURCE_DOES_NOT_EXIST
             raise LookupError(f"model version {v!r} is not registered: {e}") from None
     t0 = time.monotonic()
@@ -288,7 +289,6 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     timings = {"flaky_check": time.monotonic() - t0}
     k, w = samples or g.samples_per_task, workers or g.workers
     log(f"[gate] candidate v{candidate} vs champion v{champion}: {len(kept)} tasks x {k} samples per arm")
-    digests = {arm: registry.digest(v) for arm, v in (("candidate", candidate), ("champion", champion))}
     cache, reused = reused_champion(cfg, suite_dir, kept, k, digests["champion"], log)
     versions = {"candidate": candidate} if reused else {"candidate": candidate, "champion": champion}
     if g.via_serving:

@@ -48,6 +48,11 @@ class VersionInfo:
     run_id: str
     tags: dict[str, str]
 
+    @property
+    def digest(self) -> str | None:
+        """The version's `content_digest` (None for a version registered before versions carried it)."""
+        return self.tags.get(DIGEST_TAG)
+
 
 class Registry:
     def __init__(self, tracking_uri: str, artifact_root: Path, model: str, cache_dir: Path):
@@ -124,8 +129,7 @@ class Registry:
         return VersionInfo(str(mv.version), mv.run_id, dict(mv.tags or {}))
 
     def digest(self, version: str) -> str | None:
-        """The version's `content_digest` (None for a version registered before versions carried it)."""
-        return self.info(version).tags.get(DIGEST_TAG)
+        return self.info(version).digest
 
     def local_path(self, version: str) -> Path:
         """The version's checkpoint folder on this machine (downloaded once into the cache). The cache is per
