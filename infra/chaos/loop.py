@@ -23,6 +23,7 @@ from infra.config import load_config
 from infra.orchestrator.rtrl_cli import RtrlCli
 from infra.stack.process import ManagedProcess
 from infra.stack.stack import WORKERS, Stack
+from trainer.bootstrap.bootstrap import stale_reason
 
 USERS_CLIENT = "chaos-users"
 
@@ -88,11 +89,12 @@ class Loop:
 
     def ensure_v0(self, cache: Path) -> None:
         """v0 from the cached default policy (`rtrl demo` keeps one), else bootstrapped (minutes) and cached."""
-        if (cache / "config.json").exists():
+        stale = stale_reason(cache, self.cfg.policy)
+        if not stale:
             cli = RtrlCli(self.cli.config, [*self.overrides, f'policy.base_checkpoint="{cache}"'], self.cli.log_dir)
             cli.run("bootstrap", step="bootstrap")
             return
-        self.log(f"[loop] no cached policy v0 in {cache}: bootstrapping it (a few minutes, once)")
+        self.log(f"[loop] not reusing a cached policy v0 ({stale}): bootstrapping it (a few minutes, once)")
         self.cli.run("bootstrap", step="bootstrap", echo=self.log)
         from infra.registry import Registry
 
@@ -100,8 +102,8 @@ class Loop:
         tmp = cache.with_name(cache.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(registry.local_path(registry.version_of("champion")), tmp)
-        if not cache.exists():
-            tmp.rename(cache)
+        shutil.rmtree(cache, ignore_errors=True)
+        tmp.rename(cache)
 
     def stop(self) -> None:
         """Stop every process started from this state dir (the stack's workers, the broker and object store)."""

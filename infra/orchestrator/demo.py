@@ -38,6 +38,7 @@ from infra.orchestrator.config import DemoConfig
 from infra.orchestrator.ledger import BLOCKED, DONE, CycleRecord, Ledger, next_cycle_id
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
 from infra.orchestrator.warm_runner import socket_path, start_background, wait_listening
+from trainer.bootstrap.bootstrap import stale_reason
 
 MAX_ATTEMPTS = 3       # runs of one cycle id (the first and two resumptions) before the demo gives up
 RESUME_MARGIN_S = 120.0  # wall seconds the last demo's users ran on after its last cycle record (tail, summary, stop)
@@ -150,7 +151,8 @@ class Demo:
         registry = Registry.from_config(self.cfg)
         if (v := registry.version_of("champion")) is not None:
             return v
-        if (self.v0_cache / "config.json").exists():
+        stale = stale_reason(self.v0_cache, self.cfg.policy)
+        if not stale:
             if self.cfg.demo.warm_steps:     # its imports are done a few seconds after the stack's start: fork it
                 wait_listening(self.cli.warm, WARM_WAIT_S)
             self.log(f"[v0] registering the cached default policy {self.v0_cache}")
@@ -158,6 +160,8 @@ class Demo:
                           self.cli.log_dir, self.cli.timeout_s, warm=self.cli.warm)
             cli.run("bootstrap", step="bootstrap")
         else:
+            if self.v0_cache.exists():
+                self.log(f"[v0] not reusing {self.v0_cache}: {stale}")
             self.log("[v0] bootstrapping the default policy (first demo on this machine: a few minutes; later "
                      f"demos reuse {self.v0_cache})")
             self.cli.run("bootstrap", step="bootstrap", echo=self.log)
@@ -370,7 +374,7 @@ class Demo:
         from infra.registry import content_digest
 
         suite = Path(self.cfg.gate.suite_dir)
-        if not (self.v0_cache / "config.json").is_file() or not (suite / COMPLETE).is_file():
+        if stale_reason(self.v0_cache, self.cfg.policy) or not (suite / COMPLETE).is_file():
             return None
         path = episode_cache_of(self.cfg)[0].path(content_digest(self.v0_cache))
         return path if path.is_file() else None

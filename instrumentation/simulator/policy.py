@@ -211,14 +211,9 @@ class ReferencePolicy:
                 injected, text = "guess", (task.edit if lucky else wrong_edit(task)).text()
         else:
             u = rng.random()
-            if u < e.wrong:
-                injected, text = "wrong", wrong_edit(task).text()
-            elif u < e.wrong + e.broken:
-                gone = task.edit.arguments["old"] + "  # gone"
-                injected, text = "broken", ToolCall("edit_file", {**task.edit.arguments, "old": gone}).text()
-            elif u < e.wrong + e.broken + e.malformed:
-                injected, text = "malformed", "<tool_call>\n" + json.dumps(
-                    {"name": "edit_file", "arguments": task.edit.arguments})[:-2] + "\n</tool_call>"
+            if u < e.wrong + e.broken + e.malformed:
+                injected = "wrong" if u < e.wrong else "broken" if u < e.wrong + e.broken else "malformed"
+                text = flawed_edit(task, injected)
             elif u < e.wrong + e.broken + e.malformed + e.needless:
                 injected, text = "needless", "Which file do you mean?"
         parsed = parse_response(text)
@@ -230,6 +225,26 @@ class ReferencePolicy:
             self.served.append(Served(request_id, request.user, dict(request.metadata), list(request.messages),
                                       parsed, text, injected, task))
         return reply
+
+
+FLAWS = ("wrong", "broken", "malformed", "unclosed")
+
+
+def flawed_edit(task: Task, flaw: str) -> str:
+    """A response to `task` that fails the way a model's edits fail: "wrong" (applies, grades wrong), "broken"
+    (its old text is not in the file: a tool error), "malformed" (the call's JSON does not parse) or "unclosed"
+    (a tool-call block that never ends)."""
+    args = task.edit.arguments
+    if flaw == "wrong":
+        return wrong_edit(task).text()
+    if flaw == "broken":
+        return ToolCall("edit_file", {**args, "old": args["old"] + "  # gone"}).text()
+    call = json.dumps({"name": "edit_file", "arguments": args})
+    if flaw == "malformed":
+        return "<tool_call>\n" + call[:-2] + "\n</tool_call>"
+    if flaw == "unclosed":
+        return "<tool_call>\n" + call[:len(call) // 2]
+    raise ValueError(f"unknown flaw {flaw!r}; known: {', '.join(FLAWS)}")
 
 
 def wrong_edit(task: Task) -> ToolCall:

@@ -58,8 +58,12 @@ def make_default_policy(policy, folder: Path, log: Callable[[str], None] = print
     t0 = time.monotonic()
     torch.set_num_threads(policy.threads)
     # setup
-    corpus = build_corpus(policy.seed, policy.train_workspaces, policy.tasks_per_workspace, policy.train_orgs)
-    tokenizer = train_tokenizer((e.prompt + e.completion for e in corpus), policy.vocab_size)
+    corpus = build_corpus(policy.seed, policy.train_workspaces, policy.tasks_per_workspace, policy.train_orgs,
+                          policy.repair_rate)
+    # repair turns repeat their task's text (the attempt copies the edit): trained on them, the BPE merges more
+    # pairs (1194 tokens instead of 945), and the bigger vocabulary slowed SFT (dev accuracy 0.18 at step 600
+    # instead of 0.50 at 450)
+    tokenizer = train_tokenizer((e.prompt + e.completion for e in corpus if e.turn != "repair"), policy.vocab_size)
     data, dropped = sft.encode(tokenizer, corpus, policy.max_position_embeddings)
     model = build_model(policy, tokenizer, policy.seed)
     params = n_parameters(model)
@@ -93,6 +97,27 @@ def make_default_policy(policy, folder: Path, log: Callable[[str], None] = print
     return meta
 
 
+RUN_ONLY_KEYS = frozenset({"threads", "log_every", "base_checkpoint"})   # how a bootstrap ran, not what it made
+
+
+def stale_reason(folder: Path, policy) -> str:
+    """'' when the default policy cached in `folder` (a copy of a bootstrapped v0) was made from this `[policy]`
+    config, else why not: a cache made before a recipe change (a new key, another corpus) must not stand in
+    for the v0 the config describes."""
+    meta_path = folder / METADATA
+    if not (folder / "config.json").is_file() or not meta_path.is_file():
+        return f"no policy in {folder}"
+    try:
+        made = json.loads(meta_path.read_text()).get("policy_config") or {}
+    except (OSError, ValueError) as e:
+        return f"unreadable {meta_path}: {e}"
+    want = policy.model_dump()
+    changed = sorted(k for k in (set(made) | set(want)) - RUN_ONLY_KEYS if made.get(k, None) != want.get(k, None))
+    if changed:
+        return f"made with another [policy] config ({', '.join(changed)} differ)"
+    return ""
+
+
 def _tasks(seed: int, n: int, orgs: int):
     """`n` fresh tasks: chains of 4 in workspaces of `seed` (never the training seed)."""
     from trainer.bootstrap.corpus import generate_tasks
@@ -116,7 +141,7 @@ def _stop_at_target(policy, model, tokenizer, checks: list, log: Callable[[str],
         with torch.random.fork_rng():
             m = evaluate(model, tokenizer, tasks, max_new_tokens=policy.eval_max_new_tokens,
                          batch_size=policy.eval_batch_size, seed=policy.eval_seed + 1, log=lambda _: None,
-                         greedy=False).sampled
+                         greedy=False, repairs=False).sampled
         model.train()
         checks.append({"step": step, "accuracy": m.edit_accuracy, "broken_rate": m.broken_rate})
         log(f"dev check at step {step}: sampled edit accuracy {m.edit_accuracy:.3f} (target "
@@ -219,6 +244,7 @@ def bootstrap(cfg, force: bool = False, log: Callable[[str], None] = print) -> d
             sampled, greedy = meta["eval"]["sampled"], meta["eval"]["greedy"]
             tags = {"kind": "bootstrap", "parent": "", "seed": policy.seed, "steps": meta["steps"],
                     "accuracy": sampled["edit_accuracy"], "broken_rate": sampled["broken_rate"],
+                    "repair_accuracy": sampled["repair_accuracy"],
                     "greedy_accuracy": greedy["edit_accuracy"], "greedy_broken_rate": greedy["broken_rate"]}
         tags["code_version"] = meta["code_version"]
         version = registry.register(folder, tags=tags, run_name="bootstrap-v0")
@@ -232,6 +258,7 @@ def bootstrap(cfg, force: bool = False, log: Callable[[str], None] = print) -> d
                "seconds": round(time.monotonic() - t0, 1)}
     if meta["kind"] == "bootstrap":
         summary.update(accuracy=tags["accuracy"], broken_rate=tags["broken_rate"],
+                       repair_accuracy=tags["repair_accuracy"],
                        greedy_accuracy=tags["greedy_accuracy"], greedy_broken_rate=tags["greedy_broken_rate"],
                        parameters=meta["parameters"], steps=meta["steps"], train_examples=meta["train_examples"],
                        train_seconds=meta["train_seconds"], final_loss=meta["final_loss"])

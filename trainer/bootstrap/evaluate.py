@@ -12,6 +12,8 @@ Turns evaluated per task: its first turn; for an ambiguous task also the turn af
     malformed_rate           responses with a call that does not parse or validate (the protocol alone)
     question_rate_ambiguous  first turns of ambiguous tasks answered with a question (the right move)
     question_rate_clear      first turns of clear tasks answered with a question (needless)
+    repair_accuracy          right edits / repair turns: one per task, after a failed attempt and the user's
+                             complaint (`corpus.repair_messages`); not part of the rates above
 
 Decoding is done twice: sampling at temperature 1 from the untruncated distribution (what serving does for
 training traffic: the band v0 must land in is measured this way) and greedy. Sampling is seeded.
@@ -19,10 +21,12 @@ training traffic: the band v0 must land in is measured this way) and greedy. Sam
 
 from __future__ import annotations
 
+import random
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from instrumentation.simulator.tasks import Task, grade
+from trainer.bootstrap.corpus import repair_messages
 from schemas.chat_format import render
 from schemas.tool_protocol import parse_response
 
@@ -31,9 +35,12 @@ from schemas.tool_protocol import parse_response
 class Turn:
     task: Task
     clarified: bool
+    repair: bool = False
 
     @property
     def messages(self) -> list[dict[str, str]]:
+        if self.repair:
+            return repair_messages(self.task, random.Random(f"eval-repair:{self.task.task_id}"))
         return self.task.clarified_messages(self.task.question) if self.clarified else self.task.messages()
 
     @property
@@ -43,7 +50,7 @@ class Turn:
 
     @property
     def wants_edit(self) -> bool:
-        return self.clarified or not self.task.ambiguous
+        return self.clarified or self.repair or not self.task.ambiguous
 
 
 @dataclass
@@ -58,6 +65,8 @@ class Metrics:
     outcomes: dict[str, int] = field(default_factory=dict)     # correct / wrong / question / broken
     accuracy_by_kind: dict[str, float] = field(default_factory=dict)
     mean_completion_tokens: float = 0.0
+    repair_turns: int = 0
+    repair_accuracy: float = 0.0
 
 
 @dataclass
@@ -72,12 +81,14 @@ class EvalResult:
         return asdict(self)
 
 
-def turns_of(tasks: Sequence[Task]) -> list[Turn]:
+def turns_of(tasks: Sequence[Task], repairs: bool = False) -> list[Turn]:
     out = []
     for t in tasks:
         out.append(Turn(t, False))
         if t.ambiguous:
             out.append(Turn(t, True))
+        if repairs:
+            out.append(Turn(t, True, repair=True))
     return out
 
 
@@ -104,7 +115,12 @@ def score(turns: Sequence[Turn], responses: Sequence[str], n_tokens: Sequence[in
     by_kind: dict[str, list[int]] = {}
     edit_turns = right = broken = malformed = 0
     q_amb = n_amb = q_clear = n_clear = 0
-    for turn, parsed, g in _graded(turns, responses):
+    repaired: list[int] = []
+    graded = list(_graded(turns, responses))
+    for turn, parsed, g in graded:
+        if turn.repair:
+            repaired.append(int(g.correct))
+            continue
         outcomes[g.outcome] = outcomes.get(g.outcome, 0) + 1
         broken += g.outcome == "broken"
         malformed += parsed.broken > 0
@@ -117,10 +133,12 @@ def score(turns: Sequence[Turn], responses: Sequence[str], n_tokens: Sequence[in
                 n_amb, q_amb = n_amb + 1, q_amb + (g.outcome == "question")
             else:
                 n_clear, q_clear = n_clear + 1, q_clear + (g.outcome == "question")
-    return Metrics(len(turns), edit_turns, _rate(right, edit_turns), _rate(broken, len(turns)),
-                   _rate(malformed, len(turns)), _rate(q_amb, n_amb), _rate(q_clear, n_clear),
-                   dict(sorted(outcomes.items())), {k: _rate(sum(v), len(v)) for k, v in sorted(by_kind.items())},
-                   round(sum(n_tokens) / max(1, len(n_tokens)), 1))
+    n = len(turns) - len(repaired)
+    return Metrics(n, edit_turns, _rate(right, edit_turns), _rate(broken, n), _rate(malformed, n),
+                   _rate(q_amb, n_amb), _rate(q_clear, n_clear), dict(sorted(outcomes.items())),
+                   {k: _rate(sum(v), len(v)) for k, v in sorted(by_kind.items())},
+                   round(sum(c for (turn, _, _), c in zip(graded, n_tokens) if not turn.repair) / max(1, n), 1),
+                   len(repaired), _rate(sum(repaired), len(repaired)))
 
 
 def prompts_of(turns: Sequence[Turn], tokenizer) -> list[str]:
@@ -165,12 +183,13 @@ def generate(model, tokenizer, prompts: Sequence[str], *, sample: bool, max_new_
 
 
 def evaluate(model, tokenizer, tasks: Sequence[Task], *, max_new_tokens: int, batch_size: int, seed: int,
-             log: Callable[[str], None] = print, greedy: bool = True) -> EvalResult:
-    """Metrics of sampled (T=1) and, unless `greedy` is False, greedy decoding."""
+             log: Callable[[str], None] = print, greedy: bool = True, repairs: bool = True) -> EvalResult:
+    """Metrics of sampled (T=1) and, unless `greedy` is False, greedy decoding; `repairs`: a repair turn per task
+    too (`repair_accuracy`)."""
     import time
 
     t0 = time.monotonic()
-    turns = turns_of(tasks)
+    turns = turns_of(tasks, repairs)
     prompts = prompts_of(turns, tokenizer)
     metrics = {}
     for mode in ("sampled", "greedy") if greedy else ("sampled",):
@@ -180,5 +199,6 @@ def evaluate(model, tokenizer, tasks: Sequence[Task], *, max_new_tokens: int, ba
         m = metrics[mode]
         log(f"eval {mode}: edit accuracy {m.edit_accuracy:.3f} broken {m.broken_rate:.3f} "
             f"malformed {m.malformed_rate:.3f} questions ambiguous {m.question_rate_ambiguous:.2f} "
-            f"clear {m.question_rate_clear:.2f} ({len(turns)} responses, {time.monotonic() - t0:.0f}s)")
+            f"clear {m.question_rate_clear:.2f}" + (f" repairs {m.repair_accuracy:.3f}" if m.repair_turns else "")
+            + f" ({len(turns)} responses, {time.monotonic() - t0:.0f}s)")
     return EvalResult(len(tasks), seed, metrics["sampled"], metrics.get("greedy"), round(time.monotonic() - t0, 1))

@@ -115,6 +115,8 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     v0.mkdir(parents=True)
     (v0 / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (v0 / "model.safetensors").write_bytes(b"weights")
+    made = {"policy_config": demo.cfg.policy.model_dump()}
+    (v0 / "rtrl_metadata.json").write_text(json.dumps(made))
     assert demo.prepared() is None                                   # no suite yet
     suite = default_suite(demo_suite_cfg(demo.base))
     assert (suite / COMPLETE).is_file() and str(suite) == demo.cfg.gate.suite_dir
@@ -122,7 +124,11 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     cache = episode_cache_of(demo.cfg)[0]
     kept = cache.store(content_digest(v0), [Episode(task_id="eval-0000", sample=0, arm="champion")])
     assert demo.prepared() == kept
-    (v0 / "rtrl_metadata.json").write_text("{}")                     # re-registered elsewhere: the same model
-    assert demo.prepared() == kept
+    (v0 / "rtrl_metadata.json").write_text(json.dumps({**made, "created": "later", "code_version": "abc"}))
+    assert demo.prepared() == kept                                   # re-made elsewhere: the same model
+    old_recipe = {k: v for k, v in made["policy_config"].items() if k != "repair_rate"}
+    (v0 / "rtrl_metadata.json").write_text(json.dumps({"policy_config": old_recipe}))
+    assert demo.prepared() is None                                   # made before a recipe change: made anew
+    (v0 / "rtrl_metadata.json").write_text(json.dumps(made))
     (v0 / "model.safetensors").write_bytes(b"other weights")         # another v0: its episodes are not kept
     assert demo.prepared() is None

@@ -13,14 +13,14 @@ import pytest
 
 from instrumentation.simulator.clock import ScaledClock
 from instrumentation.simulator.config import SimulatorConfig
-from instrumentation.simulator.policy import (ErrorRates, OpenAIPolicy, PolicyError, PolicyRequest, ReferencePolicy,
-                                              parsed_from_openai)
+from instrumentation.simulator.policy import (FLAWS, ErrorRates, OpenAIPolicy, PolicyError, PolicyRequest,
+                                              ReferencePolicy, flawed_edit, parsed_from_openai)
 from instrumentation.simulator.population import Population, start_instant
 from instrumentation.simulator.tasks import grade, make_task
 from instrumentation.simulator.user import ListSink
 from instrumentation.simulator.workspace import make_workspace, org_of
 from schemas.events import ResponseKind, ToolCallStatus
-from schemas.tool_protocol import openai_tools
+from schemas.tool_protocol import openai_tools, parse_response
 from tests.unit.simulator.mock_server import completion
 
 
@@ -115,6 +115,19 @@ def test_the_reference_policy_answers_from_the_demonstration_and_injects_errors_
     assert [s.injected for s in a.served] == [s.injected for s in b.served]
     with pytest.raises(ValueError):
         ErrorRates(wrong=0.6, broken=0.6)
+
+
+@pytest.mark.parametrize("ambiguous", [False, True])
+def test_each_flawed_edit_fails_the_way_it_is_named(ambiguous):
+    task = _task(ambiguous)
+    outcomes = {flaw: grade(task, parse_response(flawed_edit(task, flaw)), clarified=True) for flaw in FLAWS}
+    assert outcomes["wrong"].outcome == "wrong" and outcomes["wrong"].new_text is not None
+    assert outcomes["broken"].outcome == "broken"
+    for flaw in ("malformed", "unclosed"):
+        parsed = parse_response(flawed_edit(task, flaw))
+        assert parsed.broken == 1 and parsed.records[0].status is ToolCallStatus.parse_error, flaw
+    with pytest.raises(ValueError, match="unknown flaw"):
+        flawed_edit(task, "sloppy")
 
 
 def test_users_drive_an_openai_endpoint_concurrently_on_the_scaled_clock():

@@ -7,12 +7,13 @@ import random
 import pytest
 import torch
 
+from instrumentation.simulator import followups
 from instrumentation.simulator.tasks import grade
 from schemas.chat_format import CHAT_TEMPLATE, END, SPECIAL_TOKENS, render
 from schemas.tool_protocol import parse_response
 from trainer.bootstrap import sft
 from trainer.bootstrap.config import PolicyConfig
-from trainer.bootstrap.corpus import build_corpus, generate_tasks
+from trainer.bootstrap.corpus import build_corpus, examples_of, generate_tasks
 from trainer.bootstrap.evaluate import right_edits, score, turns_of
 from trainer.bootstrap.model import build_model, n_parameters
 from trainer.bootstrap.tokenizer import train_tokenizer
@@ -53,6 +54,29 @@ def test_corpus_is_deterministic_and_covers_both_turns_of_ambiguous_tasks(corpus
     assert first_ambiguous and all(parse_response(e.completion.removesuffix(END)).kind.value == "question"
                                    for e in first_ambiguous)
     assert len({e.prompt.split("\n")[1] for e in big}) == 8  # eight orgs' system prompts
+
+
+def test_a_share_of_tasks_teaches_the_edit_after_a_failed_attempt_and_a_complaint():
+    plain = build_corpus(0, 40, 4, 8)
+    corpus = build_corpus(0, 40, 4, 8, repair_rate=0.5)
+    assert build_corpus(0, 40, 4, 8, repair_rate=0.5) == corpus
+    assert [e for e in corpus if e.turn != "repair"] == plain     # the other turns do not move
+    assert 0.35 < sum(e.turn == "repair" for e in corpus) / 160 < 0.65
+    complaints = set(followups.WRONG + followups.BROKEN + followups.NEEDLESS)
+    attempts = []
+    for task in generate_tasks(0, 40, 4, 8):
+        repair = examples_of(task, repair_rate=1.0)[-1]
+        assert repair.turn == "repair"
+        before = render(task.clarified_messages(task.question) if task.ambiguous else task.messages())
+        conversation, attempt, complaint = repair.prompt.rsplit("<|user|>\n", 2)
+        assert conversation + "<|user|>\n" + attempt.split("<|assistant|>\n")[0] + "<|assistant|>\n" == before
+        attempts.append(attempt.split("<|assistant|>\n")[1].removesuffix("<|end|>\n"))
+        assert complaint.removesuffix("\n<|assistant|>\n") in complaints
+        # the reference is the edit, and it grades right on the task
+        reference = parse_response(repair.completion.removesuffix(END))
+        assert reference.kind.value == "edit" and grade(task, reference, clarified=True).correct
+    assert all(a != task_edit for a, task_edit in zip(attempts, (t.edit.text() for t in generate_tasks(0, 40, 4, 8))))
+    assert {"Which file do you mean?"} < set(attempts) and any(a.startswith("<tool_call>") for a in attempts)
 
 
 def test_demonstrations_grade_correct_on_their_tasks():
@@ -186,6 +210,22 @@ def test_score_counts_right_edits_broken_calls_and_questions():
     assert m.question_rate_clear == 1.0 and m.edit_accuracy == 0.0 and m.outcomes == {"question": len(turns)}
 
 
+def test_repair_turns_are_scored_apart_from_the_first_and_clarified_turns():
+    tasks = generate_tasks(5, 30, 2, 4)
+    plain, turns = turns_of(tasks), turns_of(tasks, repairs=True)
+    repairs = [t for t in turns if t.repair]
+    assert len(repairs) == len(tasks) and [t for t in turns if not t.repair] == plain
+    assert all(t.messages[-1]["role"] == "user" and t.messages[-2]["role"] == "assistant" for t in repairs)
+    # the plain turns answered right, the repair turns with the empty call v0 used to give
+    responses = ["<tool_call>" if t.repair else t.task.demonstration(t.clarified) for t in turns]
+    m = score(turns, responses, [5] * len(turns))
+    alone = score(plain, [t.task.demonstration(t.clarified) for t in plain], [5] * len(plain))
+    assert m.repair_turns == len(tasks) and m.repair_accuracy == 0.0
+    assert {**m.__dict__, "repair_turns": 0} == alone.__dict__      # the other rates do not see repair turns
+    fixed = [t.task.demonstration(True) if t.repair else r for t, r in zip(turns, responses)]
+    assert score(turns, fixed, [5] * len(turns)).repair_accuracy == 1.0
+
+
 def test_right_edits_gives_one_paired_unit_per_edit_turn_whose_mean_is_the_edit_accuracy():
     turns = turns_of(generate_tasks(5, 30, 2, 4))
     responses = [t.task.demonstration(t.clarified) if i % 3 else "Which one?" for i, t in enumerate(turns)]
@@ -270,3 +310,20 @@ def test_policy_config_bounds():
     with pytest.raises(ValueError, match="copy_circuit needs"):
         PolicyConfig(hidden_size=64, heads=2)
     assert not PolicyConfig(hidden_size=64, heads=2, copy_circuit=False).copy_circuit
+
+
+def test_a_cached_policy_stands_in_for_v0_only_when_made_from_the_same_policy_config(tmp_path):
+    from trainer.bootstrap.bootstrap import METADATA, stale_reason
+
+    assert "no policy" in stale_reason(tmp_path, TINY)
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / METADATA).write_text(json.dumps({"policy_config": TINY.model_dump()}))
+    assert stale_reason(tmp_path, TINY) == ""
+    assert stale_reason(tmp_path, TINY.model_copy(update={"threads": 16, "log_every": 1})) == ""   # how it ran
+    assert "repair_rate" in stale_reason(tmp_path, TINY.model_copy(update={"repair_rate": 0.9}))
+    older = {k: v for k, v in TINY.model_dump().items() if k != "repair_rate"}    # made before the key existed
+    (tmp_path / METADATA).write_text(json.dumps({"policy_config": older}))
+    assert "repair_rate" in stale_reason(tmp_path, TINY)
+    (tmp_path / METADATA).write_text("not json")
+    assert "unreadable" in stale_reason(tmp_path, TINY)
+
