@@ -102,8 +102,9 @@ RUN_ONLY_KEYS = frozenset({"threads", "log_every", "base_checkpoint"})   # how a
 
 def stale_reason(folder: Path, policy) -> str:
     """'' when the default policy cached in `folder` (a copy of a bootstrapped v0) was made from this `[policy]`
-    config, else why not: a cache made before a recipe change (a new key, another corpus) must not stand in
-    for the v0 the config describes."""
+    config, else why not: a cache made from another recipe must not stand in for the v0 the config describes. A
+    key the cache's metadata lacks was added after it was made and counts as its default: a new recipe key's
+    default must keep the recipe as it was."""
     meta_path = folder / METADATA
     if not (folder / "config.json").is_file() or not meta_path.is_file():
         return f"no policy in {folder}"
@@ -112,7 +113,8 @@ def stale_reason(folder: Path, policy) -> str:
     except (OSError, ValueError) as e:
         return f"unreadable {meta_path}: {e}"
     want = policy.model_dump()
-    changed = sorted(k for k in (set(made) | set(want)) - RUN_ONLY_KEYS if made.get(k, None) != want.get(k, None))
+    made = {k: f.default for k, f in type(policy).model_fields.items()} | made
+    changed = sorted(k for k in (set(made) | set(want)) - RUN_ONLY_KEYS if made.get(k) != want.get(k))
     if changed:
         return f"made with another [policy] config ({', '.join(changed)} differ)"
     return ""

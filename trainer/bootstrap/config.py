@@ -37,9 +37,11 @@ class PolicyConfig(BaseModel):
     train_workspaces: int = Field(default=800, ge=1, le=10_000_000)
     tasks_per_workspace: int = Field(default=8, ge=1, le=10000,
                                      description="A chain of tasks per workspace, each applied before the next.")
-    repair_rate: float = Field(default=0.25, ge=0.0, le=1.0,
+    repair_rate: float = Field(default=0.0, ge=0.0, le=1.0,
                                description="Share of tasks that also give a repair turn: the edit after a failed "
-                                           "attempt and the user's complaint (trainer/bootstrap/corpus.py).")
+                                           "attempt and the user's complaint (trainer/bootstrap/corpus.py). 0: "
+                                           "v0 answers nearly every such turn with an empty tool call; 0.25 mends "
+                                           "that, but the demo's A/B then showed no effect (README).")
     # supervised training
     steps: int = Field(default=1200, ge=1, le=10_000_000, description="Most optimizer steps (the LR schedule "
                                                                      "spans them); training usually stops earlier "

@@ -126,9 +126,9 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     assert demo.prepared() == kept
     (v0 / "rtrl_metadata.json").write_text(json.dumps({**made, "created": "later", "code_version": "abc"}))
     assert demo.prepared() == kept                                   # re-made elsewhere: the same model
-    old_recipe = {k: v for k, v in made["policy_config"].items() if k != "repair_rate"}
-    (v0 / "rtrl_metadata.json").write_text(json.dumps({"policy_config": old_recipe}))
-    assert demo.prepared() is None                                   # made before a recipe change: made anew
+    other_recipe = {**made["policy_config"], "repair_rate": 0.5}
+    (v0 / "rtrl_metadata.json").write_text(json.dumps({"policy_config": other_recipe}))
+    assert demo.prepared() is None                                   # made from another recipe: made anew
     (v0 / "rtrl_metadata.json").write_text(json.dumps(made))
     (v0 / "model.safetensors").write_bytes(b"other weights")         # another v0: its episodes are not kept
     assert demo.prepared() is None

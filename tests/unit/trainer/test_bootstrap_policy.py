@@ -321,9 +321,10 @@ def test_a_cached_policy_stands_in_for_v0_only_when_made_from_the_same_policy_co
     assert stale_reason(tmp_path, TINY) == ""
     assert stale_reason(tmp_path, TINY.model_copy(update={"threads": 16, "log_every": 1})) == ""   # how it ran
     assert "repair_rate" in stale_reason(tmp_path, TINY.model_copy(update={"repair_rate": 0.9}))
-    older = {k: v for k, v in TINY.model_dump().items() if k != "repair_rate"}    # made before the key existed
-    (tmp_path / METADATA).write_text(json.dumps({"policy_config": older}))
-    assert "repair_rate" in stale_reason(tmp_path, TINY)
+    older = {k: v for k, v in TINY.model_dump().items() if k != "repair_rate"}    # made before the key existed:
+    (tmp_path / METADATA).write_text(json.dumps({"policy_config": older}))       # as the key's default
+    assert TINY.repair_rate == PolicyConfig().repair_rate and stale_reason(tmp_path, TINY) == ""
+    assert "repair_rate" in stale_reason(tmp_path, TINY.model_copy(update={"repair_rate": 0.25}))
     (tmp_path / METADATA).write_text("not json")
     assert "unreadable" in stale_reason(tmp_path, TINY)
 
