@@ -96,6 +96,8 @@ class Loop:
             return
         self.log(f"[loop] not reusing a cached policy v0 ({stale}): bootstrapping it (a few minutes, once)")
         self.cli.run("bootstrap", step="bootstrap", echo=self.log)
+        if self.cfg.policy.base_checkpoint:          # the cache keeps the default policy, not the user's model
+            return
         from infra.registry import Registry
 
         registry = Registry.from_config(self.cfg)

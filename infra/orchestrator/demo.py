@@ -166,6 +166,8 @@ class Demo:
                      f"demos reuse {self.v0_cache})")
             self.cli.run("bootstrap", step="bootstrap", echo=self.log)
             version = registry.version_of("champion")
+            if self.cfg.policy.base_checkpoint:      # the cache keeps the default policy, not the user's model
+                return version
             tmp = self.v0_cache.with_name(self.v0_cache.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(registry.local_path(version), tmp)

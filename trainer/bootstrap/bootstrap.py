@@ -105,13 +105,18 @@ def stale_reason(folder: Path, policy) -> str:
     config, else why not: a cache made from another recipe must not stand in for the v0 the config describes. A
     key the cache's metadata lacks was added after it was made and counts as its default: a new recipe key's
     default must keep the recipe as it was."""
+    if policy.base_checkpoint:
+        return f"policy.base_checkpoint is set: v0 is {policy.base_checkpoint}"
     meta_path = folder / METADATA
     if not (folder / "config.json").is_file() or not meta_path.is_file():
         return f"no policy in {folder}"
     try:
-        made = json.loads(meta_path.read_text()).get("policy_config") or {}
+        meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as e:
         return f"unreadable {meta_path}: {e}"
+    if meta.get("kind") != "bootstrap":
+        return f"{folder} holds a {meta.get('kind')!r} checkpoint, not a bootstrapped default policy"
+    made = meta.get("policy_config") or {}
     want = policy.model_dump()
     made = {k: f.default for k, f in type(policy).model_fields.items()} | made
     changed = sorted(k for k in (set(made) | set(want)) - RUN_ONLY_KEYS if made.get(k) != want.get(k))

@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from instrumentation.simulator.tasks import Task, grade
-from trainer.bootstrap.corpus import repair_messages
 from schemas.chat_format import render
 from schemas.tool_protocol import parse_response
+from trainer.bootstrap.corpus import repair_messages
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     v0.mkdir(parents=True)
     (v0 / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (v0 / "model.safetensors").write_bytes(b"weights")
-    made = {"policy_config": demo.cfg.policy.model_dump()}
+    made = {"kind": "bootstrap", "policy_config": demo.cfg.policy.model_dump()}
     (v0 / "rtrl_metadata.json").write_text(json.dumps(made))
     assert demo.prepared() is None                                   # no suite yet
     suite = default_suite(demo_suite_cfg(demo.base))
@@ -127,7 +127,7 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     (v0 / "rtrl_metadata.json").write_text(json.dumps({**made, "created": "later", "code_version": "abc"}))
     assert demo.prepared() == kept                                   # re-made elsewhere: the same model
     other_recipe = {**made["policy_config"], "repair_rate": 0.5}
-    (v0 / "rtrl_metadata.json").write_text(json.dumps({"policy_config": other_recipe}))
+    (v0 / "rtrl_metadata.json").write_text(json.dumps({"kind": "bootstrap", "policy_config": other_recipe}))
     assert demo.prepared() is None                                   # made from another recipe: made anew
     (v0 / "rtrl_metadata.json").write_text(json.dumps(made))
     (v0 / "model.safetensors").write_bytes(b"other weights")         # another v0: its episodes are not kept

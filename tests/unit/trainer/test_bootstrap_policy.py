@@ -317,14 +317,18 @@ def test_a_cached_policy_stands_in_for_v0_only_when_made_from_the_same_policy_co
 
     assert "no policy" in stale_reason(tmp_path, TINY)
     (tmp_path / "config.json").write_text("{}")
-    (tmp_path / METADATA).write_text(json.dumps({"policy_config": TINY.model_dump()}))
+    (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": TINY.model_dump()}))
     assert stale_reason(tmp_path, TINY) == ""
     assert stale_reason(tmp_path, TINY.model_copy(update={"threads": 16, "log_every": 1})) == ""   # how it ran
     assert "repair_rate" in stale_reason(tmp_path, TINY.model_copy(update={"repair_rate": 0.9}))
     older = {k: v for k, v in TINY.model_dump().items() if k != "repair_rate"}    # made before the key existed:
-    (tmp_path / METADATA).write_text(json.dumps({"policy_config": older}))       # as the key's default
+    (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": older}))  # as its default
     assert TINY.repair_rate == PolicyConfig().repair_rate and stale_reason(tmp_path, TINY) == ""
     assert "repair_rate" in stale_reason(tmp_path, TINY.model_copy(update={"repair_rate": 0.25}))
     (tmp_path / METADATA).write_text("not json")
     assert "unreadable" in stale_reason(tmp_path, TINY)
+    (tmp_path / METADATA).write_text(json.dumps({"kind": "base_checkpoint", "source": "/models/x"}))
+    assert "not a bootstrapped default policy" in stale_reason(tmp_path, TINY)
+    (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": TINY.model_dump()}))
+    assert "base_checkpoint is set" in stale_reason(tmp_path, TINY.model_copy(update={"base_checkpoint": "/m"}))
 
