@@ -10,7 +10,8 @@ the open join state the next cycle starts from.
 
 Late data: a trajectory whose maturity is at or before the last firing can never be emitted (counted
 `late_requests`); other events older than the last firing minus the longest window are counted `late_events`
-and dropped.
+and dropped. The carry is not late data: its trajectories that matured by the last firing were emitted by the
+previous cycle and stay in the buffer, because a question still pending may defer to one of them.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class AssembleRewardsFn(beam.DoFn):
         _, batch = element
         fired = self._fired(fired_state)
         frame = batch.frame
-        if fired != _NONE:
+        if fired != _NONE and not batch.carried:
             if batch.event_type == "trajectory":
                 late = (self._maturities(frame) <= _dt(fired)).fill_null(False)
                 if late.any():

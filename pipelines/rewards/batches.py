@@ -21,6 +21,7 @@ from pipelines.rewards.frames import conform
 class EventBatch:
     event_type: str
     frame: pl.DataFrame
+    carried: bool = False   # handed over by the previous cycle's run (its open join state), not new input
 
     @property
     def min_time(self) -> datetime:
@@ -43,7 +44,7 @@ def split_by_shard(batch: EventBatch, shards: int) -> list[tuple[int, EventBatch
     lookup = pl.DataFrame({"workspace_id": ids, "_shard": [shard_of(w, shards) for w in ids]},
                           schema={"workspace_id": pl.String, "_shard": pl.Int64})
     keyed = frame.join(lookup, on="workspace_id", how="left", maintain_order="left")
-    return [(int(key[0]), EventBatch(batch.event_type, part.drop("_shard")))
+    return [(int(key[0]), EventBatch(batch.event_type, part.drop("_shard"), batch.carried))
             for key, part in sorted(keyed.partition_by("_shard", as_dict=True).items())]
 
 

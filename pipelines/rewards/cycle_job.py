@@ -133,7 +133,7 @@ class ReadCarryFn(beam.DoFn):
     def process(self, path: str):
         frame = pl.read_parquet(path)
         if frame.height:
-            yield EventBatch(Path(path).stem, frame)
+            yield EventBatch(Path(path).stem, frame, carried=True)
 
 
 def _write_dead_letters(path: Path, letters, cluster: str) -> int:

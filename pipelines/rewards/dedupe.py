@@ -44,4 +44,4 @@ class DedupeByEventIdFn(beam.DoFn):
         known = pl.concat([known, fresh.select("event_id", "event_time")])
         newest = known["event_time"].max()
         seen.write(known.filter(pl.col("event_time") >= newest - self.retention))
-        yield shard, EventBatch(batch.event_type, fresh)
+        yield shard, EventBatch(batch.event_type, fresh, batch.carried)
