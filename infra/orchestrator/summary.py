@@ -9,6 +9,10 @@ checkpoint than control, both arms from the first request treatment served with 
 (`last_cycle`); `tail` adds the range after the last cycle (the demo measures it as the next cycle's first
 steps): for edit persistence and dissatisfied follow-ups, each arm's rate, the difference
 treatment − control and its 95% interval (delta method, users as the unit: pipelines.metrics).
+
+With `since_first_promotion`, `ab["before_promotion"]` is the same comparison on the measured rows requested
+before that first request: an A/A check, both arms serving control's checkpoint. A difference there is the
+arms' own imbalance (chance, or a split that favours one arm), which the A/B result after it also carries.
 """
 
 from __future__ import annotations
@@ -59,18 +63,27 @@ def ab_object(cfg, records, window: str) -> dict:
         return {"cycles": [], "reason": "no cycle had treatment serving another checkpoint than control"
                 if window != "last_cycle" else "no cycle was measured"}
     rows = pl.concat([scan_cycle(table, r.cycle_id) for r in chosen], how="vertical_relaxed")
-    since = None
+    as_of = chosen[-1].result("collect").get("as_of")
+    since, before = None, None
     if window != "last_cycle":   # both arms from the first request treatment served with another checkpoint
         control = {str(v) for r in chosen for v in (r.result("measure").get("versions") or {}).get("control") or []}
         since = (rows.filter((pl.col("arm") == cfg.ab.treatment_arm) & ~pl.col("policy_version").is_in(sorted(control)))
                  .select(pl.col("request_time").min()).collect().item())
         if since is not None:
             rows = rows.filter(pl.col("request_time") >= since)
-    res = compute_cycle_metrics(rows, "ab-" + chosen[-1].cycle_id, as_of=chosen[-1].result("collect").get("as_of"),
-                                config=cfg.ab)
+            before = _before_promotion(cfg, table, measured, since, as_of)
+    res = compute_cycle_metrics(rows, "ab-" + chosen[-1].cycle_id, as_of=as_of, config=cfg.ab)
     out: dict = {"cycles": [r.cycle_id for r in chosen], "window": window,
-                 "since": since.isoformat() if since is not None else None, "versions": res.versions,
-                 "rows": res.counts.get("rows_by_arm"), "users": res.counts.get("users_by_arm"),
+                 "since": since.isoformat() if since is not None else None, **_comparison(cfg, res)}
+    if before is not None:
+        out["before_promotion"] = before
+    return out
+
+
+def _comparison(cfg, res) -> dict:
+    """Versions, rows, users, the SRM check and, per A/B metric, both arms' rates and the difference's interval."""
+    out: dict = {"versions": res.versions, "rows": res.counts.get("rows_by_arm"),
+                 "users": res.counts.get("users_by_arm"),
                  "srm": {"p_value": res.srm.get("p_value"), "flagged": res.srm.get("flagged")}}
     for key, name in AB_METRICS.items():
         m = res.metric(name)
@@ -78,6 +91,21 @@ def ab_object(cfg, records, window: str) -> dict:
                     "ci_high": m.abs_high, "relative": m.relative, "level": 1 - cfg.ab.alpha,
                     "n_control": m.denominator_control, "n_treatment": m.denominator_treatment}
     return out
+
+
+def _before_promotion(cfg, table: Path, measured, since, as_of) -> dict | None:
+    """The A/A check: the same comparison on the measured rows requested before `since` (both arms on control's
+    checkpoint), or None when there are none."""
+    import polars as pl
+
+    from pipelines.metrics import compute_cycle_metrics, scan_cycle
+
+    rows = (pl.concat([scan_cycle(table, r.cycle_id) for r in measured], how="vertical_relaxed")
+            .filter(pl.col("request_time") < since))
+    if rows.select(pl.len()).collect().item() == 0:
+        return None
+    res = compute_cycle_metrics(rows, "aa-" + measured[-1].cycle_id, as_of=as_of, config=cfg.ab)
+    return {"cycles": [r.cycle_id for r in measured], "until": since.isoformat(), **_comparison(cfg, res)}
 
 
 def _arms_differ(versions: dict) -> bool:
@@ -120,10 +148,21 @@ def render_table(summary: dict) -> str:
         lines.append(f"A/B, treatment − control ({ab['window']}: cycles {', '.join(ab['cycles'])}{tail}; versions "
                      f"control {ab['versions'].get('control')}, treatment {ab['versions'].get('treatment')}; "
                      f"rows {ab['rows']}):")
-        for key in AB_METRICS:
-            m = ab[key]
-            lines.append(f"  {key:<22} control {_pct(m['control'])}  treatment {_pct(m['treatment'])}  "
-                         f"diff {_pp(m['diff'])} pp  95% CI [{_pp(m['ci_low'])}, {_pp(m['ci_high'])}] pp")
+        lines += _metric_lines(ab)
+        if (aa := ab.get("before_promotion")) is not None:
+            lines.append(f"A/A check before the first promotion (both arms on control's checkpoint: control "
+                         f"{aa['versions'].get('control')}, treatment {aa['versions'].get('treatment')}; rows "
+                         f"{aa['rows']}):")
+            lines += _metric_lines(aa)
     else:
         lines.append(f"\nA/B: {ab.get('reason')}")
     return "\n".join(lines)
+
+
+def _metric_lines(comparison: dict) -> list[str]:
+    out = []
+    for key in AB_METRICS:
+        m = comparison[key]
+        out.append(f"  {key:<22} control {_pct(m['control'])}  treatment {_pct(m['treatment'])}  "
+                   f"diff {_pp(m['diff'])} pp  95% CI [{_pp(m['ci_low'])}, {_pp(m['ci_high'])}] pp")
+    return out

@@ -1,0 +1,103 @@
+"""`rtrl demo` runs the same seeded population with the same sticky A/B split every time: the same users are in
+the treatment arm, with the same workspaces and the same seeded reactions to each task. So whatever luck the split
+froze in is in every demo's A/B. These tests measure that frozen part: both arms served by one policy (a v0-like
+reference policy: its errors drawn anew for each policy seed; after a complaint it always breaks its edit, as the
+default v0 does), the demo's users and pace, the demo's arms, and the A/B's window of simulated time. Over the
+policy seeds, the mean difference between the arms is the split's own bias; it must be small against the spread
+of one run's difference (what a demo's interval describes). The second test shows that the same measurement
+does find a real difference of the size the demo reports."""
+
+from __future__ import annotations
+
+import statistics
+from datetime import timedelta
+
+import pytest
+
+from infra.config import load_config
+from infra.orchestrator.demo import user_pace
+from instrumentation.simulator.clock import StepClock
+from instrumentation.simulator.policy import ErrorRates, ReferencePolicy, flawed_edit
+from instrumentation.simulator.population import Population
+from schemas.tool_protocol import parse_response
+from serving.router import Router
+
+pytestmark = pytest.mark.slow
+
+V0_LIKE = ErrorRates(wrong=0.12, broken=0.30, malformed=0.05, needless=0.02, guess=0.6)
+SEEDS = range(12)
+WINDOW_H = (3.5, 8.25)    # the A/B's requests: after the first promotion (~210 s x 60) until maturity at 540 s
+
+
+class V0Like(ReferencePolicy):
+    """The reference policy, except that a turn after a complaint always breaks its edit (the default v0 does)."""
+
+    def respond(self, request):
+        reply = super().respond(request)
+        msgs = request.messages
+        if len(msgs) > 2 and msgs[-1]["content"] != request.task.clarification:
+            reply.text = flawed_edit(request.task, "broken")
+            reply.parsed = parse_response(reply.text)
+        return reply
+
+
+class ByArm:
+    """One policy per arm of the demo's router."""
+
+    def __init__(self, router: Router, policies: dict[str, ReferencePolicy]):
+        self.router, self.policies = router, policies
+
+    def respond(self, request):
+        return self.policies[self.router.assign(request.user)].respond(request)
+
+
+class Nowhere:
+    def emit(self, event) -> bool:
+        return True
+
+
+def arm_differences(policy_seed: int, treatment_errors: ErrorRates = V0_LIKE) -> tuple[float, float]:
+    """(edit persistence, dissatisfied follow-ups) of treatment − control in points, in the A/B's window."""
+    cfg = load_config(None, user_pace(load_config(None, [])))
+    sim = cfg.simulator.model_copy(update={"users": cfg.demo.users})
+    router = Router(cfg.serving.experiment, cfg.serving.arms)
+    policy = ByArm(router, {"control": V0Like(policy_seed, V0_LIKE), "treatment": V0Like(policy_seed, treatment_errors)})
+    clock = StepClock(latency_s=sim.deterministic_latency_s)
+    population = Population(sim, policy, Nowhere(), clock)
+    population.run(clock.start + timedelta(hours=WINDOW_H[1]))
+    private = {u.user_id for u in population.users if u.privacy}     # never in a reward row
+    lo, hi = (clock.start + timedelta(hours=h) for h in WINDOW_H)
+    n = {arm: [0, 0, 0, 0] for arm in ("control", "treatment")}      # requests, dissatisfied, edits shown, kept
+    for t in population.stats.ledger:
+        if lo <= t.time < hi and t.outcome != "error" and t.user_id not in private:
+            c = n[router.assign(t.user_id)]
+            c[0] += 1
+            c[1] += t.followup == "dissatisfied"
+            if t.applied is not None:
+                c[2] += 1
+                c[3] += bool(t.applied and not t.reverted)
+    (rc, dc, ec, kc), (rt, dt, et, kt) = n["control"], n["treatment"]
+    assert min(rc, rt, ec, et) > 500, n
+    return 100 * (kt / et - kc / ec), 100 * (dt / rt - dc / rc)
+
+
+def _summary(diffs: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Per metric: (mean over seeds, standard error of that mean)."""
+    out = []
+    for i in range(2):
+        xs = [d[i] for d in diffs]
+        out.append((statistics.mean(xs), statistics.stdev(xs) / len(xs) ** 0.5))
+    return out
+
+
+def test_the_demos_fixed_split_of_its_seeded_population_favours_neither_arm():
+    diffs = [arm_differences(s) for s in SEEDS]
+    for (mean, se), spread in zip(_summary(diffs), (statistics.stdev(d[i] for d in diffs) for i in range(2))):
+        assert spread > 1.0                      # one run's difference does vary with the policy's draws ...
+        assert abs(mean) < max(2.5 * se, 1.0)    # ... but not around a bias the split froze in
+
+
+def test_the_same_measurement_finds_a_treatment_that_errs_less():
+    better = ErrorRates(wrong=0.09, broken=0.24, malformed=0.05, needless=0.02, guess=0.6)
+    (p_mean, p_se), (d_mean, d_se) = _summary([arm_differences(s, better) for s in SEEDS])
+    assert p_mean > 2.5 * p_se and d_mean < -2.5 * d_se
