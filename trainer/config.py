@@ -49,6 +49,11 @@ class TrainerConfig(BaseModel):
                                           "is used (one pass: each row once, no extra forward) or the frozen "
                                           "parent checkpoint (one more forward per micro-batch).")
     logprob_impl: str = Field(default="auto", pattern="^(auto|triton|chunked|naive)$")
+    skip_inert_rows: bool = Field(default=True, description="Leave out of the forward/backward the rows whose loss "
+                                  "term is exactly zero (advantage 0, e.g. every below-baseline row at "
+                                  "negative_weight 0, with no KL term and the constant aggregation): the update is "
+                                  "the same, and the per-step monitors (entropy, mismatch, clipping) cover the rows "
+                                  "that carry gradient.")
     # run
     checkpoint_every: int = Field(default=1, ge=1, description="Optimizer steps between resumable checkpoints.")
     threads: int = Field(default=0, ge=0, le=1024, description="torch CPU threads; 0 = all cores.")

@@ -59,10 +59,28 @@ def build_micro_batch(rows: pl.DataFrame, advantages: torch.Tensor, pad_id: int)
                       advantages, rows["request_id"].to_list())
 
 
-def steps(n_rows: int, rows_per_step: int, micro_batch: int) -> list[list[tuple[int, int]]]:
-    """The run's plan: optimizer steps, each a list of (start, end) row ranges (micro-batches), one pass."""
+@dataclass(frozen=True)
+class Step:
+    """One optimizer step: its rows [start, end) and the micro-batches, (start, end) row ranges, that are run.
+    `micro` covers every row of the step, or only its leading rows that carry gradient (`steps(active=...)`)."""
+
+    start: int
+    end: int
+    micro: list[tuple[int, int]]
+
+    @property
+    def rows(self) -> int:
+        return self.end - self.start
+
+
+def steps(n_rows: int, rows_per_step: int, micro_batch: int, active: list[int] | None = None) -> list[Step]:
+    """The run's plan: one pass, an optimizer step per `rows_per_step` rows. With `active` (per step, how many of
+    its leading rows carry gradient) the micro-batches cover only those; a step with none keeps one micro-batch
+    (run with weight 0) so that the optimizer still steps."""
     plan = []
-    for s in range(0, n_rows, rows_per_step):
+    for k, s in enumerate(range(0, n_rows, rows_per_step)):
         end = min(s + rows_per_step, n_rows)
-        plan.append([(m, min(m + micro_batch, end)) for m in range(s, end, micro_batch)])
+        upto = end if active is None else s + active[k]
+        micro = [(m, min(m + micro_batch, upto)) for m in range(s, upto, micro_batch)]
+        plan.append(Step(s, end, micro or [(s, min(s + micro_batch, end))]))
     return plan

@@ -9,6 +9,8 @@
 Per micro-batch: the policy's log-probs (with gradient) and entropy of the completion tokens; the frozen parent's
 log-probs (theta_old: the ratio's denominator and the truncated-IS numerator against serving's behaviour
 log-probs; also the KL reference); `trainer.losses.policy_loss`; DeepSpeed accumulates until the step boundary.
+Rows whose loss term is exactly zero (`skip_inert_rows`: advantage 0, no KL, constant aggregation) are not run:
+at negative_weight 0 that is every below-baseline row, about two thirds of a cycle's rows.
 Deterministic for a seed: fixed row order, no dropout, the same plan on resume.
 """
 
@@ -58,6 +60,7 @@ class TrainSummary:
     steps: int = 0
     rows: int = 0
     tokens: int = 0
+    inert_rows: int = 0          # rows left out of the forward/backward: their loss term is exactly zero
     resumed_from_step: int = 0
     seconds: float = 0.0
     history: list[StepMetrics] = field(default_factory=list)
@@ -98,9 +101,12 @@ class Trainer:
         strata = [str(v) for v in self.rows[by].to_list()] if by else None
         self.adv = advantages(torch.tensor(self.rows["reward"].to_list(), dtype=torch.float32), groups, strata,
                               self.cfg.normalize_std, negative_weight=self.cfg.negative_weight).values
-        self._bucket_by_length()
-        self.plan = steps(self.rows.height, self.cfg.rows_per_step, self.cfg.micro_batch)
-        accumulation = max(len(s) for s in self.plan) if self.plan else 1
+        inert = self._inert()
+        active = self._order_within_steps(inert)
+        self.summary.inert_rows = int(inert.sum())
+        self.plan = steps(self.rows.height, self.cfg.rows_per_step, self.cfg.micro_batch,
+                          active if self.summary.inert_rows else None)
+        accumulation = max(len(s.micro) for s in self.plan) if self.plan else 1
         self.engine = Engine(model, self.cfg.lr, self.cfg.weight_decay, self.cfg.max_grad_norm, self.cfg.zero_stage,
                              self.cfg.micro_batch, accumulation)
         pad = self.tokenizer.pad_token_id
@@ -108,15 +114,29 @@ class Trainer:
         self.loss_cfg = LossConfig(self.cfg.loss, self.cfg.clip_low, self.cfg.clip_high, self.cfg.tis_cap,
                                    self.cfg.kl_coef, self.cfg.kl_estimator, self.cfg.aggregation)
 
-    def _bucket_by_length(self) -> None:
-        """Within each optimizer step, order rows by length, so micro-batches pad little. The rows of a step (and
-        so its gradient sum) do not change; only which micro-batch carries which row."""
+    def _inert(self) -> torch.Tensor:
+        """Rows whose loss term is exactly zero, whatever the policy: advantage 0 (every below-baseline row at
+        negative_weight 0), no KL term, and the constant aggregation (whose normalizer does not depend on which rows
+        run). With `skip_inert_rows` they are left out of the forward/backward (all False otherwise)."""
+        if not self.cfg.skip_inert_rows or self.cfg.kl_coef > 0 or self.cfg.aggregation != "constant":
+            return torch.zeros(self.rows.height, dtype=torch.bool)
+        return self.adv == 0
+
+    def _order_within_steps(self, inert: torch.Tensor) -> list[int]:
+        """Within each optimizer step: the rows that carry gradient first, each part by length, so micro-batches
+        pad little. The rows of a step (and so its gradient sum) do not change, only which micro-batch carries
+        which row. Returns, per step, how many rows carry gradient."""
         lengths = (self.rows["prompt_token_ids"].list.len() + self.rows["completion_token_ids"].list.len()).to_list()
+        flags = inert.tolist()
         order: list[int] = []
+        active: list[int] = []
         for s in range(0, self.rows.height, self.cfg.rows_per_step):
-            order += sorted(range(s, min(s + self.cfg.rows_per_step, self.rows.height)), key=lambda i: (lengths[i], i))
+            rows = range(s, min(s + self.cfg.rows_per_step, self.rows.height))
+            order += sorted(rows, key=lambda i: (flags[i], lengths[i], i))
+            active.append(sum(not flags[i] for i in rows))
         self.rows = self.rows[order]
         self.adv = self.adv[torch.tensor(order, dtype=torch.long)] if order else self.adv
+        return active
 
     # -- train -------------------------------------------------------------------------------------------------
     def _logprobs(self, model, mb, grad: bool):
@@ -167,15 +187,15 @@ class Trainer:
             if index < done:
                 continue
             t_step = time.perf_counter()
-            rows_in_step = step[-1][1] - step[0][0]
+            rows_in_step = step.rows
             acc = {"loss": 0.0, "tokens": 0, "entropy": 0.0, "clip": 0.0, "tis": 0.0, "mismatch": 0.0, "kl": 0.0}
             grad_norm = None
             rank, world = self.engine.rank, self.engine.world_size
-            mine = step[rank::world]
+            mine = step.micro[rank::world]
             # data parallel: each rank takes every world-th micro-batch; DeepSpeed averages gradients over ranks,
             # so losses are scaled by the world size to keep the step's sum / constant. A rank without a
             # micro-batch still joins the all-reduce with a zero-weighted one.
-            share = [(mb, world) for mb in mine] or [(step[0], 0.0)]
+            share = [(mb, world) for mb in mine] or [(step.micro[0], 0.0)]
             for k, ((start, end), weight) in enumerate(share):
                 out, ent_sum, mb, norm = self._micro_step(start, end, rows_in_step, boundary=k == len(share) - 1,
                                                           weight=weight)
@@ -187,8 +207,8 @@ class Trainer:
                                    ("mismatch", out.mismatch), ("kl", float(out.kl))):
                     acc[key] += value * out.tokens
             tokens = max(acc["tokens"], 1)
-            adv = self.adv[step[0][0]:step[-1][1]]
-            rewards = self.rows["reward"][step[0][0]:step[-1][1]]
+            adv = self.adv[step.start:step.end]
+            rewards = self.rows["reward"][step.start:step.end]
             metrics = StepMetrics(index + 1, rows_in_step, acc["tokens"], acc["loss"], float(rewards.mean()),
                                   float(adv.mean()), float(adv.std(unbiased=False)), acc["entropy"] / tokens,
                                   grad_norm, acc["clip"] / tokens, acc["tis"] / tokens, acc["mismatch"] / tokens,

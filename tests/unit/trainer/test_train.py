@@ -126,3 +126,25 @@ def test_baseline_strata_come_from_the_configured_column_and_an_unknown_one_is_r
             assert abs(float(sum(a for a, k in zip(t.adv.tolist(), strata) if k == s))) < 1e-4
     with pytest.raises(ValueError, match="no column 'task_kind'"):
         Trainer(_cfg(stratify_by="task_kind"), rows, folder, tmp_path / "c").setup()
+
+
+def test_rows_whose_loss_term_is_zero_are_not_run_and_the_update_is_the_same(parent, tmp_path):
+    skipped, s1 = _run(parent, tmp_path / "skip", negative_weight=0.0)
+    full, s2 = _run(parent, tmp_path / "full", negative_weight=0.0, skip_inert_rows=False)
+    assert s1.inert_rows > 10 and s2.inert_rows == 0
+    assert s1.tokens < s2.tokens                       # the below-baseline rows' tokens were not run
+    assert [m.reward_mean for m in s1.history] == [m.reward_mean for m in s2.history]   # over all rows of a step
+    assert _close(skipped, full, 1e-5)                 # float32 summation order only (see the micro-batch test)
+    # with a KL term every row carries gradient: nothing is skipped
+    _, s3 = _run(parent, tmp_path / "kl", negative_weight=0.0, kl_coef=0.05)
+    assert s3.inert_rows == 0
+
+
+def test_a_step_whose_rows_all_have_zero_loss_still_steps_the_optimizer():
+    from trainer.data import steps
+
+    plan = steps(20, 8, 3, active=[5, 0, 4])
+    assert [(s.start, s.end) for s in plan] == [(0, 8), (8, 16), (16, 20)]
+    assert plan[0].micro == [(0, 3), (3, 5)] and plan[2].micro == [(16, 19), (19, 20)]
+    assert plan[1].micro == [(8, 11)] and plan[1].rows == 8      # one micro-batch of zero loss: Adam still steps
+    assert [s.micro for s in steps(5, 4, 2)] == [[(0, 2), (2, 4)], [(4, 5)]]
