@@ -15,7 +15,8 @@ def main(args, cfg) -> int:
     overrides = list(args.overrides)
     if args.cycles is not None:
         overrides.append(f"demo.cycles={args.cycles}")
-    demo = Demo(cfg, args.config, overrides, log=lambda m: print(m, file=sys.stderr, flush=True))
+    demo = Demo(cfg, args.config, overrides, log=lambda m: print(m, file=sys.stderr, flush=True),
+                resume=bool(args.resume))
     try:
         if args.prepare:
             if args.resume or args.keep_running or args.summary:

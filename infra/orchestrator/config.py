@@ -81,4 +81,8 @@ class DemoConfig(BaseModel):
                                    "earlier than this many wall seconds after the demo started, so a demo whose "
                                    "cycles finish early spends the rest of its time budget on A/B traffic (0 = no "
                                    "such floor). A demo past it measures at once.")
+    experiment: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9._-]*$", description="The A/B split's "
+                            "salt in the demo (serving.experiment). '' = a new one for every demo (kept for "
+                            "--resume): the seeded users get largely the same tasks in every run, so one fixed "
+                            "split would carry the same imbalance between the arms into every demo (README).")
     timeout_s: float = Field(default=3600.0, gt=0, le=86400, description="Wall seconds before the demo gives up.")

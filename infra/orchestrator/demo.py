@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import time
@@ -111,13 +112,29 @@ def tail_wait_s(demo: DemoConfig, elapsed: float) -> float:
     return max(demo.ab_tail_wait_s, demo.ab_tail_until_s - elapsed, 0.0)
 
 
+def experiment_path(state: Path) -> Path:
+    return state / "experiment.txt"
+
+
+def demo_experiment(cfg, state: Path, resume: bool) -> str:
+    """The demo's A/B split salt: `demo.experiment` when set; on --resume the one the demo in `state` used (its
+    users stay in their arms); else a new one, `<serving.experiment>-<8 hex digits>`."""
+    if cfg.demo.experiment:
+        return cfg.demo.experiment
+    if resume and experiment_path(state).is_file():
+        return experiment_path(state).read_text().strip()
+    return f"{cfg.serving.experiment[:55]}-{secrets.token_hex(4)}"
+
+
 class Demo:
-    def __init__(self, cfg, config_path: str | None, overrides: list[str], log: Callable[[str], None] = print):
+    def __init__(self, cfg, config_path: str | None, overrides: list[str], log: Callable[[str], None] = print,
+                 resume: bool = False):
         self.base = cfg
         self.state = cfg.state_path / "demo"
         self.v0_cache = cfg.state_path / "policy-v0"
         self.config_path = config_path
-        self.overrides = [*overrides, *demo_overrides(cfg, self.state)]
+        self.experiment = demo_experiment(cfg, self.state, resume)
+        self.overrides = [*overrides, *demo_overrides(cfg, self.state), f'serving.experiment="{self.experiment}"']
         self.cfg = load_config(config_path, self.overrides)
         self.log = log
         self.cli = RtrlCli(config_path, self.overrides, self.state / "orchestrator" / "logs" / "demo",
@@ -386,8 +403,9 @@ class Demo:
         from infra.orchestrator.summary import cycle_summary, render_table
 
         self.prepare_state(resume)
+        experiment_path(self.state).write_text(self.experiment + "\n")
         self.log(f"[demo] state dir {self.state}; {cycles} cycle(s), cadence {self.cfg.orchestrator.interval_s / 3600:g} "
-                 f"simulated hours at {self.cfg.demo.speed:g}x")
+                 f"simulated hours at {self.cfg.demo.speed:g}x; A/B split {self.experiment!r}")
         stopping = False
 
         def on_signal(signum, frame):  # Ctrl-C or SIGTERM: stop (Dagster turns it into a failed run; see below)
@@ -407,7 +425,8 @@ class Demo:
             tail = self.measure_tail() if self.cfg.demo.ab_tail else None
             records = [r for r in Ledger(self.state).all() if r.cycle_id in done]
             summary = cycle_summary(self.cfg, records, self.cfg.demo.ab_window, tail=tail)
-            summary.update(seconds=round(self.elapsed(), 1), state_dir=str(self.state), urls=self.urls(keep_running))
+            summary.update(seconds=round(self.elapsed(), 1), state_dir=str(self.state), experiment=self.experiment,
+                           urls=self.urls(keep_running))
             if summary_path:
                 Path(summary_path).parent.mkdir(parents=True, exist_ok=True)
                 Path(summary_path).write_text(json.dumps(summary, indent=2, default=str) + "\n")

@@ -132,3 +132,24 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     (v0 / "rtrl_metadata.json").write_text(json.dumps(made))
     (v0 / "model.safetensors").write_bytes(b"other weights")         # another v0: its episodes are not kept
     assert demo.prepared() is None
+
+
+def test_every_demo_splits_its_users_anew_a_resumed_one_keeps_its_split_and_a_configured_split_is_kept(tmp_path):
+    from infra.orchestrator.demo import experiment_path
+    from serving.router import Router
+
+    cfg = make_config(tmp_path)
+    first, second = (Demo(cfg, None, [], log=lambda _: None) for _ in range(2))
+    assert first.experiment != second.experiment
+    assert first.experiment.startswith(cfg.serving.experiment + "-")
+    assert first.cfg.serving.experiment == first.experiment          # what serving's router salts the hash with
+    users = [f"s0-u{i}" for i in range(432)]
+    arms = [[Router(d.experiment, cfg.serving.arms).assign(u) for u in users] for d in (first, second)]
+    assert arms[0] != arms[1] and 150 < arms[0].count("treatment") < 282
+
+    experiment_path(first.state).parent.mkdir(parents=True, exist_ok=True)
+    experiment_path(first.state).write_text(first.experiment + "\n")      # as `run` keeps it
+    assert Demo(cfg, None, [], log=lambda _: None, resume=True).experiment == first.experiment
+    assert Demo(cfg, None, [], log=lambda _: None).experiment not in (first.experiment, second.experiment)
+    fixed = make_config(tmp_path, 'demo.experiment="ab-fixed"')
+    assert Demo(fixed, None, [], log=lambda _: None).cfg.serving.experiment == "ab-fixed"
