@@ -118,11 +118,13 @@ def experiment_path(state: Path) -> Path:
 
 def demo_experiment(cfg, state: Path, resume: bool) -> str:
     """The demo's A/B split salt: `demo.experiment` when set; on --resume the one the demo in `state` used (its
-    users stay in their arms); else a new one, `<serving.experiment>-<8 hex digits>`."""
+    users stay in their arms; `serving.experiment` for a demo that kept none); else a new one,
+    `<serving.experiment>-<8 hex digits>`."""
     if cfg.demo.experiment:
         return cfg.demo.experiment
-    if resume and experiment_path(state).is_file():
-        return experiment_path(state).read_text().strip()
+    if resume:
+        path = experiment_path(state)
+        return path.read_text().strip() if path.is_file() else cfg.serving.experiment
     return f"{cfg.serving.experiment[:55]}-{secrets.token_hex(4)}"
 
 

@@ -143,6 +143,7 @@ def test_every_demo_splits_its_users_anew_a_resumed_one_keeps_its_split_and_a_co
     assert first.experiment != second.experiment
     assert first.experiment.startswith(cfg.serving.experiment + "-")
     assert first.cfg.serving.experiment == first.experiment          # what serving's router salts the hash with
+    assert Demo(cfg, None, [], log=lambda _: None, resume=True).experiment == cfg.serving.experiment  # none kept
     users = [f"s0-u{i}" for i in range(432)]
     arms = [[Router(d.experiment, cfg.serving.arms).assign(u) for u in users] for d in (first, second)]
     assert arms[0] != arms[1] and 150 < arms[0].count("treatment") < 282
