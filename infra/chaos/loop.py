@@ -23,7 +23,7 @@ from infra.config import load_config
 from infra.orchestrator.rtrl_cli import RtrlCli
 from infra.stack.process import ManagedProcess
 from infra.stack.stack import WORKERS, Stack
-from trainer.bootstrap.bootstrap import stale_reason
+from trainer.bootstrap.bootstrap import keep_as_default_policy, stale_reason
 
 USERS_CLIENT = "chaos-users"
 
@@ -101,11 +101,7 @@ class Loop:
         from infra.registry import Registry
 
         registry = Registry.from_config(self.cfg)
-        tmp = cache.with_name(cache.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(registry.local_path(registry.version_of("champion")), tmp)
-        shutil.rmtree(cache, ignore_errors=True)
-        tmp.rename(cache)
+        keep_as_default_policy(registry.local_path(registry.version_of("champion")), cache)
 
     def stop(self) -> None:
         """Stop every process started from this state dir (the stack's workers, the broker and object store)."""

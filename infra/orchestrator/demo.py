@@ -39,7 +39,7 @@ from infra.orchestrator.config import DemoConfig
 from infra.orchestrator.ledger import BLOCKED, DONE, CycleRecord, Ledger, next_cycle_id
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
 from infra.orchestrator.warm_runner import socket_path, start_background, wait_listening
-from trainer.bootstrap.bootstrap import stale_reason
+from trainer.bootstrap.bootstrap import keep_as_default_policy, stale_reason
 
 MAX_ATTEMPTS = 3       # runs of one cycle id (the first and two resumptions) before the demo gives up
 RESUME_MARGIN_S = 120.0  # wall seconds the last demo's users ran on after its last cycle record (tail, summary, stop)
@@ -187,11 +187,7 @@ class Demo:
             version = registry.version_of("champion")
             if self.cfg.policy.base_checkpoint:      # the cache keeps the default policy, not the user's model
                 return version
-            tmp = self.v0_cache.with_name(self.v0_cache.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(registry.local_path(version), tmp)
-            shutil.rmtree(self.v0_cache, ignore_errors=True)
-            tmp.rename(self.v0_cache)
+            keep_as_default_policy(registry.local_path(version), self.v0_cache)
         return registry.version_of("champion")
 
     def ensure_suite(self) -> None:

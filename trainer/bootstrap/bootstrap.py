@@ -125,6 +125,16 @@ def stale_reason(folder: Path, policy) -> str:
     return ""
 
 
+def keep_as_default_policy(folder: Path, cache: Path) -> None:
+    """Replace the cached default policy `cache` with a copy of the bootstrapped v0 in `folder` (copied beside it
+    first, so a crash mid-copy never leaves a half cache that `stale_reason` could take for a policy)."""
+    tmp = cache.with_name(cache.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(folder, tmp)
+    shutil.rmtree(cache, ignore_errors=True)
+    tmp.rename(cache)
+
+
 def _tasks(seed: int, n: int, orgs: int):
     """`n` fresh tasks: chains of 4 in workspaces of `seed` (never the training seed)."""
     from trainer.bootstrap.corpus import generate_tasks

@@ -332,3 +332,17 @@ def test_a_cached_policy_stands_in_for_v0_only_when_made_from_the_same_policy_co
     (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": TINY.model_dump()}))
     assert "base_checkpoint is set" in stale_reason(tmp_path, TINY.model_copy(update={"base_checkpoint": "/m"}))
 
+
+
+def test_keeping_a_new_default_policy_replaces_the_whole_cache_and_leaves_no_copy_behind(tmp_path):
+    from trainer.bootstrap.bootstrap import keep_as_default_policy
+
+    cache, new = tmp_path / "policy-v0", tmp_path / "v1"
+    cache.mkdir()
+    (cache / "old.safetensors").write_text("old")
+    new.mkdir()
+    (new / "model.safetensors").write_text("new")
+    keep_as_default_policy(new, cache)
+    assert sorted(p.name for p in cache.iterdir()) == ["model.safetensors"]
+    assert (cache / "model.safetensors").read_text() == "new" and (new / "model.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy-v0", "v1"]
