@@ -104,8 +104,7 @@ class Trainer:
         inert = self._inert()
         active = self._order_within_steps(inert)
         self.summary.inert_rows = int(inert.sum())
-        self.plan = steps(self.rows.height, self.cfg.rows_per_step, self.cfg.micro_batch,
-                          active if self.summary.inert_rows else None)
+        self.plan = steps(self.rows.height, self.cfg.rows_per_step, self.cfg.micro_batch, active)
         accumulation = max(len(s.micro) for s in self.plan) if self.plan else 1
         self.engine = Engine(model, self.cfg.lr, self.cfg.weight_decay, self.cfg.max_grad_norm, self.cfg.zero_stage,
                              self.cfg.micro_batch, accumulation)

@@ -70,8 +70,10 @@ def ab_object(cfg, records, window: str) -> dict:
         since = (rows.filter((pl.col("arm") == cfg.ab.treatment_arm) & ~pl.col("policy_version").is_in(sorted(control)))
                  .select(pl.col("request_time").min()).collect().item())
         if since is not None:
+            earlier = [scan_cycle(table, r.cycle_id) for r in measured if r not in chosen]
+            before = _before_promotion(cfg, pl.concat([*earlier, rows], how="vertical_relaxed"), measured, since,
+                                       as_of)
             rows = rows.filter(pl.col("request_time") >= since)
-            before = _before_promotion(cfg, table, measured, since, as_of)
     res = compute_cycle_metrics(rows, "ab-" + chosen[-1].cycle_id, as_of=as_of, config=cfg.ab)
     out: dict = {"cycles": [r.cycle_id for r in chosen], "window": window,
                  "since": since.isoformat() if since is not None else None, **_comparison(cfg, res)}
@@ -93,15 +95,14 @@ def _comparison(cfg, res) -> dict:
     return out
 
 
-def _before_promotion(cfg, table: Path, measured, since, as_of) -> dict | None:
-    """The A/A check: the same comparison on the measured rows requested before `since` (both arms on control's
-    checkpoint), or None when there are none."""
+def _before_promotion(cfg, measured_rows, measured, since, as_of) -> dict | None:
+    """The A/A check: the same comparison on the measured rows (`measured_rows`, lazily, of the records
+    `measured`) requested before `since` (both arms on control's checkpoint), or None when there are none."""
     import polars as pl
 
-    from pipelines.metrics import compute_cycle_metrics, scan_cycle
+    from pipelines.metrics import compute_cycle_metrics
 
-    rows = (pl.concat([scan_cycle(table, r.cycle_id) for r in measured], how="vertical_relaxed")
-            .filter(pl.col("request_time") < since))
+    rows = measured_rows.filter(pl.col("request_time") < since)
     if rows.select(pl.len()).collect().item() == 0:
         return None
     res = compute_cycle_metrics(rows, "aa-" + measured[-1].cycle_id, as_of=as_of, config=cfg.ab)

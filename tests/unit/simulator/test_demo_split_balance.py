@@ -61,7 +61,8 @@ def arm_differences(policy_seed: int, treatment_errors: ErrorRates = V0_LIKE) ->
     cfg = load_config(None, user_pace(load_config(None, [])))
     sim = cfg.simulator.model_copy(update={"users": cfg.demo.users})
     router = Router(cfg.serving.experiment, cfg.serving.arms)
-    policy = ByArm(router, {"control": V0Like(policy_seed, V0_LIKE), "treatment": V0Like(policy_seed, treatment_errors)})
+    policy = ByArm(router, {"control": V0Like(policy_seed, V0_LIKE),
+                            "treatment": V0Like(policy_seed, treatment_errors)})
     clock = StepClock(latency_s=sim.deterministic_latency_s)
     population = Population(sim, policy, Nowhere(), clock)
     population.run(clock.start + timedelta(hours=WINDOW_H[1]))
