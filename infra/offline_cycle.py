@@ -32,7 +32,7 @@ class LocalPolicy:
     """The simulator's Policy protocol over a Hugging Face checkpoint, sampled with transformers on this process."""
 
     def __init__(self, folder: str | Path, version: str, arm: str = "treatment", seed: int = 0,
-                 max_new_tokens: int = 192):
+                 max_new_tokens: int = 192, annotate: bool = False):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -41,6 +41,8 @@ class LocalPolicy:
         self.version, self.arm, self.max_new_tokens = version, arm, max_new_tokens
         self.generator = torch.Generator().manual_seed(seed)
         self.trajectories: list[Trajectory] = []
+        # with `annotate`: request_id -> what the simulator knows and the reward table does not (offline_ab.py)
+        self.annotate, self.annotations = annotate, {}
         self._n = 0
 
     def _sample(self, prompt_ids: list[int]) -> tuple[list[int], list[float]]:
@@ -81,6 +83,11 @@ class LocalPolicy:
             completion_token_ids=[] if private else completion, behaviour_logprobs=[] if private else logps,
             tool_calls=parsed.records, latency_ms=(time.perf_counter() - t0) * 1000, prompt_tokens=len(prompt_ids),
             completion_tokens=len(completion), response_kind=parsed.kind))
+        if self.annotate:
+            task = request.task
+            self.annotations[request_id] = {
+                "turn": 1 + sum(msg["role"] == "assistant" for msg in request.messages),
+                "task_kind": getattr(task, "kind", None), "ambiguous": getattr(task, "ambiguous", None)}
         return PolicyReply(request_id, parsed, text, self.version, self.arm, len(completion), len(prompt_ids))
 
 

@@ -1,0 +1,96 @@
+"""Offline A/B on the simulated population: checkpoints compared on the A/B table's metrics, without processes.
+
+Each checkpoint serves the same seeded users in this process (`offline_cycle.LocalPolicy`, sampled like serving,
+on the deterministic clock); the reward job's computation turns their reactions into rows, and the rows are
+summarized with the A/B table's own per-user ratio metrics (`pipelines.metrics`). Every checkpoint meets the same
+users with the same first task, and most later tasks are shared too (they differ once the answers do: 106 of ~145
+first-turn prompts per checkpoint were shared between v0 and a trained checkpoint, 32 users, 1 hour), so the
+comparison is far less noisy than a live A/B of the same size. The rows are split the ways the live A/B hides:
+
+    first_turn / retry   the first policy turn of a task, or a later one (after a complaint or a clarification)
+    task kind            the simulator's task kinds (it knows the task; the reward table does not)
+
+This is what tells whether a trainer change moves the metrics the demo's A/B measures (edit persistence,
+dissatisfied follow-ups) rather than only the held-out edit accuracy: a checkpoint can make more right edits on
+fresh tasks and still not lower the dissatisfied rate of live traffic (README, "The cycle").
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import polars as pl
+
+from pipelines.metrics.intervals import moments, moments_of, ratio_change
+from pipelines.metrics.rates import INPUT_COLUMNS, rates, unit_stats
+
+METRICS = ("edit_persistence_rate", "dissatisfied_followup_rate", "broken_tool_call_rate", "clarification_rate",
+           "reward_mean")
+COMPARED = ("edit_persistence_rate", "dissatisfied_followup_rate")   # the demo's A/B metrics: intervals vs the first
+
+
+def serve_population(folder: str, sim, hours: float, seed: int, label: str = "1") -> pl.DataFrame:
+    """Reward rows of `folder` serving the population `sim` (a SimulatorConfig) for `hours` simulated hours, with
+    the columns `turn` (1 = the task's first policy turn), `task_kind` and `ambiguous` added; `label` is the rows'
+    policy_version."""
+    from infra.offline_cycle import LocalPolicy, reward_rows, simulate_traffic
+    from pipelines.rewards.spec import RewardSpec
+
+    policy = LocalPolicy(folder, version=label, arm="treatment", seed=seed, annotate=True)
+    rows = reward_rows(simulate_traffic(policy, sim, hours), RewardSpec())
+    notes = pl.DataFrame([{"request_id": k, **v} for k, v in policy.annotations.items()],
+                         schema={"request_id": pl.Utf8, "turn": pl.Int64, "task_kind": pl.Utf8, "ambiguous": pl.Boolean})
+    return rows.join(notes, on="request_id", how="left")
+
+
+def _rates(rows: pl.DataFrame) -> dict:
+    if rows.is_empty():
+        return {"rows": 0}
+    r = rates(unit_stats(rows.lazy().select(INPUT_COLUMNS)).collect(), ["arm"]).row(0, named=True)
+    return {"rows": int(r["n"]), "users": int(r["users"]),
+            **{m: (round(r[m], 4) if r[m] is not None else None) for m in METRICS}}
+
+
+def summarize(rows: pl.DataFrame) -> dict:
+    """The metrics over all rows, first turns, retries and per task kind (rows of one checkpoint)."""
+    first = pl.col("turn") == 1
+    return {"all": _rates(rows), "first_turn": _rates(rows.filter(first)), "retry": _rates(rows.filter(~first)),
+            "by_task_kind": {k: _rates(rows.filter(pl.col("task_kind") == k))
+                             for k in sorted(rows["task_kind"].drop_nulls().unique().to_list())}}
+
+
+def differences(base: pl.DataFrame, other: pl.DataFrame, alpha: float = 0.05) -> dict:
+    """`other` - `base` on the compared metrics over all rows, with the A/B table's (1 - alpha) interval (users as
+    units, the two checkpoints' users taken as independent: the same users, so the interval is conservative)."""
+    both = pl.concat([base.with_columns(arm=pl.lit("control")), other.with_columns(arm=pl.lit("treatment"))],
+                     how="vertical_relaxed")
+    units = unit_stats(both.lazy().select(INPUT_COLUMNS)).collect()
+    out = {}
+    for m in COMPARED:
+        mom = moments(units, m, ["arm"])
+        est, _, lo, hi, _ = ratio_change(moments_of(mom, arm="control"), moments_of(mom, arm="treatment"),
+                                         alpha).on("absolute")
+        out[m] = {"diff": est, "ci_low": lo, "ci_high": hi}
+    return out
+
+
+def compare(folders: Sequence[str], sim, hours: float, seed: int,
+            progress: Callable[[str], None] = lambda s: None) -> dict:
+    """Each checkpoint on the same population; differences are against the first."""
+    import time
+
+    results, first_rows = [], None
+    for index, folder in enumerate(folders):
+        t0 = time.perf_counter()
+        rows = serve_population(folder, sim, hours, seed, label=str(index + 1))
+        entry = {"checkpoint": str(folder), "seconds": round(time.perf_counter() - t0, 1), **summarize(rows)}
+        if first_rows is None:
+            first_rows = rows
+        else:
+            entry["vs_first"] = differences(first_rows, rows)
+        results.append(entry)
+        a = entry["all"]
+        progress(f"{folder}: {a['rows']} rows, dissatisfied {a.get('dissatisfied_followup_rate')}, edit persistence "
+                 f"{a.get('edit_persistence_rate')} ({entry['seconds']}s)")
+    return {"users": sim.users, "hours": hours, "population_seed": sim.seed, "sampling_seed": seed,
+            "checkpoints": results}
