@@ -41,6 +41,12 @@ class TrainerConfig(BaseModel):
                                                "0 = only above-baseline rows push (measured: at 1 the default policy "
                                                "drifts toward malformed tool calls; README, \"Policy improvement, "
                                                "offline\").")
+    negative_tokens: int = Field(default=0, ge=0, le=100_000,
+                                 description="Below-baseline rows push down their first N completion tokens with the "
+                                             "full negative advantage (negative_weight applies to the rest): the "
+                                             "ask-or-edit decision learns from failures, while the tokens whose "
+                                             "push-down drifted the policy to malformed calls do not. 0 = off "
+                                             "(README, \"Why training barely moves dissatisfied follow-ups\").")
     stratify_by: str = Field(default="", description="Reward-table column whose values are the leave-one-out "
                              "strata (e.g. org_id); '' = one stratum. Never the response's own kind: that would "
                              "cancel the signal between an edit and a needless answer.")

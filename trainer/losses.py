@@ -25,6 +25,12 @@ Baselines (`advantages`):
                    that drifted it toward malformed tool calls within a few steps (README, "Policy improvement,
                    offline").
 
+Decision tokens (`negative_tokens` N > 0): the advantages come unscaled, and `negative_weight` w applies per token:
+    A_it = A_i                 where A_i >= 0, or t is among the first N completion tokens
+    A_it = w A_i               otherwise
+so a below-baseline row pushes down only how it began (e.g. `<tool_call>` rather than a question), not the
+content tokens whose push-down hands probability to malformed alternatives.
+
 Per-token surrogate (`pg_clip`, PPO's clipped objective, Schulman et al. 2017, with truncated importance
 sampling for the sampler/trainer mismatch, Yao et al. 2025 "Your efficient RL framework secretly brings you
 off-policy RL training"):
@@ -152,6 +158,8 @@ class LossConfig:
     kl_estimator: str = "k1"
     aggregation: str = "constant"
     constant: float | None = None
+    negative_tokens: int = 0           # > 0: advantages are unscaled; negative_weight applies past these tokens
+    negative_weight: float = 1.0
 
 
 @dataclass
@@ -173,6 +181,10 @@ def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> float:
 def _surrogate(inp: LossInputs, cfg: LossConfig, clip: bool):
     m = inp.mask.to(inp.logp.dtype)
     a = inp.advantages.to(inp.logp.dtype).unsqueeze(-1)
+    if cfg.negative_tokens > 0 and cfg.negative_weight != 1.0:
+        head = torch.cumsum(inp.mask.to(torch.int64), dim=1) <= cfg.negative_tokens
+        tail = torch.where(head, torch.ones_like(m), torch.full_like(m, cfg.negative_weight))
+        a = torch.where(a < 0, a * tail, a)
     ratio = torch.exp(inp.logp - inp.old_logp.detach())
     w = torch.exp(inp.old_logp.detach() - inp.behaviour_logp).clamp(max=cfg.tis_cap)
     unclipped = ratio * a

@@ -122,3 +122,23 @@ def test_micro_batches_with_a_constant_normalizer_give_the_gradient_of_the_whole
 def test_unknown_variant_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown loss variant"):
         _one_token(0.0, 1.0, variant="dpo")
+
+
+def test_negative_tokens_push_down_only_the_first_tokens_of_a_below_baseline_row():
+    mask = torch.tensor([[0, 1, 1, 1, 1], [0, 0, 1, 1, 1]], dtype=torch.float32)   # completions start at 1 and 2
+
+    def grads(advantage: float, **cfg):
+        logp = torch.full((2, 5), math.log(0.5), requires_grad=True)
+        out = policy_loss(LossInputs(logp, logp.detach(), logp.detach(), torch.tensor([advantage, advantage]), mask),
+                          LossConfig(constant=1.0, **cfg))
+        out.loss.backward()
+        return logp.grad
+
+    g = grads(-1.0, negative_tokens=2, negative_weight=0.0)
+    assert torch.equal(g != 0, torch.tensor([[False, True, True, False, False], [False, False, True, True, False]]))
+    assert torch.allclose(g[g != 0], torch.ones(4))         # the full advantage on the decision tokens
+    tail = grads(-1.0, negative_tokens=2, negative_weight=0.25)
+    assert tail[0, 3].item() == pytest.approx(0.25) and tail[0, 1].item() == pytest.approx(1.0)
+    # above-baseline rows push every token, as without it; N = 0 leaves the advantages as given
+    assert torch.equal(grads(1.0, negative_tokens=2, negative_weight=0.0), grads(1.0))
+    assert torch.equal(grads(-1.0, negative_tokens=0, negative_weight=0.0), grads(-1.0))

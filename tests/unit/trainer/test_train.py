@@ -148,3 +148,10 @@ def test_a_step_whose_rows_all_have_zero_loss_still_steps_the_optimizer():
     assert plan[0].micro == [(0, 3), (3, 5)] and plan[2].micro == [(16, 19), (19, 20)]
     assert plan[1].micro == [(8, 11)] and plan[1].rows == 8      # one micro-batch of zero loss: Adam still steps
     assert [s.micro for s in steps(5, 4, 2)] == [[(0, 2), (2, 4)], [(4, 5)]]
+
+
+def test_negative_tokens_make_below_baseline_rows_carry_gradient_and_move_the_policy(parent, tmp_path):
+    only_up, s1 = _run(parent, tmp_path / "up", negative_weight=0.0)
+    decision, s2 = _run(parent, tmp_path / "decision", negative_weight=0.0, negative_tokens=1)
+    assert s1.inert_rows > 10 and s2.inert_rows < s1.inert_rows   # below-baseline rows now push their first token
+    assert not _close(only_up, decision, 1e-5)
