@@ -118,8 +118,9 @@ class Trainer:
 
     def _inert(self) -> torch.Tensor:
         """Rows whose loss term is exactly zero, whatever the policy: advantage 0 (every below-baseline row at
-        negative_weight 0 without negative_tokens), no KL term, and the constant aggregation (whose normalizer does not depend on which rows
-        run). With `skip_inert_rows` they are left out of the forward/backward (all False otherwise)."""
+        negative_weight 0 without negative_tokens), no KL term, and the constant aggregation (whose normalizer does
+        not depend on which rows run). With `skip_inert_rows` they are left out of the forward/backward (all False
+        otherwise)."""
         if not self.cfg.skip_inert_rows or self.cfg.kl_coef > 0 or self.cfg.aggregation != "constant":
             return torch.zeros(self.rows.height, dtype=torch.bool)
         return self.adv == 0
