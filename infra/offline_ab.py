@@ -39,7 +39,8 @@ def serve_population(folder: str, sim, hours: float, seed: int, label: str = "1"
     policy = LocalPolicy(folder, version=label, arm="treatment", seed=seed, annotate=True)
     rows = reward_rows(simulate_traffic(policy, sim, hours), RewardSpec())
     notes = pl.DataFrame([{"request_id": k, **v} for k, v in policy.annotations.items()],
-                         schema={"request_id": pl.Utf8, "turn": pl.Int64, "task_kind": pl.Utf8, "ambiguous": pl.Boolean})
+                         schema={"request_id": pl.Utf8, "turn": pl.Int64, "task_kind": pl.Utf8,
+                                 "ambiguous": pl.Boolean})
     return rows.join(notes, on="request_id", how="left")
 
 
