@@ -29,15 +29,13 @@ METRICS = ("edit_persistence_rate", "dissatisfied_followup_rate", "broken_tool_c
 COMPARED = ("edit_persistence_rate", "dissatisfied_followup_rate")   # the demo's A/B metrics: intervals vs the first
 
 
-def serve_population(folder: str, sim, hours: float, seed: int, label: str = "1") -> pl.DataFrame:
-    """Reward rows of `folder` serving the population `sim` (a SimulatorConfig) for `hours` simulated hours, with
-    the columns `turn` (1 = the task's first policy turn), `task_kind` and `ambiguous` added; `label` is the rows'
-    policy_version."""
+def serve_population(folder: str, sim, spec, hours: float, seed: int, label: str = "1") -> pl.DataFrame:
+    """Reward rows (by the reward spec `spec`) of `folder` serving the population `sim` (a SimulatorConfig) for
+    `hours` simulated hours, with the columns `turn` (1 = the task's first policy turn), `task_kind` and `ambiguous`
+    added; `label` is the rows' policy_version."""
     from infra.offline_cycle import LocalPolicy, reward_rows, simulate_traffic
-    from pipelines.rewards.spec import RewardSpec
-
     policy = LocalPolicy(folder, version=label, arm="treatment", seed=seed, annotate=True)
-    rows = reward_rows(simulate_traffic(policy, sim, hours), RewardSpec())
+    rows = reward_rows(simulate_traffic(policy, sim, hours), spec)
     notes = pl.DataFrame([{"request_id": k, **v} for k, v in policy.annotations.items()],
                          schema={"request_id": pl.Utf8, "turn": pl.Int64, "task_kind": pl.Utf8,
                                  "ambiguous": pl.Boolean})
@@ -75,15 +73,15 @@ def differences(base: pl.DataFrame, other: pl.DataFrame, alpha: float = 0.05) ->
     return out
 
 
-def compare(folders: Sequence[str], sim, hours: float, seed: int,
+def compare(folders: Sequence[str], sim, spec, hours: float, seed: int,
             progress: Callable[[str], None] = lambda s: None) -> dict:
-    """Each checkpoint on the same population; differences are against the first."""
+    """Each checkpoint on the same population (rows by the reward spec `spec`); differences are against the first."""
     import time
 
     results, first_rows = [], None
     for index, folder in enumerate(folders):
         t0 = time.perf_counter()
-        rows = serve_population(folder, sim, hours, seed, label=str(index + 1))
+        rows = serve_population(folder, sim, spec, hours, seed, label=str(index + 1))
         entry = {"checkpoint": str(folder), "seconds": round(time.perf_counter() - t0, 1), **summarize(rows)}
         if first_rows is None:
             first_rows = rows
