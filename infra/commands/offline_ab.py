@@ -31,6 +31,7 @@ def _folder(ref: str, cfg) -> Path:
 def main(args, cfg) -> int:
     from pydantic import ValidationError
 
+    from infra.commands import option_errors
     from infra.offline_ab import compare
 
     if args.hours <= 0:
@@ -40,14 +41,14 @@ def main(args, cfg) -> int:
                                                   **({"seed": args.seed} if args.seed is not None else {})})
         folders = [_folder(ref, cfg) for ref in args.checkpoints]
     except ValidationError as e:
-        return _fail("; ".join(f"--{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
+        return _fail(option_errors(e))
     except (ValueError, KeyError, OSError) as e:
         return _fail(str(e))
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    result = compare([str(f) for f in folders], sim, args.hours, args.sampling_seed,
+    result = compare([str(f) for f in folders], sim, cfg.rewards, args.hours, args.sampling_seed,
                      progress=lambda line: print(f"[offline-ab] {line}", file=sys.stderr, flush=True))
     print(json.dumps(result))
     return 0

@@ -46,6 +46,7 @@ def _transport(cfg):
 def main(args, cfg) -> int:
     from pydantic import ValidationError
 
+    from infra.commands import option_errors
     from infra.progress import ProgressLine
     from instrumentation.sdk import TelemetryClient
     from instrumentation.simulator.clock import ScaledClock
@@ -57,7 +58,7 @@ def main(args, cfg) -> int:
     try:
         sim = type(cfg.simulator).model_validate({**cfg.simulator.model_dump(), **update})
     except ValidationError as e:
-        return _fail("; ".join(f"--{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
+        return _fail(option_errors(e))
     cfg = cfg.model_copy(update={"simulator": sim})
     wall_s = args.duration if args.sim_hours is None else args.sim_hours * 3600 / sim.speed
     if wall_s <= 0:
