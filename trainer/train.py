@@ -99,9 +99,11 @@ class Trainer:
         if by and by not in self.rows.columns:
             raise ValueError(f"trainer.stratify_by: the reward table has no column {by!r}")
         strata = [str(v) for v in self.rows[by].to_list()] if by else None
+        # negative_weight scales whole rows, or with negative_tokens only the tokens past the first N (in the loss)
+        row_weight, token_weight = ((1.0, self.cfg.negative_weight) if self.cfg.negative_tokens
+                                    else (self.cfg.negative_weight, 1.0))
         self.adv = advantages(torch.tensor(self.rows["reward"].to_list(), dtype=torch.float32), groups, strata,
-                              self.cfg.normalize_std,
-                              negative_weight=1.0 if self.cfg.negative_tokens else self.cfg.negative_weight).values
+                              self.cfg.normalize_std, negative_weight=row_weight).values
         inert = self._inert()
         active = self._order_within_steps(inert)
         self.summary.inert_rows = int(inert.sum())
@@ -113,8 +115,7 @@ class Trainer:
         self.pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
         self.loss_cfg = LossConfig(self.cfg.loss, self.cfg.clip_low, self.cfg.clip_high, self.cfg.tis_cap,
                                    self.cfg.kl_coef, self.cfg.kl_estimator, self.cfg.aggregation,
-                                   negative_tokens=self.cfg.negative_tokens,
-                                   negative_weight=self.cfg.negative_weight if self.cfg.negative_tokens else 1.0)
+                                   negative_tokens=self.cfg.negative_tokens, negative_weight=token_weight)
 
     def _inert(self) -> torch.Tensor:
         """Rows whose loss term is exactly zero, whatever the policy: advantage 0 (every below-baseline row at
