@@ -12,12 +12,14 @@ registered again elsewhere with the same bytes (every `rtrl demo` registers the 
 per suite, and two registries' version 2 never share episodes. A version without the tag is not cached.
 
 The key covers what decides an episode besides the weights: the suite folder, the kept task ids, samples per task,
-the sampling seed and serving's temperature, completion budget and context length. Anything else that changes
-episodes (the harness or grading code) needs a new suite folder or `gate.reuse_episodes = false`.
+the sampling seed and serving's temperature, completion budget and context length, and the Episode record's fields
+(a field added later would read as its default from an older entry, so such entries are not reused). Anything else
+that changes episodes (the harness or grading code) needs a new suite folder or `gate.reuse_episodes = false`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -29,7 +31,7 @@ from evals.records import Episode
 def cache_key(suite_dir: Path, task_ids: list[str], samples: int, seed: int, serving) -> str:
     parts = {"suite": str(Path(suite_dir).resolve()), "tasks": sorted(task_ids), "samples": samples, "seed": seed,
              "temperature": serving.temperature, "max_tokens": serving.max_tokens,
-             "max_model_len": serving.max_model_len}
+             "max_model_len": serving.max_model_len, "episode_fields": [f.name for f in dataclasses.fields(Episode)]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -66,7 +66,7 @@ class _Episode:
                  workdir: Path):
         self.task, self.endpoint, self.seed, self.workdir = task, endpoint, seed, workdir
         self.rec = Episode(task_id=task.id, sample=sample, arm=arm, category=task.spec.category,
-                           cluster=task.spec.cluster)
+                           cluster=task.spec.cluster, ambiguous=task.spec.ambiguous)
         self.tools = ToolExecutor(workdir, task.spec.limits.limits(), hide=suite_dirs)
         self.messages: list[dict[str, Any]] = []
         self.deadline = time.monotonic() + task.spec.episode_timeout_seconds

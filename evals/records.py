@@ -28,6 +28,7 @@ class Episode:
     broken_tool_calls: int = 0       # calls that did not parse/validate or could not execute (e.g. edit old text missing)
     edited: bool = False             # at least one edit_file applied to the work dir
     asked: bool = False              # the model asked a clarifying question at some turn
+    ambiguous: bool = False          # the task needs a question (task.toml `ambiguous`): asking is right
     completion_tokens: int = 0
     prompt_tokens: int = 0
     latency_ms: float = 0.0          # summed wall time of the model requests
@@ -44,6 +45,12 @@ class Episode:
     def broken(self) -> bool:
         """The episode had at least one broken tool call (the guardrail's unit)."""
         return self.broken_tool_calls > 0
+
+    @property
+    def needless_question(self) -> bool:
+        """The model asked although the task was clear (the clarification guardrail's unit): a question on an
+        ambiguous task is the right first move, not a cost."""
+        return self.asked and not self.ambiguous
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

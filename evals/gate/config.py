@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GUARDRAILS = ("broken_tool_calls", "edit_rate", "clarification_rate", "median_completion_tokens")
+GUARDRAILS = ("broken_tool_calls", "edit_rate", "needless_questions", "median_completion_tokens")
 
 
 class GuardrailMargins(BaseModel):
@@ -25,9 +25,10 @@ class GuardrailMargins(BaseModel):
         default=0.05, ge=0, le=1,
         description="Episodes that applied an edit: rate decrease tolerated (absolute; a model that stops "
                     "editing can look safe on every other metric).")
-    clarification_rate: float = Field(
+    needless_questions: float = Field(
         default=0.05, ge=0, le=1,
-        description="Episodes where the model asked a clarifying question: rate increase tolerated (absolute).")
+        description="Episodes where the model asked a question on a clear (not `ambiguous`) task: rate increase "
+                    "tolerated (absolute). Questions on ambiguous tasks are right and not counted.")
     median_completion_tokens: float = Field(
         default=0.10, ge=0, le=10,
         description="Median completion tokens per episode: relative increase tolerated (0.10 = +10%).")

@@ -6,7 +6,9 @@ side lies beyond the margin). An inconclusive guardrail does not block: the fail
 
 - broken_tool_calls: share of episodes with at least one broken tool call (higher is worse)
 - edit_rate: share of episodes that applied an edit (lower is worse: a model that stops acting looks safe)
-- clarification_rate: share of episodes with a clarifying question (higher is worse)
+- needless_questions: share of episodes that asked a question on a clear task (higher is worse); a question on
+  an ambiguous task is the right move, so counting every question would block a candidate for asking where it
+  should
 - median_completion_tokens: median completion tokens per episode, relative (higher is worse; bootstrap.py)
 
 Rates use the clustered paired interval of stats.py.
@@ -23,7 +25,7 @@ from evals.gate.stats import paired_difference
 
 # name -> (Episode attribute, the direction that is worse)
 BINARY = {"broken_tool_calls": ("broken", "higher"), "edit_rate": ("edited", "lower"),
-          "clarification_rate": ("asked", "higher")}
+          "needless_questions": ("needless_question", "higher")}
 
 
 @dataclass

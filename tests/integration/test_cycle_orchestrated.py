@@ -37,7 +37,7 @@ REPO = Path(__file__).parents[2]
 SPEED = 600.0
 GATE_PASSES = ["gate.margin=0.5", "gate.min_tasks=2", "gate.min_pairs=2", "gate.suite_tasks=10",
                "gate.samples_per_task=2", "gate.guardrails.broken_tool_calls=1.0", "gate.guardrails.edit_rate=1.0",
-               "gate.guardrails.clarification_rate=1.0", "gate.guardrails.median_completion_tokens=10.0"]
+               "gate.guardrails.needless_questions=1.0", "gate.guardrails.median_completion_tokens=10.0"]
 
 
 class Loop:

@@ -1,6 +1,6 @@
 """The gate's episode cache (evals/episode_cache.py): a checkpoint's stored episodes come back relabelled as the
 arm that reuses them, a run with an infrastructure failure is not kept, and any change of suite, tasks, samples,
-seed or sampling settings is another key; `reused_champion` only reads it when gate.reuse_episodes is on, from the
+seed, sampling settings or the Episode record's fields is another key; `reused_champion` only reads it when gate.reuse_episodes is on, from the
 suite's folder (so another state dir's gate on the same suite finds it), and never for a version without a
 digest."""
 
@@ -49,6 +49,17 @@ def test_the_key_changes_with_every_setting_that_decides_an_episode(tmp_path):
               cache_key(tmp_path, ["a", "b"], 2, 0, ServingConfig(temperature=0.7)),
               cache_key(tmp_path, ["a", "b"], 2, 0, ServingConfig(max_tokens=64))}
     assert base not in others and len(others) == 6
+
+
+def test_the_key_changes_when_the_episode_record_gains_a_field(tmp_path, monkeypatch):
+    import dataclasses
+
+    import evals.episode_cache as ec
+
+    base = cache_key(tmp_path, ["a"], 2, 0, ServingConfig())
+    grown = dataclasses.make_dataclass("Episode", [("later_field", bool, False)], bases=(Episode,))
+    monkeypatch.setattr(ec, "Episode", grown)
+    assert cache_key(tmp_path, ["a"], 2, 0, ServingConfig()) != base, "old entries would read the field as default"
 
 
 def test_the_champion_is_reused_only_when_reuse_is_on(tmp_path):

@@ -112,7 +112,7 @@ def _bern(p):
 @pytest.mark.parametrize("name, fields", [
     ("broken_tool_calls", {"broken_tool_calls": (lambda rng: int(rng.random() < 0.3), lambda rng: 0)}),
     ("edit_rate", {"edited": (_bern(0.6), _bern(0.9))}),
-    ("clarification_rate", {"asked": (_bern(0.4), _bern(0.1))}),
+    ("needless_questions", {"asked": (_bern(0.4), _bern(0.1))}),
     ("median_completion_tokens", {"completion_tokens": (lambda rng: int(rng.integers(140, 170)),
                                                         lambda rng: int(rng.integers(90, 110)))}),
 ])
@@ -130,6 +130,16 @@ def test_each_guardrail_violation_keeps_the_champion(name, fields):
 def test_changes_within_the_guardrail_margins_do_not_block(fields):
     r = decide(_identical_big_suite(**fields), CFG)
     assert (r.decision, r.reasons) == ("promote", [])
+
+
+def test_questions_on_ambiguous_tasks_do_not_trip_the_needless_question_guardrail():
+    asks_more = _identical_big_suite(asked=(_bern(0.4), _bern(0.1)))
+    ambiguous = [replace(e, ambiguous=True) for e in asks_more]
+    r = decide(ambiguous, CFG)
+    g = next(g for g in r.guardrails if g.name == "needless_questions")
+    assert g.candidate == g.champion == 0.0
+    assert (r.decision, r.reasons) == ("promote", [])
+    assert decide(asks_more, CFG).reasons == ["guardrail:needless_questions"]    # the same questions on clear tasks
 
 
 def _with_infra(eps, keys, arm):

@@ -39,7 +39,7 @@ def test_report_files_have_every_metric_category_and_the_worst_regression(tmp_pa
     doc = json.loads(paths["json"].read_text())
     assert doc["candidate_version"] == "2" and doc["decision"] == result.decision
     md, page = paths["md"].read_text(), paths["html"].read_text()
-    for name in ("resolved rate", "broken_tool_calls", "edit_rate", "clarification_rate",
+    for name in ("resolved rate", "broken_tool_calls", "edit_rate", "needless_questions",
                  "median_completion_tokens", "cat0", "cat1", "t000"):
         assert name in md and name in page
     p = result.primary

@@ -76,7 +76,7 @@ def test_a_question_gets_the_tasks_clarification_and_counts_as_asked(tmp_path):
     d = write_task(tmp_path / "suite", toml=TOML + 'ambiguous = true\nclarification = "make add return a + b"\n')
     endpoint = Scripted("Which function do you mean?", FIX, "Done.")
     ep = run_episode(load_task(d), endpoint, arm="candidate", sample=0)
-    assert ep.asked and ep.resolved
+    assert ep.asked and ep.resolved and ep.ambiguous and not ep.needless_question
     assert endpoint.requests[1].messages[-1] == {"role": "user", "content": "make add return a + b"}
 
 
@@ -84,6 +84,7 @@ def test_a_question_without_a_clarification_gets_the_stock_answer(user_task_dir)
     endpoint = Scripted("Which function?", "ok")
     ep = run_episode(load_task(user_task_dir), endpoint, arm="candidate", sample=0)
     assert ep.asked and endpoint.requests[1].messages[-1]["content"] == NO_CLARIFICATION
+    assert not ep.ambiguous and ep.needless_question      # the task was clear: the question was needless
 
 
 def test_broken_calls_are_counted_and_the_reason_is_sent_back(user_task_dir):
