@@ -26,6 +26,9 @@ from typing import Callable
 
 ALIASES = ("champion", "control")   # the RL lineage starts here; control is the A/B arm's frozen checkpoint
 METADATA = "rtrl_metadata.json"
+# what the [policy] config does not say about how v0 is made: raise it when the code's recipe changes (a cache made
+# by an older recipe, with the same config, is stale). 2: the copy circuit gained the skip-bigram head.
+RECIPE = 2
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -90,7 +93,7 @@ def make_default_policy(policy, folder: Path, log: Callable[[str], None] = print
             "first_loss": round(result.first_loss, 4), "final_loss": round(result.final_loss, 4),
             "train_seconds": round(result.seconds, 1), "sft_log": result.log, "dev_checks": checks,
             "eval": ev.to_dict(),
-            "policy_config": policy.model_dump(), "code_version": code_version(),
+            "policy_config": policy.model_dump(), "recipe": RECIPE, "code_version": code_version(),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "seconds": round(time.monotonic() - t0, 1)}
     save_checkpoint(model, tokenizer, folder, meta)
@@ -102,9 +105,9 @@ RUN_ONLY_KEYS = frozenset({"threads", "log_every", "base_checkpoint"})   # how a
 
 def stale_reason(folder: Path, policy) -> str:
     """'' when the default policy cached in `folder` (a copy of a bootstrapped v0) was made from this `[policy]`
-    config, else why not: a cache made from another recipe must not stand in for the v0 the config describes. A
-    key the cache's metadata lacks was added after it was made and counts as its default: a new recipe key's
-    default must keep the recipe as it was."""
+    config by the code's `RECIPE`, else why not: a cache made from another recipe must not stand in for the v0 the
+    config describes. A key the cache's metadata lacks was added after it was made and counts as its default: a new
+    recipe key's default must keep the recipe as it was (a change the config cannot express raises `RECIPE`)."""
     if policy.base_checkpoint:
         return f"policy.base_checkpoint is set: v0 is {policy.base_checkpoint}"
     meta_path = folder / METADATA
@@ -116,6 +119,8 @@ def stale_reason(folder: Path, policy) -> str:
         return f"unreadable {meta_path}: {e}"
     if meta.get("kind") != "bootstrap":
         return f"{folder} holds a {meta.get('kind')!r} checkpoint, not a bootstrapped default policy"
+    if meta.get("recipe", 1) != RECIPE:
+        return f"made by bootstrap recipe {meta.get('recipe', 1)}, the code's is {RECIPE}"
     made = meta.get("policy_config") or {}
     want = policy.model_dump()
     made = {k: f.default for k, f in type(policy).model_fields.items()} | made

@@ -15,6 +15,12 @@ weights (the mechanism of the paper, and of Bietti et al., 2023, "Birth of a tra
                  position, both in RoPE's slowest dimensions (nearly position-free); a position whose preceding
                  bigram equals the current one wins, and the head writes that position's token into TOK, which the
                  tied output embedding reads as "predict this token"
+                 head 1 (skip-bigram): query = the previous token, key = the token two before a position; a
+                 position two after an earlier occurrence of the previous token wins whatever lies between, and
+                 the head writes its token into TOK. Induction alone copies only what followed the same bigram:
+                 `ITEMS_TIMEOUT =` then finds the file's old value, never the 43 of "Set ITEMS_TIMEOUT to 43."
+                 (measured: v0 made 0 of 54 `change_constant` edits right, and still 0 after 1000 SFT steps,
+                 when every other kind was at 0.6-0.9; with this head the kind reached 0.76 by step 950)
 
 Every other weight keeps the standard initialization, and SFT trains all of them (the circuit included). The
 result is still a plain Llama checkpoint: nothing here exists at load time.
@@ -136,9 +142,20 @@ def plant_copy_circuit(model, seed: int, pos_gap: float = 6.0, match_logit: floa
         attn.v_proj.weight[:hd] = wv
         attn.o_proj.weight[:, :hd] = 0.0
         attn.o_proj.weight[tok, :TOK] = torch.eye(TOK) * copy_gain
+        # layer 1 head 1, skip-bigram: one matched token scores what a full bigram match scores in head 0
+        C = _orthogonal(TOK, gen)
+        s1 = math.sqrt(match_logit * math.sqrt(hd)) / k1
+        rows = slice(hd, 2 * hd)
+        wq, wk = torch.zeros(hd, d), torch.zeros(hd, d)
+        wq[cd, p1], wk[cd, p2] = C * s1, C * s1                        # query: previous token; key: two before
+        attn.q_proj.weight[rows] = wq
+        attn.k_proj.weight[rows] = wk
+        attn.v_proj.weight[rows] = wv
+        attn.o_proj.weight[:, rows] = 0.0
+        attn.o_proj.weight[tok, hd:hd + TOK] = torch.eye(TOK) * copy_gain
         # nothing else writes into the circuit's subspaces at the start (other heads and MLPs read them freely)
         for layer in layers[:2]:
-            for h in range(2 if layer is layers[0] else 1, cfg.num_attention_heads):
+            for h in range(2, cfg.num_attention_heads):
                 layer.self_attn.o_proj.weight[:3 * TOK + 1, h * hd:(h + 1) * hd] = 0.0
             layer.mlp.down_proj.weight[:3 * TOK + 1] = 0.0
 

@@ -301,6 +301,27 @@ def test_the_planted_copy_circuit_copies_repeated_text_before_any_training():
         assert lo <= accuracy <= hi, (circuit, accuracy)
 
 
+def test_the_planted_skip_bigram_head_copies_what_followed_the_previous_token_across_a_different_token():
+    """`a s v` early, `a t` late (t never after a): the untrained model predicts v next. Induction alone has no
+    bigram `a t` to match; this is "Set NAME to 43." copied into `NAME = 43`."""
+    policy = PolicyConfig(hidden_size=128, heads=2, layers=2, intermediate_size=256)
+    tok = type("Vocab", (), {"__len__": lambda self: 900, "eos_token_id": 4, "pad_token_id": 4})()
+    g = torch.Generator().manual_seed(1)
+    n, gap = 40, 60
+    a, v = torch.randperm(800, generator=g)[:2 * n].add(100).view(2, n)     # distinct anchors and values
+    s, t = torch.full((n,), 5), torch.full((n,), 6)                          # the two different middles
+    early = torch.stack([a, s, v], 1).reshape(1, -1)                          # a0 s v0 a1 s v1 ...
+    late = torch.stack([a, t], 1).reshape(1, -1)                              # a0 t a1 t ...
+    x = torch.cat([early, torch.randint(100, 900, (1, gap), generator=g), late], 1)
+    start = early.shape[1] + gap
+    for circuit, (lo, hi) in ((True, (0.9, 1.0)), (False, (0.0, 0.05))):
+        model = build_model(policy, tok, 0, copy_circuit=circuit).eval()
+        with torch.no_grad():
+            pred = model(input_ids=x).logits[0, start + 1::2].argmax(-1)     # after each t
+        accuracy = float((pred == v).float().mean())
+        assert lo <= accuracy <= hi, (circuit, accuracy)
+
+
 def test_policy_config_bounds():
     with pytest.raises(ValueError, match="not a multiple of heads"):
         PolicyConfig(hidden_size=100, heads=3)
@@ -312,24 +333,32 @@ def test_policy_config_bounds():
     assert not PolicyConfig(hidden_size=64, heads=2, copy_circuit=False).copy_circuit
 
 
-def test_a_cached_policy_stands_in_for_v0_only_when_made_from_the_same_policy_config(tmp_path):
-    from trainer.bootstrap.bootstrap import METADATA, stale_reason
+def test_a_cached_policy_stands_in_for_v0_only_when_made_from_the_same_policy_config_and_recipe(tmp_path):
+    from trainer.bootstrap.bootstrap import METADATA, RECIPE, stale_reason
 
     assert "no policy" in stale_reason(tmp_path, TINY)
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": TINY.model_dump()}))
+    assert "made by bootstrap recipe 1" in stale_reason(tmp_path, TINY)      # before recipes were recorded
+    (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": TINY.model_dump(),
+                                                 "recipe": RECIPE - 1}))
+    assert f"recipe {RECIPE - 1}" in stale_reason(tmp_path, TINY)
+    (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": TINY.model_dump(),
+                                                 "recipe": RECIPE}))
     assert stale_reason(tmp_path, TINY) == ""
     assert stale_reason(tmp_path, TINY.model_copy(update={"threads": 16, "log_every": 1})) == ""   # how it ran
     assert "repair_rate" in stale_reason(tmp_path, TINY.model_copy(update={"repair_rate": 0.9}))
     older = {k: v for k, v in TINY.model_dump().items() if k != "repair_rate"}    # made before the key existed:
-    (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": older}))  # as its default
+    (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": older,   # as its default
+                                                 "recipe": RECIPE}))
     assert TINY.repair_rate == PolicyConfig().repair_rate and stale_reason(tmp_path, TINY) == ""
     assert "repair_rate" in stale_reason(tmp_path, TINY.model_copy(update={"repair_rate": 0.25}))
     (tmp_path / METADATA).write_text("not json")
     assert "unreadable" in stale_reason(tmp_path, TINY)
     (tmp_path / METADATA).write_text(json.dumps({"kind": "base_checkpoint", "source": "/models/x"}))
     assert "not a bootstrapped default policy" in stale_reason(tmp_path, TINY)
-    (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": TINY.model_dump()}))
+    (tmp_path / METADATA).write_text(json.dumps({"kind": "bootstrap", "policy_config": TINY.model_dump(),
+                                                 "recipe": RECIPE}))
     assert "base_checkpoint is set" in stale_reason(tmp_path, TINY.model_copy(update={"base_checkpoint": "/m"}))
 
 
