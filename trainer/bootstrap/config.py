@@ -29,9 +29,10 @@ class PolicyConfig(BaseModel):
                                                             "128 or 256).")
     max_position_embeddings: int = Field(default=1024, ge=64, le=131072,
                                          description="Context length; longer training examples are dropped.")
-    copy_circuit: bool = Field(default=True, description="Start layers 0-1 as an induction (copy) circuit "
-                                                          "(trainer/bootstrap/model.py); needs >= 2 layers, >= 2 "
-                                                          "heads of >= 48 dims, hidden_size >= 97.")
+    copy_circuit: bool = Field(default=True, description="Start layers 0-1 as a copy circuit: an induction head "
+                                                          "and a skip-bigram head (trainer/bootstrap/model.py); "
+                                                          "needs >= 2 layers, >= 2 heads of >= 48 dims, "
+                                                          "hidden_size >= 97.")
     # corpus
     train_orgs: int = Field(default=16, ge=1, le=100000, description="Orgs the demonstration workspaces come from.")
     train_workspaces: int = Field(default=800, ge=1, le=10_000_000)
