@@ -4,8 +4,9 @@ Initialization plants a copy circuit (an induction and a skip-bigram head), then
 code is mostly copying: the `old` text of an edit is a line of the file, the path and the names come from the
 prompt. Transformers learn to copy through induction heads (Olsson et al., 2022, "In-context learning and
 induction heads"), which appear only after a long plateau - more compute than a few minutes of two CPU cores (a
-randomly initialized model here had learned no copying at all after 600 SFT steps). So the first two layers start as that circuit, written into the
-weights (the mechanism of the paper, and of Bietti et al., 2023, "Birth of a transformer: a memory viewpoint"):
+randomly initialized model here had learned no copying at all after 600 SFT steps). So the first two layers start
+as that circuit, written into the weights (the mechanism of the paper, and of Bietti et al., 2023, "Birth of a
+transformer: a memory viewpoint"):
 
     embeddings   each token's identity as a unit vector in a `TOK` subspace, plus one constant coordinate
     layer 0      head 0 attends to the previous position, head 1 to the one before (RoPE: query and key built
