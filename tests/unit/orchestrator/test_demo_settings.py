@@ -106,6 +106,7 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     from evals.records import Episode
     from infra.orchestrator.demo import demo_suite_cfg
     from infra.registry import content_digest
+    from trainer.bootstrap.bootstrap import RECIPE
 
     cfg = make_config(tmp_path, "demo.gate_tasks=2", "demo.gate_samples=1")
     demo = Demo(cfg, None, [f'state_dir="{tmp_path}"', "demo.gate_tasks=2", "demo.gate_samples=1"],
@@ -115,7 +116,7 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     v0.mkdir(parents=True)
     (v0 / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (v0 / "model.safetensors").write_bytes(b"weights")
-    made = {"kind": "bootstrap", "policy_config": demo.cfg.policy.model_dump()}
+    made = {"kind": "bootstrap", "policy_config": demo.cfg.policy.model_dump(), "recipe": RECIPE}
     (v0 / "rtrl_metadata.json").write_text(json.dumps(made))
     assert demo.prepared() is None                                   # no suite yet
     suite = default_suite(demo_suite_cfg(demo.base))
@@ -127,8 +128,10 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     (v0 / "rtrl_metadata.json").write_text(json.dumps({**made, "created": "later", "code_version": "abc"}))
     assert demo.prepared() == kept                                   # re-made elsewhere: the same model
     other_recipe = {**made["policy_config"], "repair_rate": 0.5}
-    (v0 / "rtrl_metadata.json").write_text(json.dumps({"kind": "bootstrap", "policy_config": other_recipe}))
+    (v0 / "rtrl_metadata.json").write_text(json.dumps({**made, "policy_config": other_recipe}))
     assert demo.prepared() is None                                   # made from another recipe: made anew
+    (v0 / "rtrl_metadata.json").write_text(json.dumps({**made, "recipe": RECIPE - 1}))
+    assert demo.prepared() is None                                   # made by older bootstrap code: made anew
     (v0 / "rtrl_metadata.json").write_text(json.dumps(made))
     (v0 / "model.safetensors").write_bytes(b"other weights")         # another v0: its episodes are not kept
     assert demo.prepared() is None
