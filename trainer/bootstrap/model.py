@@ -84,6 +84,18 @@ def _orthogonal(n: int, gen):
     return q * torch.sign(torch.diagonal(r))
 
 
+def _write_head(attn, head: int, wq, wk, wv, dest: slice, out) -> None:
+    """Head `head` of `attn` gets these query, key and value rows; its output writes only `out` (TOK x TOK, from
+    the head's first TOK value dimensions) into the residual dimensions `dest`."""
+    hd = wq.shape[0]
+    rows = slice(head * hd, (head + 1) * hd)
+    attn.q_proj.weight[rows] = wq
+    attn.k_proj.weight[rows] = wk
+    attn.v_proj.weight[rows] = wv
+    attn.o_proj.weight[:, rows] = 0.0
+    attn.o_proj.weight[dest, head * hd:head * hd + out.shape[1]] = out
+
+
 def plant_copy_circuit(model, seed: int, pos_gap: float = 6.0, match_logit: float = 12.0,
                        copy_gain: float = 3.0) -> None:
     """Write the circuit of the module docstring into `model` (in place). `pos_gap`: attention-logit margin of the
@@ -114,7 +126,6 @@ def plant_copy_circuit(model, seed: int, pos_gap: float = 6.0, match_logit: floa
         k0 = math.sqrt(d) / math.sqrt(2.0)
         for head, (offset, dest) in enumerate(((1, p1), (2, p2))):
             attn = layers[0].self_attn
-            rows = slice(head * hd, (head + 1) * hd)
             wq, wk, wv = (torch.zeros(hd, d) for _ in range(3))
             # score(m, n) = sum_i a * cos((n - m + offset) * f_i): largest at n = m - offset
             a = pos_gap / sum(1 - math.cos(f) for f in inv_freq[:POS_PAIRS]) * math.sqrt(hd)
@@ -123,11 +134,7 @@ def plant_copy_circuit(model, seed: int, pos_gap: float = 6.0, match_logit: floa
                 wk[i, const] = math.sqrt(a) / k0 * math.cos(offset * inv_freq[i])
                 wk[i + half, const] = math.sqrt(a) / k0 * math.sin(offset * inv_freq[i])
             wv[:TOK, tok] = torch.eye(TOK) / k0                        # the attended token's unit vector
-            attn.q_proj.weight[rows] = wq
-            attn.k_proj.weight[rows] = wk
-            attn.v_proj.weight[rows] = wv
-            attn.o_proj.weight[:, rows] = 0.0
-            attn.o_proj.weight[dest, head * hd:head * hd + TOK] = torch.eye(TOK)
+            _write_head(attn, head, wq, wk, wv, dest, torch.eye(TOK))
         # layer 1's input: token, constant, previous, previous-but-one (|x| ~ 2) -> x_norm = x * sqrt(d) / 2
         k1 = math.sqrt(d) / 2.0
         A, B = _orthogonal(TOK, gen), _orthogonal(TOK, gen)
@@ -138,22 +145,13 @@ def plant_copy_circuit(model, seed: int, pos_gap: float = 6.0, match_logit: floa
         wq[cd, tok], wq[cd, p1] = A * s, B * s                         # query: this token, the previous one
         wk[cd, p1], wk[cd, p2] = A * s, B * s                          # key: the two tokens before the position
         wv[:TOK, tok] = torch.eye(TOK) / k1
-        attn.q_proj.weight[:hd] = wq
-        attn.k_proj.weight[:hd] = wk
-        attn.v_proj.weight[:hd] = wv
-        attn.o_proj.weight[:, :hd] = 0.0
-        attn.o_proj.weight[tok, :TOK] = torch.eye(TOK) * copy_gain
+        _write_head(attn, 0, wq, wk, wv, tok, torch.eye(TOK) * copy_gain)
         # layer 1 head 1, skip-bigram: one matched token scores what a full bigram match scores in head 0
         C = _orthogonal(TOK, gen)
         s1 = math.sqrt(match_logit * math.sqrt(hd)) / k1
-        rows = slice(hd, 2 * hd)
         wq, wk = torch.zeros(hd, d), torch.zeros(hd, d)
         wq[cd, p1], wk[cd, p2] = C * s1, C * s1                        # query: previous token; key: two before
-        attn.q_proj.weight[rows] = wq
-        attn.k_proj.weight[rows] = wk
-        attn.v_proj.weight[rows] = wv
-        attn.o_proj.weight[:, rows] = 0.0
-        attn.o_proj.weight[tok, hd:hd + TOK] = torch.eye(TOK) * copy_gain
+        _write_head(attn, 1, wq, wk, wv, tok, torch.eye(TOK) * copy_gain)
         # nothing else writes into the circuit's subspaces at the start (other heads and MLPs read them freely)
         for layer in layers[:2]:
             for h in range(2, cfg.num_attention_heads):
