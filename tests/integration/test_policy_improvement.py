@@ -50,7 +50,8 @@ def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapp
     from pipelines.rewards.spec import RewardSpec
 
     state, _, _ = bootstrapped
-    registry = Registry.from_config(make_config(state))
+    cfg = make_config(state)
+    registry = Registry.from_config(cfg)
     v0 = registry.local_path("1")
 
     # one cycle of v0's own traffic: simulated users on the deterministic clock, v0 sampling like serving
@@ -62,11 +63,13 @@ def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapp
     table.mkdir(parents=True)
     rows.write_parquet(table / "part-0.parquet")
 
-    # the production trainer job on them, stepped as a demo cycle is (64 rows per step, lr 3e-4: demo.train_*): a
-    # candidate registered with lineage. At the default 256 rows per step these ~900 rows make 4 steps, and since the
-    # v0 with the skip-bigram head (0.474 here) the rise was 0.0185 [+0.001, ...]; 15 steps gave 0.047 [+0.030, ...]
+    # the production trainer job on them, stepped as a demo cycle is (demo.train_rows_per_step, demo.train_lr: 64
+    # rows per step, lr 3e-4): a candidate registered with lineage. At the default 256 rows per step these ~900 rows
+    # make 4 steps, and since the v0 with the skip-bigram head (0.474 here) the rise was 0.0185 [+0.001, ...]; 15
+    # steps gave 0.047 [+0.030, ...]
     out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"',
-                          "--set", "trainer.rows_per_step=64", "--set", "trainer.lr=3e-4", "train",
+                          "--set", f"trainer.rows_per_step={cfg.demo.train_rows_per_step}",
+                          "--set", f"trainer.lr={cfg.demo.train_lr}", "train",
                           "--cycle", "offline-1", "--rewards", str(tmp_path / "rewards")],
                          capture_output=True, text=True, cwd=REPO, timeout=1200)
     assert out.returncode == 0, out.stderr[-4000:]

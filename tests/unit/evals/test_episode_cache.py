@@ -1,8 +1,8 @@
 """The gate's episode cache (evals/episode_cache.py): a checkpoint's stored episodes come back relabelled as the
 arm that reuses them, a run with an infrastructure failure is not kept, and any change of suite, tasks, samples,
-seed, sampling settings or the Episode record's fields is another key; `reused_champion` only reads it when gate.reuse_episodes is on, from the
-suite's folder (so another state dir's gate on the same suite finds it), and never for a version without a
-digest."""
+seed, sampling settings or the Episode record's fields is another key; `reused_champion` only reads it when
+gate.reuse_episodes is on, from the suite's folder (so another state dir's gate on the same suite finds it), and
+never for a version without a digest."""
 
 from __future__ import annotations
 
