@@ -25,7 +25,7 @@ from pipelines.metrics.intervals import moments, moments_of, ratio_change
 from pipelines.metrics.rates import INPUT_COLUMNS, rates, unit_stats
 
 METRICS = ("edit_persistence_rate", "dissatisfied_followup_rate", "broken_tool_call_rate", "clarification_rate",
-           "reward_mean")
+           "shown_edit_persistence_rate", "reward_mean")
 COMPARED = ("edit_persistence_rate", "dissatisfied_followup_rate")   # the demo's A/B metrics: intervals vs the first
 
 

@@ -7,8 +7,9 @@
 checkpoint than control, both arms from the first request treatment served with another checkpoint on
 (`since_first_promotion`; before the first promotion both arms serve v0), or of the last cycle only
 (`last_cycle`); `tail` adds the range after the last cycle (the demo measures it as the next cycle's first
-steps): for edit persistence and dissatisfied follow-ups, each arm's rate, the difference
-treatment − control and its 95% interval (delta method, users as the unit: pipelines.metrics).
+steps): for edit persistence and dissatisfied follow-ups (and, for comparison, the persistence of shown edits
+only), each arm's rate, the difference treatment − control and its 95% interval (delta method, users as the
+unit: pipelines.metrics).
 
 With `since_first_promotion`, `ab["before_promotion"]` is the same comparison on the measured rows requested
 before that first request: an A/A check, both arms serving control's checkpoint. A difference there is the
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-AB_METRICS = {"edit_persistence": "edit_persistence_rate", "dissatisfied_followup": "dissatisfied_followup_rate"}
+AB_METRICS = {"edit_persistence": "edit_persistence_rate", "dissatisfied_followup": "dissatisfied_followup_rate",
+              # definitions 1's edit persistence (pipelines/metrics/rates.py), shown beside the others
+              "shown_edit_persistence": "shown_edit_persistence_rate"}
 
 
 def _cycle_row(rec) -> dict:

@@ -2,8 +2,8 @@
 
 Arms are checkpoints: control is a frozen one, treatment the real-time RL lineage, whose checkpoint changes
 every cycle; users are assigned sticky by user hash. For each cycle this package computes, treatment vs control:
-edit persistence, dissatisfied follow-ups, latency p50/p95, broken tool calls, edit rate, clarification rate,
-tokens per response and the mean reward (`catalog.py` defines each), with
+edit persistence, dissatisfied follow-ups, latency p50/p95, broken tool calls, persistence of shown edits, edit
+rate, clarification rate, tokens per response and the mean reward (`catalog.py` defines each), with
 
 - a fixed-horizon interval of this cycle's change (delta method with users as the unit, `intervals.py`; a
   bucket bootstrap for latency quantiles, `quantiles.py`),

@@ -5,9 +5,10 @@ a sum over rows, users as the unit of analysis) and `quantiles.py` (latency quan
 
 | metric | per row: numerator / denominator | better |
 |---|---|---|
-| edit_persistence_rate | persistence / 1, rows whose persistence_label is "known" (rejected edits persist 0); "unknown" (immature) labels are excluded and their share reported | higher |
-| dissatisfied_followup_rate | follow-up classified dissatisfied / 1 | lower |
+| edit_persistence_rate | persistence / 1, edit attempts with a known outcome: rows whose persistence_label is "known" (rejected edits persist 0) and rows with a broken tool call (persist 0); "unknown" (immature) labels are excluded and their share reported | higher |
+| dissatisfied_followup_rate | follow-up classified dissatisfied, or saying the question was unnecessary / 1 | lower |
 | broken_tool_call_rate | response has >= 1 broken tool call / 1 (as the gate's guardrail) | lower |
+| shown_edit_persistence_rate | persistence / 1, rows whose persistence_label is "known" only (version 1's edit persistence: it leaves broken calls out, so it rewards breaking them) | monitor |
 | edit_rate | response_kind == "edit" / 1 | monitor |
 | clarification_rate | response_kind == "question" / 1 | monitor |
 | tokens_per_response | completion_tokens / 1 | monitor |
@@ -38,6 +39,7 @@ METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("latency_p50", "Latency p50", "ms", "lower", "quantile", 0.5),
     MetricInfo("latency_p95", "Latency p95", "ms", "lower", "quantile", 0.95),
     MetricInfo("broken_tool_call_rate", "Broken tool calls", "rate", "lower", "ratio"),
+    MetricInfo("shown_edit_persistence_rate", "Persistence of shown edits", "rate", "none", "ratio"),
     MetricInfo("edit_rate", "Edit rate", "rate", "none", "ratio"),
     MetricInfo("clarification_rate", "Clarification rate", "rate", "none", "ratio"),
     MetricInfo("tokens_per_response", "Tokens per response", "tokens", "none", "ratio"),

@@ -13,7 +13,7 @@ from pipelines.metrics.config import AbConfig
 from pipelines.metrics.cuped import cuped_arms
 from pipelines.metrics.intervals import Change, moments, moments_of, ratio_change, relative_change
 from pipelines.metrics.monitors import evaluate
-from pipelines.metrics.rates import INPUT_COLUMNS, den_col, rates, unit_stats
+from pipelines.metrics.rates import DEFINITIONS, INPUT_COLUMNS, den_col, rates, unit_stats
 from pipelines.metrics.result import CycleMetrics, MetricResult, verdict
 from pipelines.metrics.srm import srm_check
 from pipelines.metrics.store import MetricsStore, check_cycle_id
@@ -136,6 +136,17 @@ def _users(units: pl.DataFrame, arm: str) -> int:
     return units.filter(pl.col("arm") == arm)["user_id"].n_unique()
 
 
+def _check_definitions(store: MetricsStore | None, prior: list[str], cycle_id: str) -> None:
+    """Refuse to accumulate this cycle with earlier ones whose per-user sums were made under other metric
+    definitions (rates.DEFINITIONS): the same column names would mean other things."""
+    for c in prior:
+        found = store.read(c).settings.get("metric_definitions", 1)
+        if found != DEFINITIONS:
+            raise ValueError(f"cycle {c!r} was measured with A/B metric definitions {found}, this code has "
+                             f"{DEFINITIONS} (pipelines/metrics/rates.py): compute the stored cycles again, oldest "
+                             f"first (`rtrl ab compute --cycle {c}` ...), before measuring {cycle_id!r}")
+
+
 def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, control_arm: str | None = None,
                           treatment_arm: str | None = None, as_of: datetime | str | None = None, *,
                           config: AbConfig | None = None, store: MetricsStore | None = None,
@@ -151,6 +162,7 @@ def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, c
                                               quantiles.latency_histogram(rows, cfg.buckets, cfg.latency_resolution)])
 
     prior = store.prior(cycle_id) if store is not None else []
+    _check_definitions(store, prior, cycle_id)
     cum_units = pl.concat([*(store.units(c) for c in prior), units], how="vertical_relaxed") if prior else units
     cum_hist = pl.concat([*(store.latency(c) for c in prior), hist], how="vertical_relaxed") if prior else hist
     prev = store.read(prior[-1]) if prior else None
@@ -217,7 +229,8 @@ def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, c
     settings = {"sequential_tau": cfg.sequential_tau, "treatment_share": cfg.treatment_share,
                 "srm_p_threshold": cfg.srm_p_threshold, "buckets": cfg.buckets,
                 "bootstrap_resamples": cfg.bootstrap_resamples, "latency_resolution": cfg.latency_resolution,
-                "seed": cfg.seed, "cuped": pre_units is not None, "polars": pl.__version__}
+                "seed": cfg.seed, "cuped": pre_units is not None, "polars": pl.__version__,
+                "metric_definitions": DEFINITIONS}
     return CycleMetrics(
         cycle_id=cycle_id, control_arm=control, treatment_arm=treatment, alpha=cfg.alpha,
         as_of=t_as_of.isoformat() if t_as_of else None,

@@ -124,6 +124,7 @@ def demo_rows(n_rows: int, cycle: int = 0, seed: int = 0, spec: DemoSpec | None 
         persistence=pl.Series(persistence).fill_nan(None),
         persistence_label=pl.Series(np.array(["known", "unknown", "not_applicable"])[label]),
         followup_status=pl.Series(np.array(["none", "satisfied", "dissatisfied"])[follow]),
+        question_unnecessary=pl.lit(False),
         r_persistence=pl.Series(r_p), r_followup=pl.Series(r_f), r_broken_tool=pl.Series(r_b),
         r_length=pl.Series(r_l), reward_unclipped=pl.Series(unclipped), reward=pl.Series(np.clip(unclipped, -2, 2)))
     if not full_schema:
@@ -141,7 +142,7 @@ def _full(df: pl.DataFrame) -> pl.DataFrame:
         prompt_token_ids=pl.lit([], dtype=pl.List(pl.Int64)), completion_token_ids=pl.lit([], dtype=pl.List(pl.Int64)),
         behaviour_logprobs=pl.lit([], dtype=pl.List(pl.Float64)), temperature=pl.lit(1.0), top_p=pl.lit(1.0),
         top_k=pl.lit(-1, pl.Int64), prompt_tokens=pl.lit(64, pl.Int64),
-        question_unnecessary=pl.lit(False), deferred_to_request_id=pl.lit(None, pl.String),
+        deferred_to_request_id=pl.lit(None, pl.String),
         r_deferral=pl.lit(0.0), spec_version=pl.lit("demo"))
     return pl.from_arrow(df.select(schema.names).to_arrow().cast(schema))
 

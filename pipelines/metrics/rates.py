@@ -7,6 +7,17 @@ group-by turns the rows into *unit stats*: per (arm, policy_version, org_id, use
 metric's numerator sum `<metric>_num` and, where it is not `n`, its denominator sum `<metric>_den`. Everything
 else (rates, intervals, the per-checkpoint and per-org breakdowns, the cumulative history) is computed from these
 few thousand unit rows, never from the rows again; they are also what the store keeps per cycle.
+
+`DEFINITIONS` numbers the per-row terms below; a cycle's stored result records it, and a cycle is not accumulated
+with earlier cycles measured under other definitions (`cycle.py`). Version 2 (2026-11-26) closed the two escapes
+Cursor reported as reward hacks (DESIGN.md §4) in the A/B's own metrics:
+  * edit persistence counts every edit attempt whose outcome is known: a response whose tool call broke changed
+    nothing and persists 0, as a rejected edit does. Version 1 counted shown edits only (`shown_edit_persistence_
+    rate` now), so a checkpoint that turned broken calls into real edits on hard tasks read lower: v0 and a
+    one-cycle candidate on the same simulated users, 54 % more applied `change_constant` edits, −1.0 pp shown-edit
+    persistence against +2.3 pp per attempt (README, "What the A/B's edit persistence counts").
+  * a dissatisfied follow-up includes "why are you asking? just do it" (`question_unnecessary`): a needless
+    question is a dissatisfied turn, and version 1 let a checkpoint that asks instead of editing lower the rate.
 """
 
 from __future__ import annotations
@@ -15,19 +26,26 @@ import polars as pl
 
 from pipelines.metrics.catalog import RATIO_METRICS
 
+DEFINITIONS = 2
 KEYS = ("arm", "policy_version", "org_id", "user_id")
 # Columns of the reward table (schemas/rewards.py) the metrics read; nothing else is loaded.
 INPUT_COLUMNS = ("arm", "policy_version", "org_id", "user_id", "mature_time", "response_kind", "completion_tokens",
-                 "latency_ms", "broken_tool_calls", "persistence", "persistence_label", "followup_status", "reward")
+                 "latency_ms", "broken_tool_calls", "persistence", "persistence_label", "followup_status",
+                 "question_unnecessary", "reward")
 
 
 def _terms() -> dict[str, tuple[pl.Expr, pl.Expr | None]]:
     """metric -> (per-row numerator, per-row denominator or None for 1)."""
     known = pl.col("persistence_label") == "known"
+    persisted = pl.when(known).then(pl.col("persistence").fill_null(0.0)).otherwise(0.0)
+    # an edit attempt with a known outcome: a shown edit (applied and judged, or rejected), or a broken tool call
+    # (nothing applied, so nothing persists) unless an applied edit of the same response is still immature
+    attempt = known | ((pl.col("broken_tool_calls") > 0) & (pl.col("persistence_label") != "unknown"))
     return {
-        "edit_persistence_rate": (pl.when(known).then(pl.col("persistence").fill_null(0.0)).otherwise(0.0),
-                                  known.cast(pl.Int64)),
-        "dissatisfied_followup_rate": ((pl.col("followup_status") == "dissatisfied").cast(pl.Int64), None),
+        "edit_persistence_rate": (persisted, attempt.cast(pl.Int64)),
+        "shown_edit_persistence_rate": (persisted, known.cast(pl.Int64)),
+        "dissatisfied_followup_rate": (((pl.col("followup_status") == "dissatisfied")
+                                        | pl.col("question_unnecessary").fill_null(False)).cast(pl.Int64), None),
         "broken_tool_call_rate": ((pl.col("broken_tool_calls") > 0).cast(pl.Int64), None),
         "edit_rate": ((pl.col("response_kind") == "edit").cast(pl.Int64), None),
         "clarification_rate": ((pl.col("response_kind") == "question").cast(pl.Int64), None),

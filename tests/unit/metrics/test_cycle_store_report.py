@@ -9,6 +9,7 @@ from datetime import timedelta
 import polars as pl
 import pytest
 
+from pipelines.metrics.catalog import METRICS
 from pipelines.metrics.config import AbConfig, MonitorThreshold
 from pipelines.metrics.cycle import compute_cycle_metrics, scan_cycle
 from pipelines.metrics.demo import T0, DemoSpec, Effects, demo_rows, write_demo_table
@@ -43,6 +44,19 @@ def test_cumulative_equals_one_computation_over_all_rows(cycles, tmp_path):
     # the running-minimum p-value never rises
     ps = [store.read(c).metric("edit_persistence_rate").seq_p_value for c in ("c0", "c1", "c2")]
     assert ps[0] >= ps[1] >= ps[2]
+
+
+def test_a_cycle_measured_under_older_metric_definitions_is_not_accumulated_until_computed_again(cycles, tmp_path):
+    store = MetricsStore(tmp_path / "ab")
+    store.write("c0", compute_cycle_metrics(cycles[0], "c0", store=store))
+    stored = tmp_path / "ab" / "cycles" / "c0" / "result.json"
+    old = json.loads(stored.read_text())
+    del old["settings"]["metric_definitions"]                   # as written before the definitions were numbered
+    stored.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="'c0' was measured with A/B metric definitions 1"):
+        compute_cycle_metrics(cycles[1], "c1", store=store)
+    store.write("c0", compute_cycle_metrics(cycles[0], "c0", store=store))   # computed again: accumulates
+    assert compute_cycle_metrics(cycles[1], "c1", store=store).cumulative_cycles == ["c0", "c1"]
 
 
 def test_as_of_excludes_immature_rows_and_other_arms_are_counted(cycles):
@@ -106,7 +120,7 @@ def test_store_layout_order_and_rewrite(cycles, tmp_path):
     assert store.cycles() == ["b", "a", "c"]
     assert not [p for p in (tmp_path / "ab" / "cycles").iterdir() if p.name.startswith(".")]
     h = store.history()
-    assert h.height == 3 * 9 and h.filter(pl.col("cycle_id") == "a")["seq"].unique().to_list() == [2]
+    assert h.height == 3 * len(METRICS) and h.filter(pl.col("cycle_id") == "a")["seq"].unique().to_list() == [2]
     with pytest.raises(ValueError):
         store.write("../x", again)
 

@@ -68,8 +68,29 @@ def test_edit_persistence_excludes_unknown_labels_and_counts_them():
     units = unit_stats(frame(rows).lazy()).collect()
     r = rates(units, ["arm"]).row(0, named=True)
     assert r["edit_persistence_rate"] == pytest.approx((1.0 + 0.5 + 0.0) / 3)
+    assert r["shown_edit_persistence_rate"] == pytest.approx((1.0 + 0.5 + 0.0) / 3)
     assert r["unknown_label_share"] == pytest.approx(2 / 5)     # 2 unknown of 5 labelled (known + unknown)
     assert r["edit_rate"] == pytest.approx(5 / 6) and r["n"] == 6
+
+
+def test_a_broken_edit_attempt_persists_zero_in_edit_persistence_but_not_in_shown_edit_persistence():
+    rows = [row("a", persistence=1.0),                                             # a kept edit
+            row("a", persistence=0.0),                                             # a rejected one
+            row("a", persistence=None, label="not_applicable", broken=1),         # edit_file whose old text is gone
+            row("b", persistence=None, label="not_applicable", kind="answer", broken=2),   # a malformed call
+            row("b", persistence=None, label="unknown", broken=1),                # applied, still immature: left out
+            row("b", persistence=None, label="not_applicable", kind="question"),  # no attempt: left out
+            row("b", persistence=None, label="not_applicable", kind="answer")]
+    r = rates(unit_stats(frame(rows).lazy()).collect(), ["arm"]).row(0, named=True)
+    assert r["edit_persistence_rate"] == pytest.approx(1.0 / 4)        # kept, rejected and two broken attempts
+    assert r["shown_edit_persistence_rate"] == pytest.approx(1.0 / 2)  # the broken ones escape it
+
+
+def test_a_needless_question_complaint_is_a_dissatisfied_follow_up():
+    rows = [row("a", kind="question", followup="satisfied", needless=True),   # "why are you asking? just do it"
+            row("a", followup="dissatisfied"), row("a", followup="satisfied"), row("a")]
+    r = rates(unit_stats(frame(rows).lazy()).collect(), ["arm"]).row(0, named=True)
+    assert r["dissatisfied_followup_rate"] == pytest.approx(2 / 4)
 
 
 def test_other_rates_by_hand():
