@@ -72,8 +72,9 @@ def test_question_inherits_the_next_turns_edit_outcome_discounted_and_pays_for_n
     assert got["r2"]["r_persistence"] == pytest.approx(1.0)
     q = got["q"]
     assert q["deferred_to_request_id"] == "r2" and q["question_unnecessary"] is True
-    assert q["r_deferral"] == pytest.approx(0.8 * 1.0 - 0.5)
-    assert q["reward"] == pytest.approx(0.3)
+    assert SPEC.weights.unnecessary_question == 1.0
+    assert q["r_deferral"] == pytest.approx(0.8 * 1.0 - 1.0)
+    assert q["reward"] == pytest.approx(-0.2)                   # a needless question scores below zero even here
 
 
 def test_question_without_a_next_turn_inherits_nothing():
