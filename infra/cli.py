@@ -162,8 +162,8 @@ def _parser() -> argparse.ArgumentParser:
               epilog="example: rtrl offline-ab .rtrl/policy-v0 .rtrl/demo/checkpoints/rtrl-policy/v3 --users 96 "
                      "--hours 2   (~1,300 requests and ~75 s per checkpoint on 2 cores). Needs no stack: the "
                      "checkpoints sample in this process on the deterministic clock, and the reward job's "
-                     "computation makes the rows. Differences from the first checkpoint come with 95% intervals "
-                     "that treat the two runs' users as independent (conservative: they are the same users). "
+                     "computation makes the rows. Differences from the first checkpoint come with paired 95% "
+                     "intervals (the same users serve every checkpoint; each user's rows are paired). "
                      "One JSON object on stdout, progress on stderr.")
     oab.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
                      help="a Hugging Face checkpoint folder, or a registry version number (its local copy)")

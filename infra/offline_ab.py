@@ -21,12 +21,12 @@ from typing import Callable, Sequence
 
 import polars as pl
 
-from pipelines.metrics.intervals import moments, moments_of, ratio_change
-from pipelines.metrics.rates import INPUT_COLUMNS, rates, unit_stats
+from pipelines.metrics.intervals import z_value
+from pipelines.metrics.rates import INPUT_COLUMNS, den_col, num_col, rates, unit_stats
 
 METRICS = ("edit_persistence_rate", "dissatisfied_followup_rate", "broken_tool_call_rate", "clarification_rate",
            "shown_edit_persistence_rate", "reward_mean")
-COMPARED = ("edit_persistence_rate", "dissatisfied_followup_rate")   # the demo's A/B metrics: intervals vs the first
+COMPARED = ("edit_persistence_rate", "dissatisfied_followup_rate", "shown_edit_persistence_rate")   # vs the first
 
 
 def serve_population(folder: str, sim, spec, hours: float, seed: int, label: str = "1") -> pl.DataFrame:
@@ -58,19 +58,36 @@ def summarize(rows: pl.DataFrame) -> dict:
                              for k in sorted(rows["task_kind"].drop_nulls().unique().to_list())}}
 
 
+def _per_user(rows: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """(user_id, y, n): one checkpoint's numerator and denominator sums of `metric` per user."""
+    units = unit_stats(rows.lazy().select(INPUT_COLUMNS)).collect()
+    return units.group_by("user_id").agg(y=pl.col(num_col(metric)).sum(), n=pl.col(den_col(metric)).sum())
+
+
+def paired_difference(base: pl.DataFrame, other: pl.DataFrame, metric: str, alpha: float = 0.05) -> dict:
+    """`other` - `base` on the ratio metric `metric`, with a (1 - alpha) delta-method interval that pairs each
+    user's rows under the two checkpoints (the same seeded users serve both, so their own ease or difficulty
+    cancels): with r = sum(y) / sum(n) per checkpoint, user u contributes
+    d_u = (y_o - r_o n_o) / nbar_o - (y_b - r_b n_b) / nbar_b, and Var(r_o - r_b) = s^2(d) / U over the U users
+    seen by either (a user missing from one side has sums 0 there)."""
+    import numpy as np
+
+    both = _per_user(base, metric).join(_per_user(other, metric), on="user_id", how="full", suffix="_o",
+                                        coalesce=True).fill_null(0.0)
+    yb, nb, yo, no = (both[c].to_numpy().astype(float) for c in ("y", "n", "y_o", "n_o"))
+    users = len(both)
+    if users < 2 or nb.sum() <= 0 or no.sum() <= 0:
+        return {"diff": None, "ci_low": None, "ci_high": None, "paired_users": users}
+    rb, ro = yb.sum() / nb.sum(), yo.sum() / no.sum()
+    d = (yo - ro * no) / no.mean() - (yb - rb * nb) / nb.mean()
+    half = z_value(alpha) * float(np.sqrt(d.var(ddof=1) / users))
+    est = float(ro - rb)
+    return {"diff": est, "ci_low": est - half, "ci_high": est + half, "paired_users": users}
+
+
 def differences(base: pl.DataFrame, other: pl.DataFrame, alpha: float = 0.05) -> dict:
-    """`other` - `base` on the compared metrics over all rows, with the A/B table's (1 - alpha) interval (users as
-    units, the two checkpoints' users taken as independent: the same users, so the interval is conservative)."""
-    both = pl.concat([base.with_columns(arm=pl.lit("control")), other.with_columns(arm=pl.lit("treatment"))],
-                     how="vertical_relaxed")
-    units = unit_stats(both.lazy().select(INPUT_COLUMNS)).collect()
-    out = {}
-    for m in COMPARED:
-        mom = moments(units, m, ["arm"])
-        est, _, lo, hi, _ = ratio_change(moments_of(mom, arm="control"), moments_of(mom, arm="treatment"),
-                                         alpha).on("absolute")
-        out[m] = {"diff": est, "ci_low": lo, "ci_high": hi}
-    return out
+    """`other` - `base` on the compared metrics over all rows, each with its paired (1 - alpha) interval."""
+    return {m: paired_difference(base, other, m, alpha) for m in COMPARED}
 
 
 def compare(folders: Sequence[str], sim, spec, hours: float, seed: int,
