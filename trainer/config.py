@@ -47,6 +47,12 @@ class TrainerConfig(BaseModel):
                                              "ask-or-edit decision learns from failures, while the tokens whose "
                                              "push-down drifted the policy to malformed calls do not. 0 = off "
                                              "(README, \"Why training barely moves dissatisfied follow-ups\").")
+    negative_kinds: list[str] = Field(default_factory=list, description="Response kinds (the reward table's "
+                                      "response_kind, e.g. \"question\") whose below-baseline rows push down with "
+                                      "the full negative advantage whatever negative_weight says: a needless question "
+                                      "is wrong as a whole, so pushing it down teaches when not to ask, while "
+                                      "failed edits stay at negative_weight. [] = off (README, \"Needless "
+                                      "questions across cycles\").")
     stratify_by: str = Field(default="", description="Reward-table column whose values are the leave-one-out "
                              "strata (e.g. org_id); '' = one stratum. Never the response's own kind: that would "
                              "cancel the signal between an edit and a needless answer.")

@@ -155,3 +155,23 @@ def test_negative_tokens_make_below_baseline_rows_carry_gradient_and_move_the_po
     decision, s2 = _run(parent, tmp_path / "decision", negative_weight=0.0, negative_tokens=1)
     assert s1.inert_rows > 10 and s2.inert_rows < s1.inert_rows   # below-baseline rows now push their first token
     assert not _close(only_up, decision, 1e-5)
+
+
+def test_negative_kinds_push_down_below_baseline_rows_of_those_kinds_only(parent, tmp_path):
+    folder, rows = parent
+    kinds = rows.with_columns(response_kind=pl.Series(["question" if i % 3 == 0 else "edit"
+                                                       for i in range(rows.height)]))
+    plain = Trainer(_cfg(negative_weight=0.0), kinds, folder, tmp_path / "plain")
+    plain.setup()
+    asked = Trainer(_cfg(negative_weight=0.0, negative_kinds=["question"]), kinds, folder, tmp_path / "asked")
+    asked.setup()
+    # rows are reordered within steps by which ones carry gradient: compare them by request id
+    before = dict(zip(plain.rows["request_id"].to_list(), plain.adv.tolist()))
+    after = dict(zip(asked.rows["request_id"].to_list(), asked.adv.tolist()))
+    kind = dict(zip(asked.rows["request_id"].to_list(), asked.rows["response_kind"].to_list()))
+    assert min(before.values()) >= 0                                  # negative_weight 0: nothing pushes down
+    assert all(after[r] == before[r] for r in kind if kind[r] == "edit")         # edits: unchanged
+    below = [r for r in kind if kind[r] == "question" and after[r] < 0]
+    assert below and all(before[r] == 0 for r in below)              # below-baseline questions now push down
+    assert all(after[r] == before[r] for r in kind if kind[r] == "question" and r not in below)
+    assert asked.summary.inert_rows == plain.summary.inert_rows - len(below)
