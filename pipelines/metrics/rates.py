@@ -13,9 +13,10 @@ with earlier cycles measured under other definitions (`cycle.py`). Version 2 (20
 Cursor reported as reward hacks (DESIGN.md §4) in the A/B's own metrics:
   * edit persistence counts every edit attempt whose outcome is known: a response whose tool call broke changed
     nothing and persists 0, as a rejected edit does. Version 1 counted shown edits only (`shown_edit_persistence_
-    rate` now), so a checkpoint that turned broken calls into real edits on hard tasks read lower: v0 and a
-    one-cycle candidate on the same simulated users, 54 % more applied `change_constant` edits, −1.0 pp shown-edit
-    persistence against +2.3 pp per attempt (README, "What the A/B's edit persistence counts").
+    rate` now), so a checkpoint that turned broken calls into real edits on hard tasks read lower: a one-cycle
+    candidate against v0 on the same simulated users applied a `change_constant` edit on 21.4 % of those requests
+    instead of 14.0 %, each persisting more often, and read −1.0 pp per shown edit against +2.3 pp per attempt
+    (README, "What the A/B's edit persistence counts").
   * a dissatisfied follow-up includes "why are you asking? just do it" (`question_unnecessary`): a needless
     question is a dissatisfied turn, and version 1 let a checkpoint that asks instead of editing lower the rate.
 """
