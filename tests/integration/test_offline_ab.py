@@ -1,6 +1,6 @@
 """`rtrl offline-ab` on the real v0 (`bootstrapped`): every row is accounted for in each split, the same checkpoint
-twice gives the same rows (one sampling seed, the deterministic clock), and its difference from itself is zero
-inside a real interval."""
+twice gives the same rows (one sampling seed, the deterministic clock), and its paired difference from itself is
+exactly zero, interval included (the pairing cancels every user's own spread)."""
 
 import json
 import subprocess
@@ -31,7 +31,8 @@ def test_offline_ab_splits_every_row_and_repeats_itself_on_the_same_population(b
     assert len(first["by_task_kind"]) >= 3
     for split in ("all", "first_turn", "retry"):
         assert {k: v for k, v in again[split].items()} == first[split], split
-    for metric in ("edit_persistence_rate", "dissatisfied_followup_rate"):
-        d = again["vs_first"][metric]
-        assert d["diff"] == pytest.approx(0.0, abs=1e-12) and d["ci_low"] < 0 < d["ci_high"], d
+    for metric in ("edit_persistence_rate", "dissatisfied_followup_rate", "shown_edit_persistence_rate"):
+        d = again["vs_first"][metric]   # paired user by user: identical rows differ by exactly nothing
+        assert d["diff"] == pytest.approx(0.0, abs=1e-12) and d["paired_users"] >= 20, d
+        assert d["ci_low"] == pytest.approx(0.0, abs=1e-12) and d["ci_high"] == pytest.approx(0.0, abs=1e-12), d
     assert "vs_first" not in first
