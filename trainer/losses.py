@@ -71,10 +71,12 @@ class Advantages:
 
 
 def advantages(rewards: torch.Tensor, groups: list | None = None, strata: list | None = None,
-               normalize_std: bool = False, eps: float = 1e-6, negative_weight: float = 1.0) -> Advantages:
+               normalize_std: bool = False, eps: float = 1e-6,
+               negative_weight: float | torch.Tensor = 1.0) -> Advantages:
     """Group-mean baseline where a prompt group has >= 2 samples, else leave-one-out within the stratum;
-    negative advantages scaled by `negative_weight`."""
-    if not 0.0 <= negative_weight <= 1.0:
+    negative advantages scaled by `negative_weight` (one number, or one per row)."""
+    w = torch.as_tensor(negative_weight, dtype=torch.float64)
+    if w.numel() and not (0.0 <= float(w.min()) and float(w.max()) <= 1.0):
         raise ValueError(f"negative_weight must be in [0, 1], got {negative_weight}")
     r = rewards.double()
     n = r.shape[0]
@@ -106,7 +108,7 @@ def advantages(rewards: torch.Tensor, groups: list | None = None, strata: list |
         if normalize_std and len(idx) > 1:
             scale[ix] = vals.std(unbiased=False) + eps
     adv = (r - base) / scale
-    adv = torch.where(adv < 0, adv * negative_weight, adv)
+    adv = torch.where(adv < 0, adv * w, adv)
     return Advantages(adv.to(rewards.dtype), base.to(rewards.dtype), from_group)
 
 

@@ -102,12 +102,11 @@ class Trainer:
         # negative_weight scales whole rows, or with negative_tokens only the tokens past the first N (in the loss)
         row_weight, token_weight = ((1.0, self.cfg.negative_weight) if self.cfg.negative_tokens
                                     else (self.cfg.negative_weight, 1.0))
-        rewards = torch.tensor(self.rows["reward"].to_list(), dtype=torch.float32)
-        self.adv = advantages(rewards, groups, strata, self.cfg.normalize_std, negative_weight=row_weight).values
         if self.cfg.negative_kinds:   # these kinds' below-baseline rows push down in full
-            full = advantages(rewards, groups, strata, self.cfg.normalize_std).values
-            kinds = torch.tensor([k in self.cfg.negative_kinds for k in self.rows["response_kind"].to_list()])
-            self.adv = torch.where(kinds & (full < 0), full, self.adv)
+            row_weight = torch.tensor([1.0 if k in self.cfg.negative_kinds else row_weight
+                                       for k in self.rows["response_kind"].to_list()], dtype=torch.float64)
+        self.adv = advantages(torch.tensor(self.rows["reward"].to_list(), dtype=torch.float32), groups, strata,
+                              self.cfg.normalize_std, negative_weight=row_weight).values
         inert = self._inert()
         active = self._order_within_steps(inert)
         self.summary.inert_rows = int(inert.sum())

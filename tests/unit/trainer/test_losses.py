@@ -34,6 +34,14 @@ def test_negative_advantages_are_scaled_by_the_negative_weight_and_positive_ones
         advantages(r, negative_weight=1.5)
 
 
+def test_a_negative_weight_per_row_scales_each_below_baseline_row_by_its_own():
+    r = torch.tensor([1.0, 3.0, 5.0, 1.0])                  # leave-one-out: A = -2, +2/3, +10/3, -2
+    a = advantages(r, negative_weight=torch.tensor([0.0, 0.0, 0.0, 1.0])).values
+    assert a.tolist() == pytest.approx([0.0, 2 / 3, 10 / 3, -2.0])
+    with pytest.raises(ValueError, match="negative_weight"):
+        advantages(r, negative_weight=torch.tensor([0.0, 0.0, 0.0, 1.5]))
+
+
 def test_aggregations_by_hand():
     x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]])
     m = torch.tensor([[1, 1, 1], [1, 0, 0]])
