@@ -42,10 +42,15 @@ def serve_population(folder: str, sim, spec, hours: float, seed: int, label: str
     return rows.join(notes, on="request_id", how="left")
 
 
+def _units(rows: pl.DataFrame) -> pl.DataFrame:
+    """One checkpoint's per-user sums of every metric (pipelines.metrics.rates.unit_stats)."""
+    return unit_stats(rows.lazy().select(INPUT_COLUMNS)).collect()
+
+
 def _rates(rows: pl.DataFrame) -> dict:
     if rows.is_empty():
         return {"rows": 0}
-    r = rates(unit_stats(rows.lazy().select(INPUT_COLUMNS)).collect(), ["arm"]).row(0, named=True)
+    r = rates(_units(rows), ["arm"]).row(0, named=True)
     return {"rows": int(r["n"]), "users": int(r["users"]),
             **{m: (round(r[m], 4) if r[m] is not None else None) for m in METRICS}}
 
@@ -58,22 +63,23 @@ def summarize(rows: pl.DataFrame) -> dict:
                              for k in sorted(rows["task_kind"].drop_nulls().unique().to_list())}}
 
 
-def _per_user(rows: pl.DataFrame, metric: str) -> pl.DataFrame:
-    """(user_id, y, n): one checkpoint's numerator and denominator sums of `metric` per user."""
-    units = unit_stats(rows.lazy().select(INPUT_COLUMNS)).collect()
-    return units.group_by("user_id").agg(y=pl.col(num_col(metric)).sum(), n=pl.col(den_col(metric)).sum())
-
-
 def paired_difference(base: pl.DataFrame, other: pl.DataFrame, metric: str, alpha: float = 0.05) -> dict:
-    """`other` - `base` on the ratio metric `metric`, with a (1 - alpha) delta-method interval that pairs each
-    user's rows under the two checkpoints (the same seeded users serve both, so their own ease or difficulty
-    cancels): with r = sum(y) / sum(n) per checkpoint, user u contributes
+    """`other` - `base` (reward rows of two checkpoints) on the ratio metric `metric`, with a (1 - alpha)
+    delta-method interval that pairs each user's rows under the two checkpoints (see `_paired`)."""
+    return _paired(_units(base), _units(other), metric, alpha)
+
+
+def _paired(base: pl.DataFrame, other: pl.DataFrame, metric: str, alpha: float) -> dict:
+    """The paired difference from two checkpoints' unit stats. The same seeded users serve both, so their own ease
+    or difficulty cancels: with r = sum(y) / sum(n) per checkpoint, user u contributes
     d_u = (y_o - r_o n_o) / nbar_o - (y_b - r_b n_b) / nbar_b, and Var(r_o - r_b) = s^2(d) / U over the U users
     seen by either (a user missing from one side has sums 0 there)."""
     import numpy as np
 
-    both = _per_user(base, metric).join(_per_user(other, metric), on="user_id", how="full", suffix="_o",
-                                        coalesce=True).fill_null(0.0)
+    def per_user(units: pl.DataFrame) -> pl.DataFrame:
+        return units.group_by("user_id").agg(y=pl.col(num_col(metric)).sum(), n=pl.col(den_col(metric)).sum())
+
+    both = per_user(base).join(per_user(other), on="user_id", how="full", suffix="_o", coalesce=True).fill_null(0.0)
     yb, nb, yo, no = (both[c].to_numpy().astype(float) for c in ("y", "n", "y_o", "n_o"))
     users = len(both)
     if users < 2 or nb.sum() <= 0 or no.sum() <= 0:
@@ -87,7 +93,8 @@ def paired_difference(base: pl.DataFrame, other: pl.DataFrame, metric: str, alph
 
 def differences(base: pl.DataFrame, other: pl.DataFrame, alpha: float = 0.05) -> dict:
     """`other` - `base` on the compared metrics over all rows, each with its paired (1 - alpha) interval."""
-    return {m: paired_difference(base, other, m, alpha) for m in COMPARED}
+    ub, uo = _units(base), _units(other)
+    return {m: _paired(ub, uo, m, alpha) for m in COMPARED}
 
 
 def compare(folders: Sequence[str], sim, spec, hours: float, seed: int,
