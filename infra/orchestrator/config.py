@@ -59,10 +59,12 @@ class DemoConfig(BaseModel):
     gate_tasks: int = Field(default=40, ge=2, le=10_000, description="Held-out tasks of the demo's gate suite.")
     gate_samples: int = Field(default=4, ge=1, le=100, description="Samples per task and arm in the demo's gate "
                               "(with 2, 3 of 15 gates kept the champion on an interval around zero: README).")
-    train_rows_per_step: int = Field(default=64, ge=1, le=1_000_000,
+    train_rows_per_step: int = Field(default=128, ge=1, le=1_000_000,
                                      description="trainer.rows_per_step in the demo: a cycle here has hundreds of "
-                                                 "rows, so smaller steps give several updates per cycle (README, "
-                                                 "policy improvement: 64 rows at lr 3e-4 against 128 at 1.5e-4).")
+                                                 "rows, so steps smaller than the trainer's give several updates per "
+                                                 "cycle; at 64 (8 steps) a seeded sample of a cycle's rows could "
+                                                 "wreck a skill the gate measures (README, 'Training steps and the "
+                                                 "suite').")
     train_max_rows: int = Field(default=512, ge=0, description="trainer.max_rows in the demo: each cycle trains on "
                                 "a seeded sample of at most this many rows (0 = all), which bounds its time.")
     train_lr: float = Field(default=3e-4, gt=0, le=1, description="trainer.lr in the demo (README, policy "

@@ -63,10 +63,10 @@ def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapp
     table.mkdir(parents=True)
     rows.write_parquet(table / "part-0.parquet")
 
-    # the production trainer job on them, stepped as a demo cycle is (demo.train_rows_per_step, demo.train_lr: 64
+    # the production trainer job on them, stepped as a demo cycle is (demo.train_rows_per_step, demo.train_lr: 128
     # rows per step, lr 3e-4): a candidate registered with lineage. At the default 256 rows per step these ~900 rows
-    # make 4 steps, and since the v0 with the skip-bigram head (0.474 here) the rise was 0.0185 [+0.001, ...]; 15
-    # steps gave 0.047 [+0.030, ...]
+    # make 4 steps, and since the v0 with the skip-bigram head (0.474 here) the rise was 0.0185 [+0.001, ...]; 8
+    # steps of 128 gave 0.0275 (2026-11-26), 15 steps of 64 gave 0.047 [+0.030, ...]
     out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"',
                           "--set", f"trainer.rows_per_step={cfg.demo.train_rows_per_step}",
                           "--set", f"trainer.lr={cfg.demo.train_lr}", "train",
