@@ -30,6 +30,7 @@ from serving.protocol import Generation, Sampling
 log = logging.getLogger("rtrl.serving.engine")
 
 GiB = 1 << 30
+RELOAD_EXTENSION = "serving.vllm_reload.InPlaceReload"   # `reload` runs its rtrl_reload_weights in the worker
 
 
 def sampling_of(cfg: ServingConfig) -> Sampling:
@@ -69,7 +70,7 @@ def engine_args(folder: str | Path, cfg: ServingConfig):
         logprobs_mode="processed_logprobs", kv_cache_memory_bytes=int(cfg.kv_cache_gb * GiB),
         enforce_eager=cfg.enforce_eager, max_num_seqs=cfg.max_num_seqs, seed=cfg.seed,
         generation_config="vllm",  # the checkpoint's generation_config.json must not change the sampling
-        disable_log_stats=True, **chunking)
+        worker_extension_cls=RELOAD_EXTENSION, disable_log_stats=True, **chunking)
 
 
 # config.json keys that name or stamp a checkpoint without changing its shapes
@@ -132,9 +133,10 @@ class VllmEngine:
 
     async def reload(self, version: str, folder: str | Path) -> float:
         """Serve `version` from `folder` in this engine: its weights are reloaded in place in the worker (vLLM's
-        `reload_weights`) and the prefix cache is emptied (cached KV of the old weights must not be reused). For an
-        idle engine (a spare, serving/spares.py); seconds taken. ValueError, before anything changes, when the
-        checkpoint's architecture differs from the one loaded (that needs a new engine)."""
+        `reload_weights`, then the kernels of tied layers: serving/vllm_reload.py) and the prefix cache is emptied
+        (cached KV of the old weights must not be reused). For an idle engine (a spare, serving/spares.py); seconds
+        taken. ValueError, before anything changes, when the checkpoint's architecture differs from the one loaded
+        (that needs a new engine)."""
         import asyncio
         import time
 
@@ -142,7 +144,7 @@ class VllmEngine:
         if not same_architecture(self.folder, folder):
             raise ValueError(f"checkpoint {folder} has another architecture than {self.folder}: not reloadable")
         tokenizer = await asyncio.to_thread(chat_tokenizer, version, folder)
-        await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+        refreshed = await self.llm.collective_rpc("rtrl_reload_weights", kwargs={"weights_path": str(folder)})
         for _ in range(100):
             if await self.llm.reset_prefix_cache():
                 break
@@ -151,7 +153,8 @@ class VllmEngine:
             raise RuntimeError(f"the prefix cache of the engine reloaded to version {version} could not be reset")
         self.version, self.folder, self.tokenizer = version, Path(folder), tokenizer
         self.load_seconds = time.monotonic() - t0
-        log.info("engine reloaded in place to version %s from %s in %.2fs", version, folder, self.load_seconds)
+        log.info("engine reloaded in place to version %s from %s in %.2fs (tied layers refreshed: %s)", version,
+                 folder, self.load_seconds, refreshed[0] if refreshed else "none")
         return self.load_seconds
 
     def worker_pids(self) -> list[int]:

@@ -52,9 +52,11 @@ def make_tokenizer(vocab_size: int = 512, seed: int = 0):
 
 
 def make_tiny_checkpoint(folder: str | Path, seed: int = 0, *, hidden: int = 64, layers: int = 2, heads: int = 2,
-                         intermediate: int | None = None, vocab_size: int = 512, max_positions: int = 2048) -> Path:
-    """Write a random-init `LlamaForCausalLM` (fp32 safetensors) and its tokenizer to `folder`. vLLM's CPU
-    attention needs a head size of at least 32 (hidden / heads)."""
+                         intermediate: int | None = None, vocab_size: int = 512, max_positions: int = 2048,
+                         tied: bool = False) -> Path:
+    """Write a random-init `LlamaForCausalLM` (fp32 safetensors) and its tokenizer to `folder`; `tied` shares the
+    LM head with the input embedding (as the default policy does). vLLM's CPU attention needs a head size of at
+    least 32 (hidden / heads)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -65,11 +67,12 @@ def make_tiny_checkpoint(folder: str | Path, seed: int = 0, *, hidden: int = 64,
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate or 2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
                          max_position_embeddings=max_positions, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
-                         tie_word_embeddings=False, torch_dtype="float32")
+                         tie_word_embeddings=tied, torch_dtype="float32")
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.float32)
-    with torch.no_grad():  # a less flat distribution than the default init, so logprobs differ between tokens
-        model.lm_head.weight.normal_(0.0, 0.5)
+    with torch.no_grad():  # a less flat distribution than the default init, so logprobs differ between tokens (a
+        # tied head is also the embedding, whose larger scale sharpens the distribution: at 0.5 it is one-hot)
+        model.lm_head.weight.normal_(0.0, 0.1 if tied else 0.5)
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = eos
     model.save_pretrained(folder, safe_serialization=True)

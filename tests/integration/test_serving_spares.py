@@ -1,6 +1,9 @@
 """A warm spare engine with real vLLM (serving.spare_engines = 1): a hot swap reloads the spare's weights in place
 instead of starting an engine, the reloaded engine answers with the new checkpoint's log-probs (the serving contract
 holds after a reload), and the engine retired by the next swap goes back to the pool.
+
+The checkpoints tie the LM head to the input embedding, as the default policy does: vLLM's own in-place reload
+left such a head computing with the first checkpoint's packed weights (serving/vllm_reload.py).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def test_a_swapped_in_version_reloads_the_spare_and_serves_the_new_weights(stack
                                                         **SPLIT_CORES}),
         "sdk": stack.cfg.sdk.model_copy(update={"linger_ms": 5, "send_timeout_s": 5})})
     registry = Registry.from_config(cfg)
-    folders = [make_tiny_checkpoint(tmp_path / f"ckpt{s}", seed=s) for s in (0, 1)]
+    folders = [make_tiny_checkpoint(tmp_path / f"ckpt{s}", seed=s, tied=True) for s in (0, 1)]
     a, b = (registry.register(f, tags={"test": "spares"}) for f in folders)
     registry.set_alias("control", a)
     registry.set_alias("champion", a)
