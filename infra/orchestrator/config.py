@@ -41,7 +41,7 @@ class DemoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cycles: int = Field(default=3, ge=1, le=100, description="Cycles to run (`--cycles`).")
-    users: int = Field(default=432, ge=1, le=10_000, description="Simulated users driving the serving endpoint.")
+    users: int = Field(default=648, ge=1, le=10_000, description="Simulated users driving the serving endpoint.")
     speed: float = Field(default=60.0, gt=0, le=100_000, description="Simulated seconds per wall second of the "
                          "users and of the orchestrator's clock.")
     pace: float = Field(default=0.16667, gt=0, le=100, description="Each simulated user's request rate relative "
@@ -79,7 +79,7 @@ class DemoConfig(BaseModel):
                           "orchestrator).")
     ab_tail_wait_s: float = Field(default=0.0, ge=0, le=3600, description="Wall seconds of traffic to wait for "
                                   "after the last cycle before that measurement (with ab_tail).")
-    ab_tail_until_s: float = Field(default=540.0, ge=0, le=86400, description="With ab_tail: take that measurement no "
+    ab_tail_until_s: float = Field(default=520.0, ge=0, le=86400, description="With ab_tail: take that measurement no "
                                    "earlier than this many wall seconds after the demo started, so a demo whose "
                                    "cycles finish early spends the rest of its time budget on A/B traffic (0 = no "
                                    "such floor). A demo past it measures at once.")

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 V0_LIKE = ErrorRates(wrong=0.12, broken=0.30, malformed=0.05, needless=0.02, guess=0.6)
 SEEDS = range(12)
-WINDOW_H = (3.5, 8.25)    # the A/B's requests: after the first promotion (~210 s x 60) until maturity at 540 s
+WINDOW_H = (2.85, 7.9)    # the A/B's requests: after the first promotion (~170 s x 60) until 45 s before 520 s
 
 
 class V0Like(ReferencePolicy):
