@@ -20,7 +20,7 @@ from __future__ import annotations
 def tied_layers(model) -> list[tuple[str, object]]:
     """(name, module) of the layers with a quant method whose `weight` is the same tensor as an earlier layer's
     (a tied LM head), in module order."""
-    seen: dict[int, str] = {}
+    seen: set[int] = set()
     tied = []
     for name, module in model.named_modules():
         weight = getattr(module, "_parameters", {}).get("weight")
@@ -28,7 +28,7 @@ def tied_layers(model) -> list[tuple[str, object]]:
             continue
         if id(weight) in seen and getattr(module, "quant_method", None) is not None:
             tied.append((name, module))
-        seen.setdefault(id(weight), name)
+        seen.add(id(weight))
     return tied
 
 
