@@ -27,6 +27,9 @@ class TrainerConfig(BaseModel):
     max_grad_norm: float = Field(default=1.0, gt=0)
     zero_stage: int = Field(default=1, ge=0, le=3, description="DeepSpeed ZeRO stage.")
     seed: int = Field(default=0, ge=0)
+    frozen: list[str] = Field(default_factory=list, description="Parameter-name patterns (fnmatch) kept at the "
+                              "parent's values, e.g. [\"model.embed_tokens.*\"]. A tied LM head is the embedding's "
+                              "tensor, so it stays too. A pattern that names no parameter is an error. [] = train all.")
     # loss (trainer/losses.py)
     loss: str = Field(default="pg_clip", description="pg_clip | pg")
     clip_low: float = Field(default=0.2, ge=0, le=1)

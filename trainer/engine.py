@@ -51,7 +51,8 @@ class Engine:
         _single_process_env()
         import deepspeed
 
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
         config = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": accumulation,
                   "gradient_clipping": max_grad_norm, "zero_optimization": {"stage": zero_stage},
                   "steps_per_print": 10**9, "wall_clock_breakdown": False}

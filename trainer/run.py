@@ -98,7 +98,8 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
         metadata = {"parent_version": parent, "cycle": cycle, "data": str(rewards), "as_of": as_of,
                     "counts": sel.counts, "reward_mean": float(rewards_col.mean()),
                     "reward_std": float(rewards_col.std() or 0.0), "steps": summary.steps, "tokens": summary.tokens,
-                    "inert_rows": summary.inert_rows, "config_hash": config_hash, "code_version": code_version(), "train_run": run_id}
+                    "inert_rows": summary.inert_rows, "frozen_parameters": summary.frozen_parameters,
+                    "config_hash": config_hash, "code_version": code_version(), "train_run": run_id}
         folder = trainer.save_checkpoint(metadata)
         candidate = registry.register(folder, tags={"candidate": "true", "parent": parent, "cycle": cycle,
                                                     "train_run": run_id, "reward_mean": f"{metadata['reward_mean']:.6f}",

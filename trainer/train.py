@@ -17,6 +17,7 @@ Deterministic for a seed: fixed row order, no dropout, the same plan on resume.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import hashlib
 import json
 import time
@@ -61,9 +62,26 @@ class TrainSummary:
     rows: int = 0
     tokens: int = 0
     inert_rows: int = 0          # rows left out of the forward/backward: their loss term is exactly zero
+    frozen_parameters: list[str] = field(default_factory=list)   # kept at the parent's values (`frozen`)
     resumed_from_step: int = 0
     seconds: float = 0.0
     history: list[StepMetrics] = field(default_factory=list)
+
+
+def freeze(model: torch.nn.Module, patterns: list[str]) -> list[str]:
+    """Stop the gradient of every parameter whose name matches one of `patterns` (fnmatch); returns the names
+    frozen. Tied tensors are one parameter: naming either of its names (embedding or LM head) freezes it."""
+    named = list(model.named_parameters(remove_duplicate=False))
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n, _ in named):
+            raise ValueError(f"trainer.frozen: {pattern!r} names no parameter of the model "
+                             f"(they are named like {named[0][0]!r})")
+    hit = {id(p) for n, p in named if any(fnmatch.fnmatchcase(n, pattern) for pattern in patterns)}
+    frozen = [n for n, p in model.named_parameters() if id(p) in hit]
+    for _, p in named:
+        if id(p) in hit:
+            p.requires_grad_(False)
+    return frozen
 
 
 def _prompt_key(ids: list[int]) -> str:
@@ -89,6 +107,7 @@ class Trainer:
         torch.manual_seed(self.cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.parent_dir)
         model = AutoModelForCausalLM.from_pretrained(self.parent_dir, dtype=torch.float32)
+        self.summary.frozen_parameters = freeze(model, self.cfg.frozen)
         self.parent = None  # the frozen parent: theta_old in "parent" mode, and the KL reference
         if self.cfg.old_logprobs == "parent" or self.cfg.kl_coef > 0:
             self.parent = copy.deepcopy(model).eval().requires_grad_(False)

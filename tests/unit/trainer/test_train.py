@@ -175,3 +175,16 @@ def test_negative_kinds_push_down_below_baseline_rows_of_those_kinds_only(parent
     assert below and all(before[r] == 0 for r in below)              # below-baseline questions now push down
     assert all(after[r] == before[r] for r in kind if kind[r] == "question" and r not in below)
     assert asked.summary.inert_rows == plain.summary.inert_rows - len(below)
+
+
+def test_frozen_parameters_keep_the_parents_values_and_a_tied_head_stays_with_its_embedding(tmp_path):
+    folder = tiny_checkpoint(tmp_path / "tied", tied=True)
+    rows = sampled_rows(folder, 32)
+    before = load_file(folder / "model.safetensors")
+    after, summary = _run((folder, rows), tmp_path / "run", frozen=["lm_head.weight"])
+    assert summary.frozen_parameters == ["model.embed_tokens.weight"]   # the head is the embedding's tensor
+    assert torch.equal(after["model.embed_tokens.weight"], before["model.embed_tokens.weight"])
+    moved = [k for k in before if k != "model.embed_tokens.weight" and not torch.equal(after[k], before[k])]
+    assert "model.layers.0.self_attn.q_proj.weight" in moved and "model.norm.weight" in moved
+    with pytest.raises(ValueError, match="names no parameter"):
+        Trainer(_cfg(frozen=["model.embed*", "no.such.*"]), rows, folder, tmp_path / "bad").setup()

@@ -11,14 +11,15 @@ import torch
 VOCAB = 48
 
 
-def tiny_checkpoint(folder: Path, seed: int = 0) -> Path:
+def tiny_checkpoint(folder: Path, seed: int = 0, tied: bool = False) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     torch.manual_seed(seed)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
-                                         pad_token_id=0, eos_token_id=1, bos_token_id=None))
+                                         pad_token_id=0, eos_token_id=1, bos_token_id=None,
+                                         tie_word_embeddings=tied))
     model.save_pretrained(folder, safe_serialization=True)
     vocab = {"<pad>": 0, "<|end|>": 1, **{f"w{i}": i for i in range(2, VOCAB)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
