@@ -69,6 +69,10 @@ class DemoConfig(BaseModel):
                                 "a seeded sample of at most this many rows (0 = all), which bounds its time.")
     train_lr: float = Field(default=3e-4, gt=0, le=1, description="trainer.lr in the demo (README, policy "
                             "improvement: the offline sweep on 512 rows of v0's traffic).")
+    train_negative_kinds: list[str] = Field(default_factory=lambda: ["question"], description="trainer."
+                                            "negative_kinds in the demo: below-baseline questions push down in "
+                                            "full, so the necessary questions a cycle rewards do not teach asking "
+                                            "on clear requests (README, 'Needless questions after the fix').")
     ab_window: Literal["last_cycle", "since_first_promotion"] = Field(
         default="since_first_promotion",
         description="Traffic the A/B table compares: requests served since the treatment arm first differed from "

@@ -72,7 +72,7 @@ def demo_overrides(cfg, state: Path) -> list[str]:
     return [*core_split(os.cpu_count()), f'state_dir="{state}"', 'orchestrator.clock="accelerated"', f"orchestrator.interval_s={d.interval_s}",
             # serving's vLLM worker holds a core: a trainer on both would stall in OpenMP barriers
             "trainer.threads=1", f"trainer.rows_per_step={d.train_rows_per_step}", f"trainer.lr={d.train_lr}",
-            f"trainer.max_rows={d.train_max_rows}",
+            f"trainer.max_rows={d.train_max_rows}", f"trainer.negative_kinds={json.dumps(d.train_negative_kinds)}",
             # the gate runs on serving's engines: the champion is loaded there, a promoted candidate is not loaded twice
             "gate.via_serving=true",
             # warm spare engines: each candidate stage reloads weights (~0.1 s) instead of starting vLLM (30-70 s).

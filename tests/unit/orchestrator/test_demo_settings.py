@@ -157,3 +157,11 @@ def test_every_demo_splits_its_users_anew_a_resumed_one_keeps_its_split_and_a_co
     assert Demo(cfg, None, [], log=lambda _: None).experiment not in (first.experiment, second.experiment)
     fixed = make_config(tmp_path, 'demo.experiment="ab-fixed"')
     assert Demo(fixed, None, [], log=lambda _: None).cfg.serving.experiment == "ab-fixed"
+
+
+def test_the_demo_trains_with_its_own_negative_kinds_and_an_empty_list_turns_them_off(tmp_path):
+    from infra.orchestrator.demo import demo_overrides
+
+    for given, expected in (([], ["question"]), (["demo.train_negative_kinds=[]"], [])):
+        base = make_config(tmp_path, *given)
+        assert make_config(tmp_path, *demo_overrides(base, tmp_path / "demo")).trainer.negative_kinds == expected
