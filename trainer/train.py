@@ -72,15 +72,17 @@ def freeze(model: torch.nn.Module, patterns: list[str]) -> list[str]:
     """Stop the gradient of every parameter whose name matches one of `patterns` (fnmatch); returns the names
     frozen. Tied tensors are one parameter: naming either of its names (embedding or LM head) freezes it."""
     named = list(model.named_parameters(remove_duplicate=False))
-    for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(n, pattern) for n, _ in named):
+    matched = {pattern: {id(p) for n, p in named if fnmatch.fnmatchcase(n, pattern)} for pattern in patterns}
+    for pattern, ids in matched.items():
+        if not ids:
             raise ValueError(f"trainer.frozen: {pattern!r} names no parameter of the model "
                              f"(they are named like {named[0][0]!r})")
-    hit = {id(p) for n, p in named if any(fnmatch.fnmatchcase(n, pattern) for pattern in patterns)}
-    frozen = [n for n, p in model.named_parameters() if id(p) in hit]
-    for _, p in named:
+    hit = set().union(*matched.values())
+    frozen = []
+    for name, p in model.named_parameters():      # each tensor once, under its first name
         if id(p) in hit:
             p.requires_grad_(False)
+            frozen.append(name)
     return frozen
 
 
