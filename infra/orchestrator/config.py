@@ -52,7 +52,9 @@ class DemoConfig(BaseModel):
     interval_s: float = Field(default=3600, gt=0, le=30 * 86400,
                               description="The demo's cadence in simulated seconds (the production default is "
                                           "orchestrator.interval_s, five hours).")
-    min_mature_rows: int = Field(default=250, ge=1, description="Mature requests needed before a cycle starts.")
+    min_mature_rows: int = Field(default=400, ge=1, description="Mature requests needed before a cycle starts (at "
+                                 "400 the first cycle trains v0 on ~600-730 rows, against ~440-590 at 250, and "
+                                 "starts ~4 s later: README, 'A larger first cycle').")
     warm_steps: bool = Field(default=True, description="Run the steps' `rtrl` commands as children of a warm "
                              "runner that has the heavy libraries imported (infra.orchestrator.warm_runner) "
                              "instead of a new interpreter each (15-40 s of imports per step on 2 cores).")
@@ -65,8 +67,9 @@ class DemoConfig(BaseModel):
                                                  "cycle; at 64 (8 steps) a seeded sample of a cycle's rows could "
                                                  "wreck a skill the gate measures (README, 'Training steps and the "
                                                  "suite').")
-    train_max_rows: int = Field(default=512, ge=0, description="trainer.max_rows in the demo: each cycle trains on "
-                                "a seeded sample of at most this many rows (0 = all), which bounds its time.")
+    train_max_rows: int = Field(default=1024, ge=0, description="trainer.max_rows in the demo: each cycle trains on "
+                                "a seeded sample of at most this many rows (0 = all), which bounds its time (1,024: "
+                                "up to 8 steps of 128, 35-65 s a cycle here; README, 'A larger first cycle').")
     train_lr: float = Field(default=3e-4, gt=0, le=1, description="trainer.lr in the demo (README, policy "
                             "improvement: the offline sweep on 512 rows of v0's traffic).")
     train_negative_kinds: list[str] = Field(default_factory=lambda: ["question"], description="trainer."
