@@ -53,7 +53,7 @@ class DemoConfig(BaseModel):
                               description="The demo's cadence in simulated seconds (the production default is "
                                           "orchestrator.interval_s, five hours).")
     min_mature_rows: int = Field(default=400, ge=1, description="Mature requests needed before a cycle starts (at "
-                                 "400 the first cycle trains v0 on ~590-730 rows, against ~440-590 at 250, and "
+                                 "400 the first cycle trains v0 on ~590-750 rows, against ~440-590 at 250, and "
                                  "starts ~4 s later: README, 'A larger first cycle').")
     warm_steps: bool = Field(default=True, description="Run the steps' `rtrl` commands as children of a warm "
                              "runner that has the heavy libraries imported (infra.orchestrator.warm_runner) "
