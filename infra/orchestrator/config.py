@@ -69,7 +69,7 @@ class DemoConfig(BaseModel):
                                                  "suite').")
     train_max_rows: int = Field(default=1024, ge=0, description="trainer.max_rows in the demo: each cycle trains on "
                                 "a seeded sample of at most this many rows (0 = all), which bounds its time (1,024: "
-                                "up to 8 steps of 128, 35-65 s a cycle here; README, 'A larger first cycle').")
+                                "up to 8 steps of 128, 27-64 s a cycle here; README, 'A larger first cycle').")
     train_lr: float = Field(default=3e-4, gt=0, le=1, description="trainer.lr in the demo (README, policy "
                             "improvement: the offline sweep on 512 rows of v0's traffic).")
     train_negative_kinds: list[str] = Field(default_factory=lambda: ["question"], description="trainer."
