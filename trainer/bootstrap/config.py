@@ -51,6 +51,13 @@ class PolicyConfig(BaseModel):
                                    description="Stop as soon as the sampled (T=1) edit accuracy on the dev tasks "
                                                "reaches this: v0 is imperfect on purpose (RL headroom); 0 = never "
                                                "stop early.")
+    confirm_margin: float = Field(default=0.05, ge=0, le=1,
+                                  description="A dev check that reaches target_accuracy stops training only when the "
+                                              "sampled accuracy on the evaluation tasks (eval_seed, the v0 "
+                                              "evaluation's own first pass) reaches target_accuracy - this too; "
+                                              "otherwise training goes on. 100 dev tasks are noisy (SE ~0.05): the "
+                                              "first check over the target can be luck (README, 'v0 on another "
+                                              "CPU'). 1 = no confirmation.")
     check_after: int = Field(default=250, ge=1, le=10_000_000, description="First step the dev accuracy is checked.")
     check_every: int = Field(default=50, ge=1, le=10_000_000, description="Steps between dev accuracy checks.")
     dev_tasks: int = Field(default=100, ge=1, le=1_000_000,

@@ -322,6 +322,24 @@ def test_the_planted_skip_bigram_head_copies_what_followed_the_previous_token_ac
         assert lo <= accuracy <= hi, (circuit, accuracy)
 
 
+def test_a_dev_check_over_the_target_stops_training_only_when_the_evaluation_tasks_confirm_it():
+    from trainer.bootstrap.bootstrap import target_confirmed
+
+    policy = PolicyConfig(target_accuracy=0.45, confirm_margin=0.05)
+    asked = []
+
+    def confirm(value):
+        return lambda: asked.append(value) or value
+
+    assert not target_confirmed(policy, 0.44, confirm(0.9)) and asked == []     # below the target: nothing asked
+    assert not target_confirmed(policy, 0.51, confirm(0.365))   # a lucky dev check (the v0 of 2026-11-26's CPU)
+    assert target_confirmed(policy, 0.51, confirm(0.40))        # at target - margin
+    assert target_confirmed(policy, 0.45, confirm(0.48))
+    assert asked == [0.365, 0.40, 0.48]
+    unconfirmed = policy.model_copy(update={"confirm_margin": 1.0})
+    assert target_confirmed(unconfirmed, 0.45, confirm(0.0)) and asked == [0.365, 0.40, 0.48]   # never asked
+
+
 def test_policy_config_bounds():
     with pytest.raises(ValueError, match="not a multiple of heads"):
         PolicyConfig(hidden_size=100, heads=3)
