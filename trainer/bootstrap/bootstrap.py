@@ -77,7 +77,9 @@ def make_default_policy(policy, folder: Path, log: Callable[[str], None] = print
         f"{params:,} parameters ({time.monotonic() - t0:.0f}s)")
     # train, stopping once the dev accuracy reaches the target
     checks: list[dict] = []
-    stop = _stop_at_target(policy, model, tokenizer, checks, log) if policy.target_accuracy > 0 else None
+    confirmed: dict = {}    # step -> the evaluation's sampled pass, measured there to confirm a stop
+    stop = (_stop_at_target(policy, model, tokenizer, checks, confirmed, log) if policy.target_accuracy > 0
+            else None)
     result = sft.train(model, data, steps=policy.steps, batch_size=policy.batch_size, lr=policy.learning_rate,
                        warmup_steps=policy.warmup_steps, min_lr_ratio=policy.min_lr_ratio,
                        weight_decay=policy.weight_decay, grad_clip=policy.grad_clip, seed=policy.seed,
@@ -87,7 +89,7 @@ def make_default_policy(policy, folder: Path, log: Callable[[str], None] = print
     # evaluate
     ev = evaluate(model, tokenizer, _tasks(policy.eval_seed, policy.eval_tasks, policy.train_orgs),
                   max_new_tokens=policy.eval_max_new_tokens, batch_size=policy.eval_batch_size,
-                  seed=policy.eval_seed, log=log)
+                  seed=policy.eval_seed, log=log, sampled=confirmed.get(result.steps))
     # save_checkpoint
     meta = {"kind": "bootstrap", "parent": None, "seed": policy.seed, "steps": result.steps,
             "train_examples": len(data), "dropped_examples": dropped, "examples_seen": result.examples_seen,
@@ -158,11 +160,12 @@ def target_confirmed(policy, dev_accuracy: float, confirm: Callable[[], float]) 
     return floor <= 0 or confirm() >= floor
 
 
-def _stop_at_target(policy, model, tokenizer, checks: list, log: Callable[[str], None]):
+def _stop_at_target(policy, model, tokenizer, checks: list, confirmed: dict, log: Callable[[str], None]):
     """sft.train's `stop`: from `check_after`, every `check_every` steps, the sampled edit accuracy on the dev tasks
     (seed eval_seed + 1); True once it reaches `target_accuracy` and the evaluation tasks confirm it
     (`target_confirmed`: the first pass of the evaluation v0 reports, the same prompts and seed). Appends every
-    check to `checks`."""
+    check to `checks`, and each confirmation's metrics to `confirmed` by step (the evaluation after a stop
+    reuses them)."""
     import torch
 
     from trainer.bootstrap.evaluate import evaluate
@@ -189,7 +192,7 @@ def _stop_at_target(policy, model, tokenizer, checks: list, log: Callable[[str],
             f"{policy.target_accuracy}), broken {m.broken_rate:.3f}")
 
         def confirm() -> float:
-            c = sampled(held_out, policy.eval_seed, repairs=True)
+            c = confirmed[step] = sampled(held_out, policy.eval_seed, repairs=True)
             check["confirm_accuracy"] = c.edit_accuracy
             floor = policy.target_accuracy - policy.confirm_margin
             log(f"confirm on the evaluation tasks: sampled edit accuracy {c.edit_accuracy:.3f} (needs {floor:.2f})"

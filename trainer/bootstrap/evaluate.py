@@ -183,9 +183,11 @@ def generate(model, tokenizer, prompts: Sequence[str], *, sample: bool, max_new_
 
 
 def evaluate(model, tokenizer, tasks: Sequence[Task], *, max_new_tokens: int, batch_size: int, seed: int,
-             log: Callable[[str], None] = print, greedy: bool = True, repairs: bool = True) -> EvalResult:
+             log: Callable[[str], None] = print, greedy: bool = True, repairs: bool = True,
+             sampled: Metrics | None = None) -> EvalResult:
     """Metrics of sampled (T=1) and, unless `greedy` is False, greedy decoding; `repairs`: a repair turn per task
-    too (`repair_accuracy`)."""
+    too (`repair_accuracy`). `sampled`: the sampled pass of this model on these tasks, seed and repairs, already
+    measured (the bootstrap's stop confirmation), taken as it is instead of generated again."""
     import time
 
     t0 = time.monotonic()
@@ -193,9 +195,12 @@ def evaluate(model, tokenizer, tasks: Sequence[Task], *, max_new_tokens: int, ba
     prompts = prompts_of(turns, tokenizer)
     metrics = {}
     for mode in ("sampled", "greedy") if greedy else ("sampled",):
-        texts, counts = generate(model, tokenizer, prompts, sample=mode == "sampled", max_new_tokens=max_new_tokens,
-                                 batch_size=batch_size, seed=seed)
-        metrics[mode] = score(turns, texts, counts)
+        if mode == "sampled" and sampled is not None:
+            metrics[mode] = sampled
+        else:
+            texts, counts = generate(model, tokenizer, prompts, sample=mode == "sampled",
+                                     max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed)
+            metrics[mode] = score(turns, texts, counts)
         m = metrics[mode]
         log(f"eval {mode}: edit accuracy {m.edit_accuracy:.3f} broken {m.broken_rate:.3f} "
             f"malformed {m.malformed_rate:.3f} questions ambiguous {m.question_rate_ambiguous:.2f} "

@@ -183,6 +183,9 @@ def test_evaluate_generates_for_every_turn_and_reports_both_decodings(corpus, to
     only = evaluate(build_model(TINY, tokenizer, 0).eval(), tokenizer, tasks, max_new_tokens=4, batch_size=3,
                     seed=0, log=lambda _: None, greedy=False)
     assert only.greedy is None and only.sampled == result.sampled  # seeded sampling
+    reused = evaluate(build_model(TINY, tokenizer, 0).eval(), tokenizer, tasks, max_new_tokens=4, batch_size=3,
+                      seed=0, log=lambda _: None, sampled=only.sampled)    # measured before: not generated again
+    assert reused.sampled is only.sampled and reused.greedy == result.greedy
 
 
 def test_length_batches_group_similar_lengths_and_cover_every_example():
