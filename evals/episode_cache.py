@@ -11,10 +11,14 @@ and the cache lives with the suite (`<suite>/.episode-cache/`), which outlives a
 registered again elsewhere with the same bytes (every `rtrl demo` registers the same cached v0) is measured once
 per suite, and two registries' version 2 never share episodes. A version without the tag is not cached.
 
-The key covers what decides an episode besides the weights: the suite folder, the kept task ids, samples per task,
-the sampling seed and serving's temperature, completion budget and context length, and the Episode record's fields
-(a field added later would read as its default from an older entry, so such entries are not reused). Anything else
-that changes episodes (the harness or grading code) needs a new suite folder or `gate.reuse_episodes = false`.
+The key covers what decides an episode besides the weights: the suite folder, the kept task ids, the sampling seed
+and serving's temperature, completion budget and context length, and the Episode record's fields (a field added later
+would read as its default from an older entry, so such entries are not reused). Anything else that changes episodes
+(the harness or grading code) needs a new suite folder or `gate.reuse_episodes = false`.
+
+Samples per task are not in the key: sample k of a task has the same seeds whatever the count (`harness.turn_seed`),
+so a file of 4 samples per task serves a gate of 2 (its samples 0 and 1), and a gate that runs more samples adds
+them to the file. A gate reuses a file only when it holds every (task, sample) it needs.
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ from pathlib import Path
 from evals.records import Episode
 
 
-def cache_key(suite_dir: Path, task_ids: list[str], samples: int, seed: int, serving) -> str:
-    parts = {"suite": str(Path(suite_dir).resolve()), "tasks": sorted(task_ids), "samples": samples, "seed": seed,
+def cache_key(suite_dir: Path, task_ids: list[str], seed: int, serving) -> str:
+    parts = {"suite": str(Path(suite_dir).resolve()), "tasks": sorted(task_ids), "seed": seed,
              "temperature": serving.temperature, "max_tokens": serving.max_tokens,
              "max_model_len": serving.max_model_len, "episode_fields": [f.name for f in dataclasses.fields(Episode)]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
@@ -44,37 +48,53 @@ def cache_root(suite_dir: Path) -> Path:
 
 
 class EpisodeCache:
-    """`<root>/<digest>-<key>.jsonl`: one checkpoint's episodes under one key."""
+    """`<root>/<digest>-<key>.jsonl`: one checkpoint's episodes under one key, for the key's `task_ids`."""
 
-    def __init__(self, root: Path, key: str):
-        self.root, self.key = Path(root), key
+    def __init__(self, root: Path, key: str, task_ids: list[str]):
+        self.root, self.key, self.task_ids = Path(root), key, list(task_ids)
 
     def path(self, digest: str) -> Path:
         return self.root / f"{digest[:32]}-{self.key}.jsonl"
 
-    def load(self, digest: str, arm: str) -> list[Episode] | None:
-        """The checkpoint's stored episodes relabelled as `arm`, or None when there are none under this key."""
+    def _read(self, digest: str) -> list[Episode]:
         p = self.path(digest)
         if not p.exists():
+            return []
+        return [Episode.from_dict(json.loads(line)) for line in p.read_text(encoding="utf-8").splitlines()]
+
+    def _wanted(self, samples: int) -> set[tuple[str, int]]:
+        return {(t, k) for t in self.task_ids for k in range(samples)}
+
+    def load(self, digest: str, arm: str, samples: int) -> list[Episode] | None:
+        """The checkpoint's stored samples 0..samples-1 of every task, relabelled as `arm` (task, sample order), or
+        None unless all of them are stored."""
+        wanted = self._wanted(samples)
+        episodes = {(e.task_id, e.sample): e for e in self._read(digest) if (e.task_id, e.sample) in wanted}
+        if not wanted or len(episodes) < len(wanted):
             return None
-        episodes = []
-        for line in p.read_text(encoding="utf-8").splitlines():
-            e = Episode.from_dict(json.loads(line))
+        for e in episodes.values():
             e.arm = arm
-            e.notes = {**e.notes, "reused_from": str(p)}
-            episodes.append(e)
-        return episodes or None
+            e.notes = {**e.notes, "reused_from": str(self.path(digest))}
+        return [episodes[k] for k in sorted(episodes)]
+
+    def covers(self, digest: str, samples: int) -> bool:
+        """Whether every task's samples 0..samples-1 of the checkpoint are stored."""
+        return self._wanted(samples) <= {(e.task_id, e.sample) for e in self._read(digest)}
 
     def store(self, digest: str, episodes: list[Episode]) -> Path | None:
-        """Keep the checkpoint's episodes (atomically); not when one was an infrastructure failure. The path or
+        """Keep the checkpoint's episodes (atomically) beside those already stored (a stored (task, sample) stays
+        as it was: earlier gates compared with it); not when one was an infrastructure failure. The path or
         None."""
         if not episodes or any(not e.valid for e in episodes):
             return None
+        kept = {(e.task_id, e.sample): e for e in self._read(digest)}
+        for e in episodes:
+            kept.setdefault((e.task_id, e.sample), e)
         self.root.mkdir(parents=True, exist_ok=True)
         p = self.path(digest)
         tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
         with open(tmp, "w", encoding="utf-8") as f:
-            for e in episodes:
-                f.write(json.dumps(e.to_dict(), default=str) + "\n")
+            for k in sorted(kept):
+                f.write(json.dumps(kept[k].to_dict(), default=str) + "\n")
         os.replace(tmp, p)
         return p

@@ -186,17 +186,17 @@ def gate_tasks(cfg, suite: str | Path | None = None, max_tasks: int | None = Non
     return suite_dir, [t for t in tasks if t.id not in bad], bad
 
 
-def _episode_cache(cfg, suite_dir: Path, tasks: list[Task], samples: int):
+def _episode_cache(cfg, suite_dir: Path, tasks: list[Task]):
     from evals.episode_cache import EpisodeCache, cache_key, cache_root
 
-    key = cache_key(suite_dir, [t.id for t in tasks], samples, cfg.gate.seed, cfg.serving)
-    return EpisodeCache(cache_root(suite_dir), key)
+    ids = [t.id for t in tasks]
+    return EpisodeCache(cache_root(suite_dir), cache_key(suite_dir, ids, cfg.gate.seed, cfg.serving), ids)
 
 
 def episode_cache_of(cfg, log: Callable[[str], None] = lambda m: None):
     """(the episode cache of `cfg`'s gate suite and settings, the suite's folder, the tasks the flaky check keeps)."""
     suite_dir, kept, _ = gate_tasks(cfg, None, None, log)
-    return _episode_cache(cfg, suite_dir, kept, cfg.gate.samples_per_task), suite_dir, kept
+    return _episode_cache(cfg, suite_dir, kept), suite_dir, kept
 
 
 def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] | None = None) -> Path | None:
@@ -213,10 +213,10 @@ def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] |
         log(f"[gate] version {version} has no content digest (registered before versions carried one): not kept")
         return None
     cache, suite_dir, kept = episode_cache_of(cfg, log)
-    if cache.path(digest).exists():
+    k = cfg.gate.samples_per_task
+    if cache.covers(digest, k):
         log(f"[gate] version {version}: episodes of the same checkpoint kept already ({cache.path(digest)})")
         return cache.path(digest)
-    k = cfg.gate.samples_per_task
     episodes, _ = run_arm(cfg, registry, version, "champion", kept, suite_dir, k, cfg.gate.workers, log)
     return cache.store(digest, episodes)
 
@@ -227,8 +227,8 @@ def reused_champion(cfg, suite_dir: Path, tasks: list[Task], samples: int, champ
     `champion` is its content digest (None: a version without one, never reused)."""
     if not cfg.gate.reuse_episodes:
         return None, None
-    cache = _episode_cache(cfg, suite_dir, tasks, samples)
-    reused = cache.load(champion, "champion") if champion else None
+    cache = _episode_cache(cfg, suite_dir, tasks)
+    reused = cache.load(champion, "champion", samples) if champion else None
     if reused:
         log(f"[gate] champion: {len(reused)} episodes of the same checkpoint kept from an earlier gate "
             f"({cache.path(champion)}); running the candidate only")

@@ -393,8 +393,8 @@ class Demo:
         suite = Path(self.cfg.gate.suite_dir)
         if stale_reason(self.v0_cache, self.cfg.policy) or not (suite / COMPLETE).is_file():
             return None
-        path = episode_cache_of(self.cfg)[0].path(content_digest(self.v0_cache))
-        return path if path.is_file() else None
+        cache, digest = episode_cache_of(self.cfg)[0], content_digest(self.v0_cache)
+        return cache.path(digest) if cache.covers(digest, self.cfg.gate.samples_per_task) else None
 
     # --- all of it -------------------------------------------------------------------------------------------
     def run(self, cycles: int, summary_path: str | None, keep_running: bool, resume: bool = False) -> dict:

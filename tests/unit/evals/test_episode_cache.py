@@ -1,6 +1,7 @@
 """The gate's episode cache (evals/episode_cache.py): a checkpoint's stored episodes come back relabelled as the
-arm that reuses them, a run with an infrastructure failure is not kept, and any change of suite, tasks, samples,
-seed, sampling settings or the Episode record's fields is another key; `reused_champion` only reads it when
+arm that reuses them, a run with an infrastructure failure is not kept, a file of more samples per task serves a
+gate of fewer and a gate of more adds its samples, and any change of suite, tasks, seed, sampling settings or the
+Episode record's fields is another key; `reused_champion` only reads it when
 gate.reuse_episodes is on, from the suite's folder (so another state dir's gate on the same suite finds it), and
 never for a version without a digest."""
 
@@ -21,34 +22,52 @@ def episodes(arm: str, n: int = 4, infra: bool = False) -> list[Episode]:
 D5, D6 = "5" * 64, "6" * 64     # content digests (registry tag rtrl.content_sha256)
 
 
+TASKS = ["t0", "t1"]
+
+
 def test_a_stored_candidate_comes_back_as_the_champion_with_its_outcomes(tmp_path):
-    cache = EpisodeCache(tmp_path, "k1")
-    assert cache.load(D5, "champion") is None
+    cache = EpisodeCache(tmp_path, "k1", TASKS)
+    assert cache.load(D5, "champion", 2) is None
     assert cache.store(D5, episodes("candidate")) == tmp_path / f"{D5[:32]}-k1.jsonl"
-    back = cache.load(D5, "champion")
+    back = cache.load(D5, "champion", 2)
     assert [(e.task_id, e.sample, e.resolved, e.arm) for e in back] == \
         [(e.task_id, e.sample, e.resolved, "champion") for e in episodes("candidate")]
     assert back[0].notes["reused_from"] == str(tmp_path / f"{D5[:32]}-k1.jsonl")
-    assert EpisodeCache(tmp_path, "k2").load(D5, "champion") is None
-    assert cache.load(D6, "champion") is None
+    assert EpisodeCache(tmp_path, "k2", TASKS).load(D5, "champion", 2) is None
+    assert cache.load(D6, "champion", 2) is None
     assert [p.name for p in tmp_path.iterdir()] == [f"{D5[:32]}-k1.jsonl"], "no temporary file left"
 
 
+def test_a_file_of_more_samples_serves_a_gate_of_fewer_and_a_gate_of_more_adds_its_own(tmp_path):
+    cache = EpisodeCache(tmp_path, "k1", TASKS)
+    cache.store(D5, episodes("candidate", n=4))                       # t0, t1 x samples 0, 1
+    one = cache.load(D5, "champion", 1)
+    assert [(e.task_id, e.sample) for e in one] == [("t0", 0), ("t1", 0)] and cache.covers(D5, 1)
+    assert cache.load(D5, "champion", 3) is None and not cache.covers(D5, 3), "sample 2 was never run"
+    third = [Episode(task_id=t, sample=2, arm="candidate", resolved=True) for t in TASKS]
+    first_again = [Episode(task_id="t0", sample=0, arm="candidate", resolved=True)]
+    cache.store(D5, third + first_again)
+    back = cache.load(D5, "champion", 3)
+    assert [(e.task_id, e.sample) for e in back] == [(t, k) for t in TASKS for k in range(3)]
+    assert back[0].resolved == episodes("candidate")[0].resolved, "a stored (task, sample) stays as it was"
+    assert EpisodeCache(tmp_path, "k1", [*TASKS, "t2"]).load(D5, "champion", 1) is None, "a task it never ran"
+
+
 def test_episodes_with_an_infrastructure_failure_are_not_kept(tmp_path):
-    cache = EpisodeCache(tmp_path, "k1")
+    cache = EpisodeCache(tmp_path, "k1", TASKS)
     assert cache.store(D5, episodes("candidate", infra=True)) is None and cache.store(D5, []) is None
-    assert cache.load(D5, "champion") is None
+    assert cache.load(D5, "champion", 2) is None
 
 
 def test_the_key_changes_with_every_setting_that_decides_an_episode(tmp_path):
     s = ServingConfig()
-    base = cache_key(tmp_path, ["a", "b"], 2, 0, s)
-    assert base == cache_key(tmp_path, ["b", "a"], 2, 0, s)
-    others = {cache_key(tmp_path / "other", ["a", "b"], 2, 0, s), cache_key(tmp_path, ["a"], 2, 0, s),
-              cache_key(tmp_path, ["a", "b"], 3, 0, s), cache_key(tmp_path, ["a", "b"], 2, 1, s),
-              cache_key(tmp_path, ["a", "b"], 2, 0, ServingConfig(temperature=0.7)),
-              cache_key(tmp_path, ["a", "b"], 2, 0, ServingConfig(max_tokens=64))}
-    assert base not in others and len(others) == 6
+    base = cache_key(tmp_path, ["a", "b"], 0, s)
+    assert base == cache_key(tmp_path, ["b", "a"], 0, s)
+    others = {cache_key(tmp_path / "other", ["a", "b"], 0, s), cache_key(tmp_path, ["a"], 0, s),
+              cache_key(tmp_path, ["a", "b"], 1, s),
+              cache_key(tmp_path, ["a", "b"], 0, ServingConfig(temperature=0.7)),
+              cache_key(tmp_path, ["a", "b"], 0, ServingConfig(max_tokens=64))}
+    assert base not in others and len(others) == 5
 
 
 def test_the_key_changes_when_the_episode_record_gains_a_field(tmp_path, monkeypatch):
@@ -56,10 +75,10 @@ def test_the_key_changes_when_the_episode_record_gains_a_field(tmp_path, monkeyp
 
     import evals.episode_cache as ec
 
-    base = cache_key(tmp_path, ["a"], 2, 0, ServingConfig())
+    base = cache_key(tmp_path, ["a"], 0, ServingConfig())
     grown = dataclasses.make_dataclass("Episode", [("later_field", bool, False)], bases=(Episode,))
     monkeypatch.setattr(ec, "Episode", grown)
-    assert cache_key(tmp_path, ["a"], 2, 0, ServingConfig()) != base, "old entries would read the field as default"
+    assert cache_key(tmp_path, ["a"], 0, ServingConfig()) != base, "old entries would read the field as default"
 
 
 def test_the_champion_is_reused_only_when_reuse_is_on(tmp_path):

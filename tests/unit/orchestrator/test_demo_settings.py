@@ -122,8 +122,10 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     suite = default_suite(demo_suite_cfg(demo.base))
     assert (suite / COMPLETE).is_file() and str(suite) == demo.cfg.gate.suite_dir
     assert demo.prepared() is None                                   # v0's episodes not kept
-    cache = episode_cache_of(demo.cfg)[0]
-    kept = cache.store(content_digest(v0), [Episode(task_id="eval-0000", sample=0, arm="champion")])
+    cache, _, tasks = episode_cache_of(demo.cfg)
+    first = cache.store(content_digest(v0), [Episode(task_id=tasks[0].id, sample=0, arm="champion")])
+    assert first is not None and len(tasks) == 2 and demo.prepared() is None     # one task's episode only
+    kept = cache.store(content_digest(v0), [Episode(task_id=t.id, sample=0, arm="champion") for t in tasks])
     assert demo.prepared() == kept
     (v0 / "rtrl_metadata.json").write_text(json.dumps({**made, "created": "later", "code_version": "abc"}))
     assert demo.prepared() == kept                                   # re-made elsewhere: the same model
