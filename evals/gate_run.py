@@ -259,6 +259,7 @@ class GateRun:
                 "difference": p.difference if p else None, "interval": r.interval_text(),
                 "tasks": self.tasks, "quarantined": len(self.quarantined), "episodes": len(self.episodes),
                 "infra_failures": sum(e.infra_error is not None for e in self.episodes),
+                "arms_run": sorted({e.arm for e in self.episodes if "reused_from" not in e.notes}),
                 "report": str(self.report.get("html", "")), "mlflow_run_id": self.run_id,
                 "seconds": {k: round(v, 1) for k, v in self.timings.items()}}
 

@@ -94,4 +94,12 @@ class DemoConfig(BaseModel):
                             "salt in the demo (serving.experiment). '' = a new one for every demo (kept for "
                             "--resume): the seeded users get largely the same tasks in every run, so one fixed "
                             "split would carry the same imbalance between the arms into every demo (README).")
+    budget_s: float = Field(default=570.0, ge=0, le=86400, description="Wall seconds the demo aims to finish in: "
+                            "each cycle after the first gets its share of the time left, and trains fewer rows and "
+                            "runs fewer gate samples when this machine is too slow for the demo's settings "
+                            "(infra.orchestrator.budget; 0 = always the demo's settings).")
+    train_min_rows: int = Field(default=256, ge=1, description="Fewest rows a budgeted cycle trains before its gate "
+                                "runs fewer samples (with demo.gate_min_samples: down to one step of rows).")
+    gate_min_samples: int = Field(default=2, ge=1, le=100, description="Fewest samples per task a budgeted cycle's "
+                                  "gate runs.")
     timeout_s: float = Field(default=3600.0, gt=0, le=86400, description="Wall seconds before the demo gives up.")

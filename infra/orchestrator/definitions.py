@@ -34,6 +34,7 @@ from infra.orchestrator.steps import STEPS, context_for, finish, run_step, step_
 from infra.orchestrator.warm_runner import socket_path
 
 CONFIG_ENV, OVERRIDES_ENV = "RTRL_CONFIG", "RTRL_SET"
+SETTINGS_TAG = "rtrl/settings"   # a run tag: JSON list of `--set` overrides for a new cycle (CycleRecord.settings)
 CYCLE_JOB, REPLAY_JOB = "rtrl_cycle", "rtrl_replay"
 cycles = dg.DynamicPartitionsDefinition(name="cycles")
 
@@ -61,6 +62,10 @@ class RtrlResource(dg.ConfigurableResource):
     def cli(self, cfg, cycle_id: str) -> RtrlCli:
         return RtrlCli(self.config_path or None, list(self.overrides), step_log_dir(cfg, cycle_id),
                        cfg.orchestrator.step_timeout_s, warm=socket_path(cfg.state_path))
+
+    def with_settings(self, settings: list[str]) -> "RtrlResource":
+        """The same configuration with a cycle's own overrides on top (CycleRecord.settings)."""
+        return RtrlResource(config_path=self.config_path, overrides=[*self.overrides, *settings])
 
 
 def resource_from_env() -> RtrlResource:
@@ -99,6 +104,12 @@ def _step_asset(step: str):
             context.log.info(message)
             print(message, file=sys.stderr, flush=True)
 
+        # a new cycle takes the settings its run was started with; a resumed one keeps those it started with
+        settings = json.loads(context.run.tags.get(SETTINGS_TAG) or "[]")
+        rec = Ledger(cfg.state_path).begin(cycle_id, clock_for(cfg).now(), time.time(), settings)
+        if rec.settings:
+            rtrl = rtrl.with_settings(rec.settings)
+            cfg = rtrl.load()
         ctx, ledger = context_for(cfg, rtrl.cli(cfg, cycle_id), cycle_id, clock_for(cfg).now(), log=log)
         result = run_step(ctx, ledger, step)
         if step == STEPS[-1]:

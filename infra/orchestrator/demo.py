@@ -290,10 +290,33 @@ class Demo:
                 rec = ledger.load(cid)
                 raise DemoError(f"cycle {cid} failed {MAX_ATTEMPTS} times; last error: {rec.error if rec else '?'}")
             self.log(f"[cadence] start {cid}: {decision.reason} (elapsed {self.elapsed():.0f}s)")
-            success, rec = self.execute(cid, request.tags)
+            tags = dict(request.tags)
+            if ledger.load(cid) is None and (settings := self.cycle_settings(cid, cycles, ledger)):
+                tags[defs_mod.SETTINGS_TAG] = json.dumps(settings)
+            success, rec = self.execute(cid, tags)
             self.log(f"[cycle {cid}] {rec.status if rec else '?'} after {self.elapsed():.0f}s"
                      + ("" if success else f": {rec.error[:300] if rec else 'run failed'}"))
         return [r.cycle_id for r in ledger.all() if r.status in (DONE, BLOCKED)][:cycles]
+
+    def cycle_settings(self, cycle_id: str, cycles: int, ledger: Ledger) -> list[str]:
+        """A new cycle's overrides: none for the first, or when the demo's settings fit its share of
+        `demo.budget_s`; else fewer rows and gate samples (infra.orchestrator.budget)."""
+        from infra.orchestrator.budget import cycle_costs, plan_cycle
+
+        d = self.cfg.demo
+        records = ledger.all()
+        if not d.budget_s or (costs := cycle_costs(records, self.gate_samples_of)) is None:
+            return []
+        left = cycles - len([r for r in records if r.status in (DONE, BLOCKED)])
+        plan = plan_cycle(costs, d.budget_s - self.elapsed(), left, d, self.cfg.trainer.rows_per_step, d.ab_tail)
+        self.log(f"[budget] {cycle_id}: {plan.text()} (demo.budget_s = {d.budget_s:.0f})")
+        return plan.settings() if plan.reduced else []
+
+    def gate_samples_of(self, rec: CycleRecord) -> int:
+        """Samples per task the cycle's gate ran: its own setting, else the demo's."""
+        key = "gate.samples_per_task="
+        mine = [s[len(key):] for s in rec.settings if s.startswith(key)]
+        return int(mine[-1]) if mine else self.cfg.gate.samples_per_task
 
     def measure_tail(self) -> CycleRecord | None:
         """The next cycle's first steps (collect, distill, validate, measure: `definitions.MEASURE_STEPS`) after the

@@ -2,7 +2,12 @@
 
     <state_dir>/orchestrator/cycles/<cycle_id>.json
       {"cycle_id", "seq", "started_at" (orchestrator clock), "started_wall", "status", "error",
-       "steps": {"collect": {"status": "done", "result": {...}, "seconds": 1.2}, ...}}
+       "steps": {"collect": {"status": "done", "result": {...}, "seconds": 1.2}, ...},
+       "settings": ["trainer.max_rows=512", ...]}
+
+settings: config overrides the cycle's steps run with, on top of the orchestrator's (the demo sizes its later cycles
+to its time budget this way, infra.orchestrator.budget); fixed when the cycle starts, so a resumed cycle runs the
+rest of its steps as it began them.
 
 status: running (steps left to do; `runner_pid` is the process doing them), done, failed (a step raised;
 rerunning the cycle resumes at that step) or blocked (finished without a candidate: the data-quality suite failed
@@ -33,6 +38,7 @@ class CycleRecord:
     finished_wall: float | None = None
     runner_pid: int | None = None
     steps: dict[str, dict] = field(default_factory=dict)
+    settings: list[str] = field(default_factory=list)   # `--set` overrides its steps run with (chosen at its start)
 
     def done(self, step: str) -> bool:
         return self.steps.get(step, {}).get("status") == DONE
@@ -71,12 +77,13 @@ class Ledger:
         recs = [CycleRecord(**json.loads(p.read_text())) for p in self.root.glob("*.json")]
         return sorted(recs, key=lambda r: r.seq)
 
-    def begin(self, cycle_id: str, now: datetime, wall: float) -> CycleRecord:
-        """The record of `cycle_id`: the existing one (resumed: status back to running), or a new one."""
+    def begin(self, cycle_id: str, now: datetime, wall: float, settings: list[str] | None = None) -> CycleRecord:
+        """The record of `cycle_id`: the existing one (resumed: status back to running; its settings stay those it
+        started with), or a new one with `settings`."""
         rec = self.load(cycle_id)
         if rec is None:
             seq = max((r.seq for r in self.all()), default=0) + 1
-            rec = CycleRecord(cycle_id, seq, now.isoformat(), wall)
+            rec = CycleRecord(cycle_id, seq, now.isoformat(), wall, settings=list(settings or []))
         elif rec.status in (DONE, BLOCKED):
             return rec
         rec.status, rec.error, rec.runner_pid = RUNNING, "", os.getpid()

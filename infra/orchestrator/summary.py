@@ -25,9 +25,15 @@ AB_METRICS = {"edit_persistence": "edit_persistence_rate", "dissatisfied_followu
               "shown_edit_persistence": "shown_edit_persistence_rate"}
 
 
+def rows_trained(rec) -> int | None:
+    """The rows a cycle's training used (None: it did not train)."""
+    counts = rec.result("train").get("counts") or {}
+    return (counts.get("kept_on_policy", 0) + counts.get("kept_stale", 0)
+            - counts.get("dropped_over_max_rows", 0)) if counts else None
+
+
 def _cycle_row(rec) -> dict:
     r = {s: rec.result(s) for s in ("collect", "distill", "measure", "train", "evaluate", "promote", "deploy")}
-    counts = (r["train"] or {}).get("counts") or {}
     gate = r["evaluate"] or {}
     promote = r["promote"] or {}
     row = {
@@ -36,8 +42,7 @@ def _cycle_row(rec) -> dict:
                                                              rec.started_wall, 1),
         "champion_before": (r["collect"] or {}).get("champion"),
         "reward_rows": (r["distill"] or {}).get("rows"),
-        "rows_trained": (counts.get("kept_on_policy", 0) + counts.get("kept_stale", 0)
-                         - counts.get("dropped_over_max_rows", 0)) if counts else None,
+        "rows_trained": rows_trained(rec),
         "reward_mean": (r["train"] or {}).get("reward_mean"),
         "candidate": (r["train"] or {}).get("candidate"),
         "gate_decision": gate.get("decision"), "gate_interval": gate.get("interval"),
@@ -46,6 +51,7 @@ def _cycle_row(rec) -> dict:
         "champion_after": promote.get("champion"),
         "ab": {k: (r["measure"] or {}).get(v) for k, v in AB_METRICS.items()},
         "step_seconds": {s: v.get("seconds") for s, v in rec.steps.items()},
+        "settings": list(getattr(rec, "settings", []) or []),
     }
     return row
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
@@ -40,6 +41,19 @@ def test_a_new_cycle_gets_the_next_sequence_number_and_records_its_runner(tmp_pa
     a, b = ledger.begin("c1", NOW, 0.0), ledger.begin("c2", NOW, 0.0)
     assert (a.seq, b.seq, b.status) == (1, 2, RUNNING) and b.runner_pid > 0
     assert [r.cycle_id for r in ledger.all()] == ["c1", "c2"] and ledger.next_id() == "c3"
+
+
+def test_a_cycle_keeps_the_settings_it_started_with_when_resumed(tmp_path):
+    ledger = Ledger(tmp_path)
+    rec = ledger.begin("c2", NOW, 0.0, ["trainer.max_rows=512", "gate.samples_per_task=2"])
+    rec.status = FAILED
+    ledger.save(rec)
+    again = ledger.begin("c2", NOW, 5.0, ["trainer.max_rows=128"])       # the resuming run's own plan is ignored
+    assert again.status == RUNNING and again.settings == ["trainer.max_rows=512", "gate.samples_per_task=2"]
+    assert ledger.begin("c3", NOW, 0.0).settings == [], "a cycle started without settings runs with the config's"
+    old = {k: v for k, v in ledger.load("c3").__dict__.items() if k != "settings"}
+    ledger.path("c4").write_text(json.dumps({**old, "cycle_id": "c4", "seq": 4}))
+    assert ledger.load("c4").settings == [], "a record written before settings existed still loads"
 
 
 @pytest.mark.parametrize("bad", ["", "../x", ".hidden", "a/b"])

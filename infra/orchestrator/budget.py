@@ -1,0 +1,113 @@
+"""Sizing the demo's later cycles to its time budget (`demo.budget_s`, DESIGN.md §8).
+
+On the machine the demo was tuned on, three cycles with the demo's settings (`demo.train_max_rows` rows,
+`demo.gate_samples` samples per task) end well within 10 minutes. On a machine half as fast the same cycles took
+930 s (README, "A machine half as fast"). So before each cycle after the first, the demo measures what a cycle costs
+on this machine, from the cycles done so far, and gives the next cycle its share of the time left:
+
+    costs = cycle_costs(records, samples_of)            # None before the first cycle is done
+    plan = plan_cycle(costs, time_left_s, cycles_left, demo, rows_per_step, tail=True)
+    plan.settings()                                    # -> ["trainer.max_rows=512", "gate.samples_per_task=2"]
+
+The share is (time left - the A/B tail's measurement - the stop) / cycles left. What a cycle costs: its fixed part
+(collect, distill, validate, measure, promote, deploy and the run around them, as the last cycle took), training in
+proportion to the rows (the slowest rate seen so far, with a margin) and the gate in proportion to its samples per
+task (the candidate's arm alone: the champion's episodes are kept from an earlier gate). The plan keeps the demo's
+settings when they fit; otherwise it trains fewer rows (down to `demo.train_min_rows`), then runs fewer gate samples
+(down to `demo.gate_min_samples`, with rows down to one step); when not even that fits, it runs the smallest cycle
+and says so. Samples never grow from one cycle to the next (the champion's kept episodes cover the earlier count).
+
+The first cycle always runs with the demo's settings: it trains v0, and most of the A/B lead comes from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from infra.orchestrator.ledger import CycleRecord
+from infra.orchestrator.summary import rows_trained
+
+STOP_S = 25.0          # wall seconds from the last measurement to the end: the A/B summary and stopping the stack
+RATE_MARGIN = 1.15     # training's seconds per row vary by a few tens of percent between cycles
+
+
+@dataclass(frozen=True)
+class Costs:
+    fixed_s: float             # a cycle's wall seconds besides training and the gate
+    train_s_per_row: float     # training's seconds per row trained (the slowest cycle so far, with RATE_MARGIN)
+    gate_s_per_sample: float   # the gate's seconds per sample per task, for the candidate's arm alone
+    measure_s: float           # collect + distill + validate + measure: what the A/B tail's measurement takes
+    samples: int               # samples per task of the last gate (the next one runs no more)
+
+
+def _seconds(rec: CycleRecord, *steps: str) -> float:
+    return sum(float(rec.steps.get(s, {}).get("seconds") or 0.0) for s in steps)
+
+
+def cycle_costs(records: list[CycleRecord], samples_of: Callable[[CycleRecord], int]) -> Costs | None:
+    """What a cycle costs here, from the finished cycles that trained and ran a gate (None: none yet).
+    `samples_of(record)`: the samples per task its gate ran."""
+    done = [r for r in records if r.finished_wall and r.done("train") and r.done("evaluate")
+            and (rows_trained(r) or 0) > 0 and not r.result("evaluate").get("reused")]
+    if not done:
+        return None
+    last = done[-1]
+    wall = last.finished_wall - last.started_wall
+    rate = max(_seconds(r, "train") / rows_trained(r) for r in done) * RATE_MARGIN
+    arms = max(1, len(last.result("evaluate").get("arms_run") or ["candidate"]))
+    samples = samples_of(last)
+    gate = _seconds(last, "evaluate") / (samples * arms)
+    return Costs(fixed_s=max(0.0, wall - _seconds(last, "train", "evaluate")), train_s_per_row=rate,
+                 gate_s_per_sample=gate, measure_s=_seconds(last, "collect", "distill", "validate", "measure"),
+                 samples=samples)
+
+
+@dataclass(frozen=True)
+class Plan:
+    train_max_rows: int
+    gate_samples: int
+    share_s: float             # this cycle's share of the time left
+    estimate_s: float          # what the plan is expected to take
+    fits: bool
+    reduced: bool              # not the demo's own settings
+
+    def settings(self) -> list[str]:
+        return [f"trainer.max_rows={self.train_max_rows}", f"gate.samples_per_task={self.gate_samples}"]
+
+    def text(self) -> str:
+        what = (f"at most {self.train_max_rows} rows, {self.gate_samples} gate samples per task: "
+                f"~{self.estimate_s:.0f}s of a {self.share_s:.0f}s share of the time left")
+        if not self.reduced:
+            return f"the demo's settings ({what})"
+        return f"sized to the budget ({what})" if self.fits else f"the smallest cycle, over the budget ({what})"
+
+
+def plan_cycle(costs: Costs, time_left_s: float, cycles_left: int, demo, rows_per_step: int,
+               tail: bool = True) -> Plan:
+    """The next cycle's rows and gate samples (see the module doc). `demo`: the DemoConfig."""
+    reserve = STOP_S + (costs.measure_s if tail else 0.0)
+    share = (time_left_s - reserve) / max(1, cycles_left)
+    top_rows, top_samples = demo.train_max_rows, min(demo.gate_samples, costs.samples)
+    least_samples = min(demo.gate_min_samples, top_samples)
+
+    def estimate(rows: int, samples: int) -> float:
+        return costs.fixed_s + rows * costs.train_s_per_row + samples * costs.gate_s_per_sample
+
+    def plan(rows: int, samples: int, fits: bool) -> Plan:
+        return Plan(rows, samples, share, estimate(rows, samples), fits,
+                    reduced=(rows, samples) != (top_rows, demo.gate_samples))
+
+    if top_rows <= 0:           # all of a cycle's rows: only the gate can be sized
+        for s in range(top_samples, least_samples - 1, -1):
+            if estimate(0, s) <= share:
+                return plan(top_rows, s, True)
+        return plan(top_rows, least_samples, False)
+    for s in range(top_samples, least_samples - 1, -1):
+        floor = rows_per_step if s == least_samples else min(demo.train_min_rows, top_rows)
+        rows = top_rows
+        while rows >= floor:
+            if estimate(rows, s) <= share:
+                return plan(rows, s, True)
+            rows -= rows_per_step
+    return plan(min(rows_per_step, top_rows), least_samples, False)

@@ -1,0 +1,89 @@
+"""Sizing the demo's later cycles to its time budget (infra/orchestrator/budget.py): what a cycle costs is read from
+the finished cycles, the demo's settings are kept when they fit the cycle's share of the time left, rows shrink
+before gate samples, the smallest cycle runs (and says so) when nothing fits, and gate samples never grow."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.orchestrator.budget import STOP_S, Costs, cycle_costs, plan_cycle
+from infra.orchestrator.ledger import DONE, CycleRecord
+from tests.conftest import make_config
+
+
+def record(cid: str, *, wall: float, train_s: float, rows: int, gate_s: float, arms=("candidate",),
+           measure_s: float = 40.0, settings=()) -> CycleRecord:
+    steps = {"collect": {"status": DONE, "seconds": 10.0, "result": {}},
+             "distill": {"status": DONE, "seconds": measure_s - 14.0, "result": {}},
+             "validate": {"status": DONE, "seconds": 2.0, "result": {}},
+             "measure": {"status": DONE, "seconds": 2.0, "result": {}},
+             "train": {"status": DONE, "seconds": train_s, "result": {"counts": {"kept_on_policy": rows}}},
+             "evaluate": {"status": DONE, "seconds": gate_s, "result": {"arms_run": list(arms)}},
+             "promote": {"status": DONE, "seconds": 0.3, "result": {}},
+             "deploy": {"status": DONE, "seconds": 2.0, "result": {}}}
+    return CycleRecord(cid, int(cid[1:]), "2026-11-27T00:00:00+00:00", 1000.0, status=DONE,
+                       finished_wall=1000.0 + wall, steps=steps, settings=list(settings))
+
+
+def test_costs_come_from_the_finished_cycles_slowest_training_and_last_gate():
+    c1 = record("c1", wall=190.0, train_s=72.0, rows=900, gate_s=64.0)
+    c2 = record("c2", wall=150.0, train_s=60.0, rows=500, gate_s=40.0, settings=["gate.samples_per_task=2"])
+    samples = lambda r: 2 if r.settings else 4  # noqa: E731
+    assert cycle_costs([], samples) is None
+    running = CycleRecord("c1", 1, "2026-11-27T00:00:00+00:00", 1000.0)
+    assert cycle_costs([running], samples) is None, "a cycle still running tells nothing yet"
+    costs = cycle_costs([c1, c2], samples)
+    assert costs.fixed_s == pytest.approx(150.0 - 100.0)
+    assert costs.train_s_per_row == pytest.approx(60.0 / 500 * 1.15), "the slowest rate so far, with a margin"
+    assert costs.gate_s_per_sample == pytest.approx(40.0 / 2) and costs.samples == 2
+    assert costs.measure_s == pytest.approx(40.0)
+    both = cycle_costs([record("c1", wall=250.0, train_s=72.0, rows=900, gate_s=128.0,
+                               arms=("candidate", "champion"))], samples)
+    assert both.gate_s_per_sample == pytest.approx(128.0 / 4 / 2), "a gate that ran both arms costs twice per arm"
+
+
+@pytest.fixture
+def demo(tmp_path):
+    return make_config(tmp_path).demo      # train_max_rows 1024, train_min_rows 256, gate 4 samples, at least 2
+
+
+COSTS = Costs(fixed_s=40.0, train_s_per_row=0.05, gate_s_per_sample=10.0, measure_s=30.0, samples=4)
+
+
+def test_the_demos_settings_are_kept_when_they_fit_the_share_of_the_time_left(demo):
+    # 2 cycles left, 400 s: share (400 - 30 - STOP_S) / 2; the demo's cycle is 40 + 1024*0.05 + 40 = 131.2 s
+    plan = plan_cycle(COSTS, 400.0, 2, demo, 128)
+    assert plan.share_s == pytest.approx((400.0 - 30.0 - STOP_S) / 2)
+    assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (1024, 4, True, False)
+    assert plan.estimate_s == pytest.approx(131.2)
+    assert plan.settings() == ["trainer.max_rows=1024", "gate.samples_per_task=4"]
+    assert "the demo's settings" in plan.text()
+
+
+def test_rows_shrink_first_then_gate_samples_then_rows_below_the_floor(demo):
+    # share 100 s: at 4 samples, 40 + 40 + rows*0.05 <= 100 -> 384 rows
+    plan = plan_cycle(COSTS, 2 * 100.0 + 30.0 + STOP_S, 2, demo, 128)
+    assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (384, 4, True, True)
+    # share 80 s: 4 samples leave too little for 256 rows (92.8 s), 3 samples too (82.8), 2 samples: 384 rows
+    plan = plan_cycle(COSTS, 2 * 80.0 + 30.0 + STOP_S, 2, demo, 128)
+    assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (384, 2, True)
+    # share 67 s: at 2 samples, rows down to one step: 128 rows (66.4 s)
+    plan = plan_cycle(COSTS, 67.0 + 30.0 + STOP_S, 1, demo, 128)
+    assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (128, 2, True)
+    assert "sized to the budget" in plan.text()
+
+
+def test_when_nothing_fits_the_smallest_cycle_runs_and_says_it_is_over_the_budget(demo):
+    plan = plan_cycle(COSTS, 50.0, 2, demo, 128)
+    assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (128, 2, False, True)
+    assert "over the budget" in plan.text()
+
+
+def test_gate_samples_never_grow_past_the_last_gates(demo):
+    fewer = Costs(fixed_s=40.0, train_s_per_row=0.05, gate_s_per_sample=10.0, measure_s=30.0, samples=2)
+    plan = plan_cycle(fewer, 10_000.0, 1, demo, 128)
+    assert (plan.train_max_rows, plan.gate_samples, plan.reduced) == (1024, 2, True)
+
+
+def test_without_the_tail_its_measurement_is_not_reserved(demo):
+    assert plan_cycle(COSTS, 400.0, 2, demo, 128, tail=False).share_s == pytest.approx((400.0 - STOP_S) / 2)
