@@ -39,6 +39,7 @@ class TrainResult:
     folder: str = ""
     resumed_from_step: int = 0
     already_done: bool = False
+    loop_seconds: float = 0.0      # the optimizer steps alone (seconds is from the model's load to the saved candidate)
 
 
 def ancestors(registry, version: str, depth: int) -> list[str]:
@@ -113,4 +114,4 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
     trainer.cleanup()
     return TrainResult(cycle, parent, candidate, sel.counts, summary.steps, summary.tokens,
                        float(sel.rows["reward"].mean()), time.perf_counter() - t0, str(folder),
-                       summary.resumed_from_step)
+                       summary.resumed_from_step, loop_seconds=summary.seconds)

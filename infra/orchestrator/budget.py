@@ -10,9 +10,11 @@ on this machine, from the cycles done so far, and gives the next cycle its share
     plan.settings()                                    # -> ["trainer.max_rows=512", "gate.samples_per_task=2"]
 
 The share is (time left - the A/B tail's measurement - the stop) / cycles left. What a cycle costs: its fixed part
-(collect, distill, validate, measure, promote, deploy and the run around them, as the last cycle took), training in
-proportion to the rows (the slowest rate seen so far, with a margin) and the gate in proportion to its samples per
-task (the candidate's arm alone: the champion's episodes are kept from an earlier gate). The plan keeps the demo's
+(everything but the optimizer steps and the gate's episodes, as the last cycle took: collect, distill, validate,
+measure, the trainer's start and save, the gate's staging and report, promote, deploy and the run around them),
+the optimizer steps in proportion to the rows (the slowest rate seen so far, with a margin) and the gate's
+episodes in proportion to its samples per task (the candidate's arm alone: the champion's episodes are kept from
+an earlier gate). The plan keeps the demo's
 settings when they fit; otherwise it trains fewer rows (down to `demo.train_min_rows`), then runs fewer gate samples
 (down to `demo.gate_min_samples`, with rows down to one step); when not even that fits, it runs the smallest cycle
 and says so. Samples never grow from one cycle to the next (the champion's kept episodes cover the earlier count).
@@ -34,15 +36,25 @@ RATE_MARGIN = 1.15     # training's seconds per row vary by a few tens of percen
 
 @dataclass(frozen=True)
 class Costs:
-    fixed_s: float             # a cycle's wall seconds besides training and the gate
-    train_s_per_row: float     # training's seconds per row trained (the slowest cycle so far, with RATE_MARGIN)
-    gate_s_per_sample: float   # the gate's seconds per sample per task, for the candidate's arm alone
+    fixed_s: float             # a cycle's wall seconds besides the optimizer steps and the gate's episodes
+    train_s_per_row: float     # optimizer-step seconds per row trained (the slowest cycle so far, with RATE_MARGIN)
+    gate_s_per_sample: float   # the gate's episode seconds per sample per task, for the candidate's arm alone
     measure_s: float           # collect + distill + validate + measure: what the A/B tail's measurement takes
     samples: int               # samples per task of the last gate (the next one runs no more)
 
 
 def _seconds(rec: CycleRecord, *steps: str) -> float:
     return sum(float(rec.steps.get(s, {}).get("seconds") or 0.0) for s in steps)
+
+
+def _loop_s(rec: CycleRecord) -> float:
+    """The optimizer steps' seconds (the whole train step for a record from before the trainer reported them)."""
+    return float(rec.result("train").get("loop_seconds") or 0.0) or _seconds(rec, "train")
+
+
+def _episodes_s(rec: CycleRecord) -> float:
+    """The gate's episode seconds (the whole evaluate step for a record without the gate's timings)."""
+    return float((rec.result("evaluate").get("seconds") or {}).get("arms") or 0.0) or _seconds(rec, "evaluate")
 
 
 def cycle_costs(records: list[CycleRecord], samples_of: Callable[[CycleRecord], int]) -> Costs | None:
@@ -54,13 +66,12 @@ def cycle_costs(records: list[CycleRecord], samples_of: Callable[[CycleRecord], 
         return None
     last = done[-1]
     wall = last.finished_wall - last.started_wall
-    rate = max(_seconds(r, "train") / rows_trained(r) for r in done) * RATE_MARGIN
+    rate = max(_loop_s(r) / rows_trained(r) for r in done) * RATE_MARGIN
     arms = max(1, len(last.result("evaluate").get("arms_run") or ["candidate"]))
     samples = samples_of(last)
-    gate = _seconds(last, "evaluate") / (samples * arms)
-    return Costs(fixed_s=max(0.0, wall - _seconds(last, "train", "evaluate")), train_s_per_row=rate,
-                 gate_s_per_sample=gate, measure_s=_seconds(last, "collect", "distill", "validate", "measure"),
-                 samples=samples)
+    return Costs(fixed_s=max(0.0, wall - _loop_s(last) - _episodes_s(last)), train_s_per_row=rate,
+                 gate_s_per_sample=_episodes_s(last) / (samples * arms),
+                 measure_s=_seconds(last, "collect", "distill", "validate", "measure"), samples=samples)
 
 
 @dataclass(frozen=True)

@@ -79,11 +79,23 @@ def _hours(d: timedelta) -> str:
     return f"{d.total_seconds() / 3600:.2f} h"
 
 
+def mature_count(request_times: list[datetime], now: datetime, delay: timedelta) -> int:
+    """How many of the requests made at `request_times` a range fixed now would emit as mature: made at least
+    `delay` (maturity + allowed lateness) before the newest of them, and before `now`."""
+    if not request_times:
+        return 0
+    cutoff = min(max(request_times), now) - delay
+    return sum(t <= cutoff for t in request_times)
+
+
 def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
-    """Served requests (trajectory events) in Kafka after the last reward cycle's range whose rows will be mature
-    by `now`: event_time + the reward spec's maturity delay + allowed lateness <= now (the watermark a range
-    fixed now would reach). Reads the trajectories topic from the last done cycle's end offsets up to the log end
-    as the broker reports it now (an estimate: Tansu reports the last batch's base offset + 1)."""
+    """Served requests (trajectory events) in Kafka after the last reward cycle's range whose rows a range fixed now
+    would emit: event_time + the reward spec's maturity delay <= its watermark, the newest event time in it minus the
+    allowed lateness (`pipelines.rewards.kafka_range.range_watermark`), and no later than `now` allows. The newest
+    event time is that of the newest request read (the range's may be newer: a conservative count): when the clients' clocks lag the orchestrator's (simulated users
+    that fell behind), `now` alone counted rows the reward job did not emit yet (431 counted, 220 emitted). Reads the
+    trajectories topic from the last done cycle's end offsets up to the log end as the broker reports it now (an
+    estimate: Tansu reports the last batch's base offset + 1)."""
     from kafka import KafkaConsumer, TopicPartition
 
     from pipelines.rewards.cycle_job import CycleStore, start_after
@@ -91,7 +103,7 @@ def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
     from schemas.topics import TRAJECTORY_TOPIC
 
     start = start_after(CycleStore(cfg.state_path / "rewards").latest_done(), cfg.kafka.bootstrap())
-    cutoff = now - timedelta(seconds=cfg.rewards.maturity_delay_s() + cfg.rewards.allowed_lateness_s)
+    delay = timedelta(seconds=cfg.rewards.maturity_delay_s() + cfg.rewards.allowed_lateness_s)
     c = KafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap(), enable_auto_commit=False, group_id=None,
                       max_poll_records=5000, fetch_max_bytes=64 * 1024 * 1024)
     try:
@@ -104,17 +116,17 @@ def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
             c.seek(tp, first[tp])
         ends = c.end_offsets(tps)      # a count as of now: traffic arriving while counting is left for later
         behind = {tp for tp in tps if ends.get(tp, 0) > first[tp]}
-        n, deadline = 0, time.monotonic() + timeout_s
+        times, deadline = [], time.monotonic() + timeout_s
         while behind and time.monotonic() < deadline:
             for tp, records in c.poll(timeout_ms=300).items():
                 for r in records:
                     if r.offset >= ends[tp]:
                         break
-                    t = _event_time(r.value)
-                    n += int(t is not None and t <= cutoff)
+                    if (t := _event_time(r.value)) is not None:
+                        times.append(t)
                 if records and records[-1].offset + 1 >= ends[tp]:
                     behind.discard(tp)
                     c.pause(tp)
-        return n
+        return mature_count(times, now, delay)
     finally:
         c.close()

@@ -20,6 +20,10 @@ class OrchestratorConfig(BaseModel):
     min_mature_rows: int = Field(default=200, ge=1, le=100_000_000,
                                  description="A cycle starts only when at least this many served requests since "
                                              "the last cycle are mature (their reward rows can no longer change).")
+    range_idle_s: float = Field(default=2.0, gt=0, le=600, description="The collect step reads the Kafka range on "
+                                "past the log end it saw until every partition is quiet this long (at most 3x this "
+                                "while traffic goes on): the rest of the last record batch (pipelines.rewards."
+                                "kafka_range.fix_range).")
     sensor_interval_s: float = Field(default=30.0, gt=0, le=3600,
                                      description="Wall seconds between two evaluations of the cadence sensor.")
     clock: Literal["wall", "accelerated"] = Field(

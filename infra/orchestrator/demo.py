@@ -84,6 +84,9 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             "gate.reuse_episodes=true",
             *user_pace(cfg),
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
+            # traffic never pauses here: the range ends 3 x this after the log end it saw (6 s at the default 2 s;
+            # the rest of a record batch arrives in one fetch from the local broker)
+            "orchestrator.range_idle_s=0.5",
             f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}",
             # 16 episodes in flight: the engine batches their requests (a step of a 2M-parameter model costs
             # about the same for 8 or 16 sequences on a CPU)

@@ -83,7 +83,7 @@ def collect(ctx: CycleContext) -> dict:
     if champion is None:
         raise StepFailed("alias champion is not set: run `rtrl bootstrap` first")
     m = plan(CycleStore(ctx.cfg.state_path / "rewards"), ctx.cycle_id, ctx.cfg.kafka.bootstrap(), ctx.cfg.rewards,
-             2.0, ctx.log)
+             ctx.cfg.orchestrator.range_idle_s, ctx.log)
     return {"champion": champion, "records": m.range["records"], "reward_cycle_seq": m.seq, "after": m.after,
             "as_of": m.as_of}
 
@@ -143,7 +143,7 @@ def train(ctx: CycleContext) -> dict:
         raise
     t = out["train"]
     return {k: t.get(k) for k in ("candidate", "parent", "counts", "steps", "tokens", "reward_mean", "seconds",
-                                  "already_done")}
+                                  "loop_seconds", "already_done")}
 
 
 def evaluate(ctx: CycleContext) -> dict:

@@ -12,13 +12,16 @@ from tests.conftest import make_config
 
 
 def record(cid: str, *, wall: float, train_s: float, rows: int, gate_s: float, arms=("candidate",),
-           measure_s: float = 40.0, settings=()) -> CycleRecord:
+           measure_s: float = 40.0, settings=(), loop_s: float | None = None,
+           episodes_s: float | None = None) -> CycleRecord:
     steps = {"collect": {"status": DONE, "seconds": 10.0, "result": {}},
              "distill": {"status": DONE, "seconds": measure_s - 14.0, "result": {}},
              "validate": {"status": DONE, "seconds": 2.0, "result": {}},
              "measure": {"status": DONE, "seconds": 2.0, "result": {}},
-             "train": {"status": DONE, "seconds": train_s, "result": {"counts": {"kept_on_policy": rows}}},
-             "evaluate": {"status": DONE, "seconds": gate_s, "result": {"arms_run": list(arms)}},
+             "train": {"status": DONE, "seconds": train_s, "result": {"counts": {"kept_on_policy": rows},
+                                                                     "loop_seconds": loop_s}},
+             "evaluate": {"status": DONE, "seconds": gate_s, "result": {"arms_run": list(arms),
+                                                                        "seconds": {"arms": episodes_s}}},
              "promote": {"status": DONE, "seconds": 0.3, "result": {}},
              "deploy": {"status": DONE, "seconds": 2.0, "result": {}}}
     return CycleRecord(cid, int(cid[1:]), "2026-11-27T00:00:00+00:00", 1000.0, status=DONE,
@@ -40,6 +43,15 @@ def test_costs_come_from_the_finished_cycles_slowest_training_and_last_gate():
     both = cycle_costs([record("c1", wall=250.0, train_s=72.0, rows=900, gate_s=128.0,
                                arms=("candidate", "champion"))], samples)
     assert both.gate_s_per_sample == pytest.approx(128.0 / 4 / 2), "a gate that ran both arms costs twice per arm"
+
+
+def test_the_trainers_start_and_the_gates_staging_count_as_fixed_not_per_row_or_sample():
+    # the trainer reports its optimizer steps (loop_seconds), the gate its episodes (seconds.arms)
+    c1 = record("c1", wall=197.0, train_s=84.5, rows=220, gate_s=75.7, loop_s=22.0, episodes_s=70.0)
+    costs = cycle_costs([c1], lambda r: 4)
+    assert costs.fixed_s == pytest.approx(197.0 - 22.0 - 70.0)
+    assert costs.train_s_per_row == pytest.approx(22.0 / 220 * 1.15)
+    assert costs.gate_s_per_sample == pytest.approx(70.0 / 4)
 
 
 @pytest.fixture
@@ -87,3 +99,30 @@ def test_gate_samples_never_grow_past_the_last_gates(demo):
 
 def test_without_the_tail_its_measurement_is_not_reserved(demo):
     assert plan_cycle(COSTS, 400.0, 2, demo, 128, tail=False).share_s == pytest.approx((400.0 - STOP_S) / 2)
+
+
+def test_the_demo_keeps_its_settings_on_a_fast_machine_and_sizes_later_cycles_down_on_a_slow_one(tmp_path):
+    import time
+
+    from infra.orchestrator.demo import Demo
+    from infra.orchestrator.ledger import Ledger
+
+    demo = Demo(make_config(tmp_path), None, [], log=lambda _: None)
+    ledger = Ledger(demo.state)
+    assert demo.cycle_settings("c1", 3, ledger) == [], "the first cycle runs with the demo's settings"
+    # the machine the demo was tuned on: cycle 1 done at ~180 s (train 35 s for 700 rows, gate 35 s)
+    ledger.save(record("c1", wall=80.0, train_s=35.0, rows=700, gate_s=35.0, measure_s=20.0))
+    demo.t0 = time.monotonic() - 180.0
+    assert demo.cycle_settings("c2", 3, ledger) == []
+    # a machine half as fast (demo V2 in the README): cycle 1 took 193 s and ended at 341 s
+    ledger.save(record("c1", wall=193.0, train_s=72.0, rows=895, gate_s=63.0, measure_s=46.0))
+    demo.t0 = time.monotonic() - 341.0
+    settings = demo.cycle_settings("c2", 3, ledger)
+    assert settings and settings[-1] == "gate.samples_per_task=2"
+    assert int(settings[0].split("=")[1]) < demo.cfg.demo.train_max_rows
+    c2 = record("c2", wall=120.0, train_s=15.0, rows=128, gate_s=30.0, settings=settings)
+    assert demo.gate_samples_of(c2) == 2 and demo.gate_samples_of(ledger.load("c1")) == 4
+    off = Demo(make_config(tmp_path / "off"), None, ["demo.budget_s=0"], log=lambda _: None)
+    Ledger(off.state).save(record("c1", wall=193.0, train_s=72.0, rows=895, gate_s=63.0))
+    off.t0 = time.monotonic() - 341.0
+    assert off.cycle_settings("c2", 3, Ledger(off.state)) == [], "demo.budget_s = 0: always the demo's settings"

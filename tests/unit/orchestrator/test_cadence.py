@@ -62,3 +62,15 @@ def test_a_blocked_cycle_counts_as_finished():
     assert not decide(T0 + timedelta(hours=1), [blocked], never_counted, 5 * H, 1).start
     d = decide(T0 + timedelta(hours=5), [blocked], lambda: 5, 5 * H, 1)
     assert (d.start, d.cycle_id) == (True, "c3")
+
+
+def test_requests_count_as_mature_by_the_newest_request_when_the_clients_clock_lags_the_orchestrators():
+    from infra.orchestrator.cadence import mature_count
+
+    delay = timedelta(minutes=60)                        # maturity 45 min + allowed lateness 15 min
+    made = [T0 + timedelta(minutes=m) for m in range(0, 70)]   # one request a minute, the newest at T0 + 69 min
+    assert mature_count([], T0, delay) == 0
+    # the orchestrator's clock 30 min ahead of the newest request: the reward job's watermark follows the events
+    assert mature_count(made, T0 + timedelta(minutes=99), delay) == 10      # made by T0 + 9 min
+    # the clock behind the newest request: no more than the clock allows
+    assert mature_count(made, T0 + timedelta(minutes=65), delay) == 6       # made by T0 + 5 min
