@@ -17,8 +17,11 @@ child with it (SIGTERM): a step's command must not outlive its runner. The socke
 imports, so a client that can connect is talking to a warm runner; one that cannot falls back to a new process.
 
 Nothing is imported here that starts threads of its own before the fork (CUDA and vLLM are left out for that
-reason, and DeepSpeed with them: it picks its accelerator at import); libraries with idle native threads
-(jemalloc's background threads) handle a fork themselves.
+reason); libraries with idle native threads (jemalloc's background threads) handle a fork themselves. The modules a
+step loads lazily count too: transformers' model classes, MLflow's SQL store and DeepSpeed with the torch.compile
+stack its optimizer check imports were 33 % of a cycle's `rtrl train` on a loaded 2-core machine (py-spy: ~55 s of
+~170 s; 8 s when idle). DeepSpeed picks its accelerator at import, so it is preloaded only by a torch built without
+CUDA, with DS_ACCELERATOR=cpu as the trainer sets it (`trainer.engine`); with CUDA each trainer imports it itself.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ import traceback
 from pathlib import Path
 
 PRELOAD = ("torch", "transformers", "polars", "pyarrow", "mlflow", "apache_beam", "great_expectations", "kafka",
-           "infra.cli")
+           "infra.cli", "transformers.models.auto.modeling_auto", "transformers.models.llama.modeling_llama",
+           "mlflow.store.tracking.sqlalchemy_store")
+CPU_PRELOAD = ("deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer")   # with a torch built without CUDA
 MAX_REQUEST = 1 << 20
 SOCKET_NAME = "steps.sock"
 PROCESS_NAME = "steps"        # its pid and log files: <state_dir>/run/steps.json, <state_dir>/logs/steps.log
@@ -93,12 +98,24 @@ def wait_listening(path: Path, timeout_s: float) -> bool:
     return True
 
 
+def cpu_only_torch() -> bool:
+    """Whether the installed torch was built without CUDA (asked without initialising any device)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.version.cuda is None and getattr(torch.version, "hip", None) is None
+
+
 def preload(modules=PRELOAD, log=print) -> None:
     t0 = time.monotonic()
-    names = list(modules)
+    asked = list(modules)
     import infra.commands
 
-    names += [f"infra.commands.{m.name}" for m in pkgutil.iter_modules(infra.commands.__path__)]
+    names = asked + [f"infra.commands.{m.name}" for m in pkgutil.iter_modules(infra.commands.__path__)]
+    if asked and cpu_only_torch():      # with the heavy preload (tests of the protocol ask for none)
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        names += CPU_PRELOAD
     for name in names:
         try:
             importlib.import_module(name)

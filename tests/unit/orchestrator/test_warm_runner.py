@@ -148,3 +148,20 @@ def _gone(pid: int, timeout_s: float = 30) -> None:
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     pytest.fail(f"pid {pid} still running")
+
+
+@pytest.mark.parametrize("cpu_only", [True, False])
+def test_deepspeed_is_preloaded_only_with_a_torch_built_without_cuda(monkeypatch, cpu_only):
+    from infra.orchestrator import warm_runner
+
+    imported: list[str] = []
+    monkeypatch.setattr(warm_runner, "cpu_only_torch", lambda: cpu_only)
+    monkeypatch.setattr(warm_runner.importlib, "import_module", imported.append)
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    warm_runner.preload(["torch"], log=lambda m: None)
+    assert imported[0] == "torch" and any(n.startswith("infra.commands.") for n in imported)
+    assert (set(warm_runner.CPU_PRELOAD) <= set(imported)) == cpu_only
+    assert os.environ.get("DS_ACCELERATOR") == ("cpu" if cpu_only else None)
+    imported.clear()
+    warm_runner.preload([], log=lambda m: None)
+    assert not set(warm_runner.CPU_PRELOAD) & set(imported), "no heavy preload when none is asked for"
