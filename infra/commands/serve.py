@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 
-from infra.stack.process import ManagedProcess, StackError, port_is_free
+from infra.stack.process import ManagedProcess, StackError, hold_port, port_is_free
 
 NAME = "serving"
 
@@ -104,6 +104,9 @@ def _serve(cfg) -> int:
     from serving.server import make_server
 
     versions = check_ready_to_serve(cfg)
+    # the port is held from here: the engines load for a minute before the gateway listens, and a port picked
+    # as free must not go to another process meanwhile
+    sock = hold_port(cfg.serving.host, cfg.serving.port)
     _warn_if_no_kafka(cfg)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # kafka-python logs every failed reconnect as an error; the SDK already says when it starts spooling and when
@@ -115,7 +118,7 @@ def _serve(cfg) -> int:
           f"(~25 s each on CPU), then serving on {url}; Ctrl-C stops", flush=True)
     t0 = time.monotonic()
     try:
-        server.run()  # lifespan: engines load before the port opens; SIGINT/SIGTERM: graceful stop
+        server.run(sockets=[sock])  # lifespan: engines load, then it listens; SIGINT/SIGTERM: graceful stop
     finally:
         print(f"serving: stopped after {time.monotonic() - t0:.0f}s", flush=True)
     if not server.started:

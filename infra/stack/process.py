@@ -36,6 +36,24 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
+def hold_port(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port), not yet listening: the port is ours from now on, while a server loads what
+    it needs before it accepts (connections are refused until it listens). StackError when it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise StackError(f"port {port} on {host} is taken") from None
+        raise StackError(f"cannot bind {host}:{port}: {e.strerror or e} (is {host!r} an address of this "
+                         "machine?)") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
+
 REPO = Path(__file__).parents[3]
 HEAVY = ("torch", "vllm", "transformers", "mlflow", "starlette", "uvicorn", "kafka")
 
@@ -14,12 +16,6 @@ HEAVY = ("torch", "vllm", "transformers", "mlflow", "starlette", "uvicorn", "kaf
 def rtrl(tmp_path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{tmp_path}"', *args],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow  # a subprocess that imports MLflow (~8 s)

@@ -1,0 +1,37 @@
+"""`hold_port`: the port a server will listen on is its own from start-up on, and a taken one is named."""
+
+import socket
+
+import pytest
+
+from infra.stack.process import StackError, hold_port
+from tests.conftest import free_port
+
+
+def test_a_held_port_cannot_be_bound_by_another_process_until_it_is_closed():
+    port = free_port()
+    sock = hold_port("127.0.0.1", port)
+    try:
+        with socket.socket() as other, pytest.raises(OSError):
+            other.bind(("127.0.0.1", port))
+        with socket.socket() as probe:       # bound, not listening: a client is refused, not left hanging
+            assert probe.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        sock.close()
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", port))
+
+
+def test_holding_a_taken_port_names_the_port():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(StackError, match=f"port {port} on 127.0.0.1 is taken"):
+            hold_port("127.0.0.1", port)
+
+
+def test_the_picked_free_ports_lie_below_the_kernels_ephemeral_range():
+    from tests.conftest import _ephemeral_low, free_port_pair
+
+    assert all(20000 <= p < _ephemeral_low() for p in (free_port(), free_port_pair() + 1))
