@@ -4,7 +4,7 @@
 # pytest's exit 5 ("no tests collected") is a failure here, never a silent pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=30 "$@"
 rc=$?
 if [ $rc -eq 5 ]; then echo "[test] pytest collected no tests: failing" >&2; exit 1; fi
 exit $rc

@@ -89,14 +89,22 @@ def private_stack(tmp_path):
 
 @pytest.fixture(scope="session")
 def bootstrapped(tmp_path_factory):
-    """`rtrl bootstrap` run once per session (a few minutes): (state dir, its JSON summary, its stderr). Tests read
-    the registered v0 and must not move its aliases."""
+    """`rtrl bootstrap` run once per session: (state dir, its JSON summary, its stderr). Tests read the registered
+    v0 and must not move its aliases. The default policy set-up made (`rtrl demo --prepare` keeps it in
+    .rtrl/policy-v0) is registered when it is current for this code and config, as `rtrl bootstrap` does in any
+    state dir; else one is trained here (minutes) and kept in the session's own cache."""
     import json
     import subprocess
     import sys
 
+    from trainer.bootstrap.bootstrap import stale_reason
+
+    repo = Path(__file__).parents[1]
     state = tmp_path_factory.mktemp("bootstrap-state")
-    out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"', "bootstrap"],
-                         capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=1500)
+    setup_cache = repo / ".rtrl" / "policy-v0"
+    cache = setup_cache if not stale_reason(setup_cache, load_config(None, []).policy) else state.parent / "policy-v0"
+    out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"', "--set",
+                          f'policy.cache_dir="{cache}"', "bootstrap"],
+                         capture_output=True, text=True, cwd=repo, timeout=1500)
     assert out.returncode == 0, out.stderr[-4000:]
     return state, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr

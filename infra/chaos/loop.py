@@ -23,7 +23,7 @@ from infra.config import load_config
 from infra.orchestrator.rtrl_cli import RtrlCli
 from infra.stack.process import ManagedProcess
 from infra.stack.stack import WORKERS, Stack
-from trainer.bootstrap.bootstrap import keep_as_default_policy, stale_reason
+from trainer.bootstrap.bootstrap import stale_reason
 
 USERS_CLIENT = "chaos-users"
 
@@ -88,20 +88,13 @@ class Loop:
         return key
 
     def ensure_v0(self, cache: Path) -> None:
-        """v0 from the cached default policy (`rtrl demo` keeps one), else bootstrapped (minutes) and cached."""
+        """v0: `rtrl bootstrap` with its default policy kept in `cache` (`rtrl demo` keeps one there): registered
+        from there when current, else bootstrapped (minutes) and kept there."""
         stale = stale_reason(cache, self.cfg.policy)
-        if not stale:
-            cli = RtrlCli(self.cli.config, [*self.overrides, f'policy.base_checkpoint="{cache}"'], self.cli.log_dir)
-            cli.run("bootstrap", step="bootstrap")
-            return
-        self.log(f"[loop] not reusing a cached policy v0 ({stale}): bootstrapping it (a few minutes, once)")
-        self.cli.run("bootstrap", step="bootstrap", echo=self.log)
-        if self.cfg.policy.base_checkpoint:          # the cache keeps the default policy, not the user's model
-            return
-        from infra.registry import Registry
-
-        registry = Registry.from_config(self.cfg)
-        keep_as_default_policy(registry.local_path(registry.version_of("champion")), cache)
+        if stale and not self.cfg.policy.base_checkpoint:
+            self.log(f"[loop] not reusing a cached policy v0 ({stale}): bootstrapping it (a few minutes, once)")
+        cli = RtrlCli(self.cli.config, [*self.overrides, f'policy.cache_dir="{cache}"'], self.cli.log_dir)
+        cli.run("bootstrap", step="bootstrap", echo=self.log if stale else None)
 
     def stop(self) -> None:
         """Stop every process started from this state dir (the stack's workers, the broker and object store)."""

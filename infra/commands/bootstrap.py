@@ -1,8 +1,9 @@
-"""`rtrl bootstrap [--force]`: make checkpoint v0 and register it with aliases `champion` and `control`.
+"""`rtrl bootstrap [--force] [--fresh]`: make checkpoint v0 and register it with aliases `champion` and `control`.
 
 The default policy (a small Llama with a tokenizer trained here, supervised on the task generator's
-demonstrations) takes a few minutes on 2 CPU cores; `policy.base_checkpoint` registers an existing Hugging Face
-causal-LM folder instead. Needs only the MLflow store (no `rtrl up`). Idempotent: when `champion` is already set it
+demonstrations) takes a few minutes on 2 CPU cores, once: it is kept in `policy.cache_dir` and a later bootstrap
+with the same `[policy]` config registers that copy (`--fresh` trains again); `policy.base_checkpoint` registers an
+existing Hugging Face causal-LM folder instead. Needs only the MLflow store (no `rtrl up`). Idempotent: when `champion` is already set it
 says so and exits 0. Progress goes to stderr, the summary (one JSON object) to stdout. Exit 1 when a base
 checkpoint cannot serve as the policy.
 """
@@ -29,7 +30,7 @@ def main(args, cfg) -> int:
         # libraries print while working (DeepSpeed's logger, imported by save_pretrained, writes to stdout):
         # stdout carries only the summary
         with contextlib.redirect_stdout(sys.stderr):
-            summary = bootstrap(cfg, force=args.force, log=log)
+            summary = bootstrap(cfg, force=args.force, log=log, fresh=args.fresh)
     except BootstrapError as e:
         print(f"rtrl bootstrap: {e}", file=sys.stderr)
         return 1

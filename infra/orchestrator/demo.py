@@ -39,7 +39,7 @@ from infra.orchestrator.config import DemoConfig
 from infra.orchestrator.ledger import BLOCKED, DONE, CycleRecord, Ledger, next_cycle_id
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
 from infra.orchestrator.warm_runner import socket_path, start_background, wait_listening
-from trainer.bootstrap.bootstrap import keep_as_default_policy, stale_reason
+from trainer.bootstrap.bootstrap import policy_cache, stale_reason
 
 MAX_ATTEMPTS = 3       # runs of one cycle id (the first and two resumptions) before the demo gives up
 RESUME_MARGIN_S = 120.0  # wall seconds the last demo's users ran on after its last cycle record (tail, summary, stop)
@@ -92,7 +92,9 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             # about the same for 8 or 16 sequences on a CPU)
             "gate.workers=16",
             # the held-out suite (and its flaky-check verdicts) outlives the demo's state dir, like v0
-            f'gate.suite_dir="{default_suite_dir(demo_suite_cfg(cfg))}"']
+            f'gate.suite_dir="{default_suite_dir(demo_suite_cfg(cfg))}"',
+            # v0, like the suite, outlives the demo's state dir: `rtrl bootstrap` keeps it there and reuses it
+            f'policy.cache_dir="{policy_cache(cfg)}"']
 
 
 def user_pace(cfg) -> list[str]:
@@ -136,7 +138,7 @@ class Demo:
                  resume: bool = False):
         self.base = cfg
         self.state = cfg.state_path / "demo"
-        self.v0_cache = cfg.state_path / "policy-v0"
+        self.v0_cache = policy_cache(cfg)
         self.config_path = config_path
         self.experiment = demo_experiment(cfg, self.state, resume)
         self.overrides = [*overrides, *demo_overrides(cfg, self.state), f'serving.experiment="{self.experiment}"']
@@ -178,19 +180,12 @@ class Demo:
             if self.cfg.demo.warm_steps:     # its imports are done a few seconds after the stack's start: fork it
                 wait_listening(self.cli.warm, WARM_WAIT_S)
             self.log(f"[v0] registering the cached default policy {self.v0_cache}")
-            cli = RtrlCli(self.config_path, [*self.overrides, f'policy.base_checkpoint="{self.v0_cache}"'],
-                          self.cli.log_dir, self.cli.timeout_s, warm=self.cli.warm)
-            cli.run("bootstrap", step="bootstrap")
-        else:
+        elif not self.cfg.policy.base_checkpoint:
             if self.v0_cache.exists():
                 self.log(f"[v0] not reusing {self.v0_cache}: {stale}")
             self.log("[v0] bootstrapping the default policy (first demo on this machine: a few minutes; later "
                      f"demos reuse {self.v0_cache})")
-            self.cli.run("bootstrap", step="bootstrap", echo=self.log)
-            version = registry.version_of("champion")
-            if self.cfg.policy.base_checkpoint:      # the cache keeps the default policy, not the user's model
-                return version
-            keep_as_default_policy(registry.local_path(version), self.v0_cache)
+        self.cli.run("bootstrap", step="bootstrap", echo=None if not stale else self.log)
         return registry.version_of("champion")
 
     def ensure_suite(self) -> None:

@@ -38,7 +38,12 @@ def test_v0_is_registered_with_champion_and_control(bootstrapped):
     assert meta["parent"] is None and meta["steps"] == summary["steps"] and meta["train_examples"] > 1000
     assert meta["final_loss"] < meta["first_loss"] / 5  # it learned
     assert meta["code_version"] != "" and meta["eval"]["sampled"]["edit_accuracy"] == summary["accuracy"]
-    assert "sft step" in stderr and "eval sampled" in stderr  # progress lines
+    if summary["reused"]:     # set-up's v0 (the same code and config), registered as it is
+        assert "reusing the default policy cached in" in stderr and "sft step" not in stderr
+        cached = Path(summary["reused"]) / "model.safetensors"
+        assert (folder / "model.safetensors").read_bytes() == cached.read_bytes()
+    else:
+        assert "sft step" in stderr and "eval sampled" in stderr  # progress lines
 
 
 def test_v0_lands_in_the_band_on_fresh_tasks(bootstrapped):

@@ -11,7 +11,9 @@
     register         an MLflow model version tagged kind=bootstrap, aliases `champion` and `control` on it
 
 Idempotent: when `champion` is already set nothing is done unless `force`. With `policy.base_checkpoint` set, that
-folder is validated (a causal LM and a tokenizer with a chat template) and registered as v0 instead.
+folder is validated (a causal LM and a tokenizer with a chat template) and registered as v0 instead. A default
+policy made here is kept in `policy_cache(cfg)` (`policy.cache_dir`); a later bootstrap, in any state dir, registers
+that copy instead of training again when `stale_reason` finds it made by this recipe and config (not with `fresh`).
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def make_default_policy(policy, folder: Path, log: Callable[[str], None] = print
     return meta
 
 
-RUN_ONLY_KEYS = frozenset({"threads", "log_every", "base_checkpoint"})   # how a bootstrap ran, not what it made
+RUN_ONLY_KEYS = frozenset({"threads", "log_every", "base_checkpoint", "cache_dir"})   # how a bootstrap ran, not what it made
 
 
 def stale_reason(folder: Path, policy) -> str:
@@ -142,6 +144,13 @@ def keep_as_default_policy(folder: Path, cache: Path) -> None:
     shutil.copytree(folder, tmp)
     shutil.rmtree(cache, ignore_errors=True)
     tmp.rename(cache)
+
+
+def policy_cache(cfg) -> Path:
+    """Where the bootstrapped default policy is kept for reuse: `policy.cache_dir`, else <state_dir>/policy-v0."""
+    if cfg.policy.cache_dir:
+        return Path(cfg.policy.cache_dir).expanduser().resolve()
+    return cfg.state_path / "policy-v0"
 
 
 def _tasks(seed: int, n: int, orgs: int):
@@ -263,7 +272,26 @@ def _stage_base_checkpoint(folder: Path, staging: Path, meta: dict) -> Path:
     return staging
 
 
-def bootstrap(cfg, force: bool = False, log: Callable[[str], None] = print) -> dict:
+def _default_policy(cfg, folder: Path, fresh: bool, log: Callable[[str], None]) -> tuple[dict, Path | None]:
+    """The default policy in `folder`: a copy of the cached one when it is current (and not `fresh`), else made
+    here and then cached. Returns its metadata and the cache it came from (None when made here)."""
+    cache = policy_cache(cfg)
+    stale = "--fresh" if fresh else stale_reason(cache, cfg.policy)
+    if not stale:
+        shutil.copytree(cache, folder)
+        meta = json.loads((folder / METADATA).read_text())
+        log(f"reusing the default policy cached in {cache} (made {meta.get('created', '?')} by recipe {RECIPE} "
+            f"from this [policy] config; --fresh trains a new one)")
+        return meta, cache
+    if cache.exists():
+        log(f"not reusing {cache}: {stale}")
+    meta = make_default_policy(cfg.policy, folder, log)
+    keep_as_default_policy(folder, cache)
+    log(f"kept a copy in {cache}: later bootstraps with this [policy] config reuse it")
+    return meta, None
+
+
+def bootstrap(cfg, force: bool = False, log: Callable[[str], None] = print, fresh: bool = False) -> dict:
     """Make and register v0 (see the module docstring); returns the summary `rtrl bootstrap` prints."""
     from infra.registry import Registry
 
@@ -293,7 +321,7 @@ def bootstrap(cfg, force: bool = False, log: Callable[[str], None] = print) -> d
             tags = {"kind": "base_checkpoint", "parent": "", "source": str(base)}
         else:
             folder = tmp / "checkpoint"
-            meta = make_default_policy(policy, folder, log)
+            meta, reused = _default_policy(cfg, folder, fresh, log)
             sampled, greedy = meta["eval"]["sampled"], meta["eval"]["greedy"]
             tags = {"kind": "bootstrap", "parent": "", "seed": policy.seed, "steps": meta["steps"],
                     "accuracy": sampled["edit_accuracy"], "broken_rate": sampled["broken_rate"],
@@ -314,7 +342,8 @@ def bootstrap(cfg, force: bool = False, log: Callable[[str], None] = print) -> d
                        repair_accuracy=tags["repair_accuracy"],
                        greedy_accuracy=tags["greedy_accuracy"], greedy_broken_rate=tags["greedy_broken_rate"],
                        parameters=meta["parameters"], steps=meta["steps"], train_examples=meta["train_examples"],
-                       train_seconds=meta["train_seconds"], final_loss=meta["final_loss"])
+                       train_seconds=meta["train_seconds"], final_loss=meta["final_loss"],
+                       reused=str(reused) if reused else None)
     else:
         summary.update(source=meta["source"], parameters=meta["parameters"])
     return summary

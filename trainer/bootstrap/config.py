@@ -17,6 +17,10 @@ class PolicyConfig(BaseModel):
     base_checkpoint: str = Field(default="", description="An HF causal-LM folder to register as v0 instead of "
                                                          "bootstrapping the default policy; '' = bootstrap.")
     seed: int = Field(default=0, ge=0, description="Seeds the corpus, the initial weights and the batch order.")
+    cache_dir: str = Field(default="", description="Where the bootstrapped default policy is kept for reuse: "
+                                                   "`rtrl bootstrap` registers it instead of training when it was "
+                                                   "made by this recipe from this [policy] config (--fresh "
+                                                   "retrains); '' = <state_dir>/policy-v0.")
     # tokenizer and architecture (a standard Llama: any HF or vLLM loader takes it)
     vocab_size: int = Field(default=1536, ge=261, le=262144,
                             description="BPE vocabulary target (256 bytes + 5 special tokens at least); merges "
