@@ -248,6 +248,7 @@ class GateRun:
     quarantined: dict[str, str]
     episodes: list[Episode]
     timings: dict[str, float] = field(default_factory=dict)
+    samples: int = 0                    # per task and arm
 
     def summary(self) -> dict:
         r = self.result
@@ -257,7 +258,8 @@ class GateRun:
                 "resolved_candidate": p.candidate_rate if p else None,
                 "resolved_champion": p.champion_rate if p else None,
                 "difference": p.difference if p else None, "interval": r.interval_text(),
-                "tasks": self.tasks, "quarantined": len(self.quarantined), "episodes": len(self.episodes),
+                "tasks": self.tasks, "samples_per_task": self.samples, "quarantined": len(self.quarantined),
+                "episodes": len(self.episodes),
                 "infra_failures": sum(e.infra_error is not None for e in self.episodes),
                 "arms_run": sorted({e.arm for e in self.episodes if "reused_from" not in e.notes}),
                 "report": str(self.report.get("html", "")), "mlflow_run_id": self.run_id,
@@ -320,7 +322,7 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     report = write_report(result, episodes, out, meta)
     run_id = log_to_mlflow(result, out, registry, candidate, champion) if track else None
     timings["total"] = time.monotonic() - t0
-    run = GateRun(result, candidate, champion, out, report, run_id, suite_dir, len(kept), bad, episodes, timings)
+    run = GateRun(result, candidate, champion, out, report, run_id, suite_dir, len(kept), bad, episodes, timings, k)
     log(f"[gate] {result.decision}: resolved {run.summary()['resolved_candidate']} vs "
         f"{run.summary()['resolved_champion']}, interval {result.interval_text()}; report {report['html']}")
     return run

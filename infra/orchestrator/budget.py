@@ -5,7 +5,7 @@ On the machine the demo was tuned on, three cycles with the demo's settings (`de
 930 s (README, "A machine half as fast"). So before each cycle after the first, the demo measures what a cycle costs
 on this machine, from the cycles done so far, and gives the next cycle its share of the time left:
 
-    costs = cycle_costs(records, samples_of)            # None before the first cycle is done
+    costs = cycle_costs(records, demo.gate_samples)     # None before the first cycle is done
     plan = plan_cycle(costs, time_left_s, cycles_left, demo, rows_per_step, tail=True)
     plan.settings()                                    # -> ["trainer.max_rows=512", "gate.samples_per_task=2"]
 
@@ -25,7 +25,6 @@ The first cycle always runs with the demo's settings: it trains v0, and most of 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from infra.orchestrator.ledger import CycleRecord
 from infra.orchestrator.summary import rows_trained
@@ -57,9 +56,9 @@ def _episodes_s(rec: CycleRecord) -> float:
     return float((rec.result("evaluate").get("seconds") or {}).get("arms") or 0.0) or _seconds(rec, "evaluate")
 
 
-def cycle_costs(records: list[CycleRecord], samples_of: Callable[[CycleRecord], int]) -> Costs | None:
+def cycle_costs(records: list[CycleRecord], default_samples: int) -> Costs | None:
     """What a cycle costs here, from the finished cycles that trained and ran a gate (None: none yet).
-    `samples_of(record)`: the samples per task its gate ran."""
+    `default_samples`: the samples per task of a gate whose result does not say (recorded before it did)."""
     done = [r for r in records if r.finished_wall and r.done("train") and r.done("evaluate")
             and (rows_trained(r) or 0) > 0 and not r.result("evaluate").get("reused")]
     if not done:
@@ -68,7 +67,7 @@ def cycle_costs(records: list[CycleRecord], samples_of: Callable[[CycleRecord], 
     wall = last.finished_wall - last.started_wall
     rate = max(_loop_s(r) / rows_trained(r) for r in done) * RATE_MARGIN
     arms = max(1, len(last.result("evaluate").get("arms_run") or ["candidate"]))
-    samples = samples_of(last)
+    samples = int(last.result("evaluate").get("samples_per_task") or default_samples)
     return Costs(fixed_s=max(0.0, wall - _loop_s(last) - _episodes_s(last)), train_s_per_row=rate,
                  gate_s_per_sample=_episodes_s(last) / (samples * arms),
                  measure_s=_seconds(last, "collect", "distill", "validate", "measure"), samples=samples)
@@ -109,16 +108,14 @@ def plan_cycle(costs: Costs, time_left_s: float, cycles_left: int, demo, rows_pe
         return Plan(rows, samples, share, estimate(rows, samples), fits,
                     reduced=(rows, samples) != (top_rows, demo.gate_samples))
 
-    if top_rows <= 0:           # all of a cycle's rows: only the gate can be sized
-        for s in range(top_samples, least_samples - 1, -1):
-            if estimate(0, s) <= share:
-                return plan(top_rows, s, True)
-        return plan(top_rows, least_samples, False)
+    def rows_tried(samples: int):
+        if top_rows <= 0:       # all of a cycle's rows: only the gate can be sized
+            return [top_rows]
+        floor = rows_per_step if samples == least_samples else min(demo.train_min_rows, top_rows)
+        return range(top_rows, floor - 1, -rows_per_step)
+
     for s in range(top_samples, least_samples - 1, -1):
-        floor = rows_per_step if s == least_samples else min(demo.train_min_rows, top_rows)
-        rows = top_rows
-        while rows >= floor:
+        for rows in rows_tried(s):
             if estimate(rows, s) <= share:
                 return plan(rows, s, True)
-            rows -= rows_per_step
-    return plan(min(rows_per_step, top_rows), least_samples, False)
+    return plan(top_rows if top_rows <= 0 else min(rows_per_step, top_rows), least_samples, False)

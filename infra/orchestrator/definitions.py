@@ -30,7 +30,7 @@ from infra.orchestrator.cadence import count_mature_requests, decide
 from infra.orchestrator.clock import clock_for
 from infra.orchestrator.ledger import Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli
-from infra.orchestrator.steps import STEPS, context_for, finish, run_step, step_log_dir
+from infra.orchestrator.steps import STEPS, CycleContext, finish, run_step, step_log_dir
 from infra.orchestrator.warm_runner import socket_path
 
 CONFIG_ENV, OVERRIDES_ENV = "RTRL_CONFIG", "RTRL_SET"
@@ -106,11 +106,12 @@ def _step_asset(step: str):
 
         # a new cycle takes the settings its run was started with; a resumed one keeps those it started with
         settings = json.loads(context.run.tags.get(SETTINGS_TAG) or "[]")
-        rec = Ledger(cfg.state_path).begin(cycle_id, clock_for(cfg).now(), time.time(), settings)
+        ledger = Ledger(cfg.state_path)
+        rec = ledger.begin(cycle_id, clock_for(cfg).now(), time.time(), settings)
         if rec.settings:
             rtrl = rtrl.with_settings(rec.settings)
             cfg = rtrl.load()
-        ctx, ledger = context_for(cfg, rtrl.cli(cfg, cycle_id), cycle_id, clock_for(cfg).now(), log=log)
+        ctx = CycleContext(cfg, rtrl.cli(cfg, cycle_id), rec, log)
         result = run_step(ctx, ledger, step)
         if step == STEPS[-1]:
             finish(ctx, ledger)

@@ -303,18 +303,12 @@ class Demo:
 
         d = self.cfg.demo
         records = ledger.all()
-        if not d.budget_s or (costs := cycle_costs(records, self.gate_samples_of)) is None:
+        if not d.budget_s or (costs := cycle_costs(records, self.cfg.gate.samples_per_task)) is None:
             return []
         left = cycles - len([r for r in records if r.status in (DONE, BLOCKED)])
         plan = plan_cycle(costs, d.budget_s - self.elapsed(), left, d, self.cfg.trainer.rows_per_step, d.ab_tail)
         self.log(f"[budget] {cycle_id}: {plan.text()} (demo.budget_s = {d.budget_s:.0f})")
         return plan.settings() if plan.reduced else []
-
-    def gate_samples_of(self, rec: CycleRecord) -> int:
-        """Samples per task the cycle's gate ran: its own setting, else the demo's."""
-        key = "gate.samples_per_task="
-        mine = [s[len(key):] for s in rec.settings if s.startswith(key)]
-        return int(mine[-1]) if mine else self.cfg.gate.samples_per_task
 
     def measure_tail(self) -> CycleRecord | None:
         """The next cycle's first steps (collect, distill, validate, measure: `definitions.MEASURE_STEPS`) after the

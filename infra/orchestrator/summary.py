@@ -51,7 +51,7 @@ def _cycle_row(rec) -> dict:
         "champion_after": promote.get("champion"),
         "ab": {k: (r["measure"] or {}).get(v) for k, v in AB_METRICS.items()},
         "step_seconds": {s: v.get("seconds") for s, v in rec.steps.items()},
-        "settings": list(getattr(rec, "settings", []) or []),
+        "settings": list(rec.settings),
     }
     return row
 
