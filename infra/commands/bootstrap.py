@@ -3,9 +3,9 @@
 The default policy (a small Llama with a tokenizer trained here, supervised on the task generator's
 demonstrations) takes a few minutes on 2 CPU cores, once: it is kept in `policy.cache_dir` and a later bootstrap
 with the same `[policy]` config registers that copy (`--fresh` trains again); `policy.base_checkpoint` registers an
-existing Hugging Face causal-LM folder instead. Needs only the MLflow store (no `rtrl up`). Idempotent: when `champion` is already set it
-says so and exits 0. Progress goes to stderr, the summary (one JSON object) to stdout. Exit 1 when a base
-checkpoint cannot serve as the policy.
+existing Hugging Face causal-LM folder instead. Needs only the MLflow store (no `rtrl up`). Idempotent: when
+`champion` is already set it says so and exits 0. Progress goes to stderr, the summary (one JSON object) to
+stdout. Exit 1 when a base checkpoint cannot serve as the policy.
 """
 
 from __future__ import annotations

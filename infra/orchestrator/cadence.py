@@ -94,8 +94,9 @@ def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
     allowed lateness (`pipelines.rewards.kafka_range.range_watermark`), and no later than `now` allows. The newest
     event time is that of the newest request read (the range's may be newer: a conservative count). When the
     clients' clocks lag the orchestrator's (simulated users that fell behind), `now` alone counted rows the reward
-    job did not emit yet (431 counted, 220 emitted). Reads the trajectories topic from the last done cycle's end offsets up to the log end as the broker reports it now (an
-    estimate: Tansu reports the last batch's base offset + 1)."""
+    job did not emit yet (431 counted, 220 emitted). Reads the trajectories topic from the last done cycle's end
+    offsets up to the log end as the broker reports it now (an estimate: Tansu reports the last batch's base
+    offset + 1)."""
     from kafka import KafkaConsumer, TopicPartition
 
     from pipelines.rewards.cycle_job import CycleStore, start_after

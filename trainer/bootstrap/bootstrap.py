@@ -106,7 +106,8 @@ def make_default_policy(policy, folder: Path, log: Callable[[str], None] = print
     return meta
 
 
-RUN_ONLY_KEYS = frozenset({"threads", "log_every", "base_checkpoint", "cache_dir"})   # how a bootstrap ran, not what it made
+# how a bootstrap ran or where it is kept, not what it made
+RUN_ONLY_KEYS = frozenset({"threads", "log_every", "base_checkpoint", "cache_dir"})
 
 
 def stale_reason(folder: Path, policy) -> str:
