@@ -2,53 +2,16 @@
 
 from __future__ import annotations
 
-import random
-import socket
 from pathlib import Path
 
 import pytest
 
+from infra.bench.ports import free_ports
 from infra.config import RtrlConfig, load_config
 
 
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (outgoing connections, binds to port 0)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-_HANDED_OUT: set[int] = set()
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(n: int) -> int:
-    """A port P such that P .. P+n-1 are free now and below the ephemeral range: a port the kernel hands out to
-    an outgoing connection (Kafka, vLLM's sockets) could be taken in the minute between this pick and the bind
-    of a server that first loads its engines."""
-    high = _ephemeral_low() - n
-    rng = random.Random()
-    for _ in range(500):
-        port = rng.randrange(20000, high)
-        span = set(range(port, port + n))
-        if span & _HANDED_OUT or not all(_bindable(p) for p in span):
-            continue
-        _HANDED_OUT.update(span)
-        return port
-    raise RuntimeError(f"no {n} free consecutive ports in 20000..{high}")
-
-
 def free_port_pair() -> int:
-    """A port P such that P and P+1 are free (the broker and its object store)."""
+    """A port P such that P and P+1 are free (the broker and its object store), below the ephemeral range."""
     return free_ports(2)
 
 

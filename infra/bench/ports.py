@@ -1,21 +1,52 @@
-"""Free local ports for the benchmarks' private stacks."""
+"""Free local ports for private stacks (benchmarks, the chaos loop, tests), below the kernel's ephemeral range.
+
+A port the kernel hands out to outgoing connections (Kafka clients, vLLM's sockets) or to binds to port 0 can be
+taken by one of them in the minute between picking it and the bind of a server that first loads its engines
+(serving lost its port that way in CI). Ports below that range are handed out only by whoever names them.
+"""
 
 from __future__ import annotations
 
+import random
 import socket
+from pathlib import Path
+
+LOWEST = 20000
+_handed_out: set[int] = set()
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(n: int = 1) -> int:
+    """A port P such that P .. P+n-1 are free now, below the ephemeral range, and not handed out before by this
+    process."""
+    high = ephemeral_low() - n
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(LOWEST, high)
+        span = set(range(port, port + n))
+        if span & _handed_out or not all(_bindable(p) for p in span):
+            continue
+        _handed_out.update(span)
+        return port
+    raise RuntimeError(f"no {n} free consecutive ports in {LOWEST}..{high}")
 
 
 def free_port(pair: bool = False) -> int:
     """A port nothing listens on; with `pair`, one whose successor is free too (the broker and its object store)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not pair:
-            return port
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
+    return free_ports(2 if pair else 1)

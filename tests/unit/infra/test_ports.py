@@ -1,4 +1,5 @@
-"""`hold_port`: the port a server will listen on is its own from start-up on, and a taken one is named."""
+"""Ports: `hold_port` makes the port a server will listen on its own from start-up on (a taken one is named), and
+the free ports picked for private stacks lie below the kernel's ephemeral range."""
 
 import socket
 
@@ -32,6 +33,7 @@ def test_holding_a_taken_port_names_the_port():
 
 
 def test_the_picked_free_ports_lie_below_the_kernels_ephemeral_range():
-    from tests.conftest import _ephemeral_low, free_port_pair
+    from infra.bench.ports import ephemeral_low
+    from tests.conftest import free_port_pair
 
-    assert all(20000 <= p < _ephemeral_low() for p in (free_port(), free_port_pair() + 1))
+    assert all(20000 <= p < ephemeral_low() for p in (free_port(), free_port_pair() + 1))
