@@ -287,8 +287,12 @@ def _default_policy(cfg, folder: Path, fresh: bool, log: Callable[[str], None]) 
     if cache.exists():
         log(f"not reusing {cache}: {stale}")
     meta = make_default_policy(cfg.policy, folder, log)
-    keep_as_default_policy(folder, cache)
-    log(f"kept a copy in {cache}: later bootstraps with this [policy] config reuse it")
+    try:
+        keep_as_default_policy(folder, cache)
+    except OSError as e:            # v0 is made: a cache that cannot be written costs only the next bootstrap
+        log(f"warning: could not keep a copy in {cache} ({e}); later bootstraps will train again")
+    else:
+        log(f"kept a copy in {cache}: later bootstraps with this [policy] config reuse it")
     return meta, None
 
 
