@@ -21,24 +21,23 @@ class StackError(RuntimeError):
     pass
 
 
+class PortTaken(StackError):
+    """Something else holds the port."""
+
+
 def port_is_free(host: str, port: int) -> bool:
     """True if (host, port) can be bound; False if something holds it. A host that is not an address of this
     machine is a configuration error, reported as such."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return False
-            raise StackError(f"cannot bind {host}:{port}: {e.strerror or e} (is {host!r} an address of this "
-                             "machine?)") from None
+    try:
+        hold_port(host, port).close()
+    except PortTaken:
+        return False
     return True
 
 
 def hold_port(host: str, port: int) -> socket.socket:
     """A socket bound to (host, port), not yet listening: the port is ours from now on, while a server loads what
-    it needs before it accepts (connections are refused until it listens). StackError when it is taken."""
+    it needs before it accepts (connections are refused until it listens). PortTaken when something holds it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -47,10 +46,9 @@ def hold_port(host: str, port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRINUSE:
-            raise StackError(f"port {port} on {host} is taken") from None
+            raise PortTaken(f"port {port} on {host} is taken") from None
         raise StackError(f"cannot bind {host}:{port}: {e.strerror or e} (is {host!r} an address of this "
                          "machine?)") from None
-    sock.set_inheritable(True)
     return sock
 
 

@@ -32,21 +32,6 @@ def _events(n: int):
         yield parse_event(d)
 
 
-def _free_port_pair() -> int:
-    """A port P with P and P + 1 free (the embedded broker and its object store)."""
-    import socket
-
-    from infra.stack.process import port_is_free
-
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65535 and port_is_free("127.0.0.1", port + 1):
-            return port
-    raise RuntimeError("no free port pair")
-
-
 def _produce(bootstrap: str, n: int) -> dict:
     from kafka import KafkaProducer
 
@@ -75,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="config override, e.g. --set archive.check_crcs=false --set kafka.storage_engine=memory")
     args = ap.parse_args(argv)
 
+    from infra.bench.ports import free_port
     from infra.config import load_config
     from pipelines.archive.archiver import Archiver
 
@@ -85,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.bootstrap:
             sets.append(f'kafka.bootstrap_servers="{args.bootstrap}"')
         else:
-            sets.append(f"kafka.port={_free_port_pair()}")
+            sets.append(f"kafka.port={free_port(pair=True)}")
         cfg = load_config(None, sets + args.overrides)
         if not args.bootstrap:
             from infra.stack.stack import Stack
