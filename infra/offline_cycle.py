@@ -29,38 +29,58 @@ NAMESPACE = uuid.UUID("3f0c2a6e-0d4b-4e57-9a43-6f1b8e2d7c15")
 
 
 class LocalPolicy:
-    """The simulator's Policy protocol over a Hugging Face checkpoint, sampled with transformers on this process."""
+    """The simulator's Policy protocol over a Hugging Face checkpoint, sampled on this process (a Llama checkpoint
+    with `trainer.decode.LlamaDecoder`, any other with transformers' forward)."""
 
     def __init__(self, folder: str | Path, version: str, arm: str = "treatment", seed: int = 0,
                  max_new_tokens: int = 192, annotate: bool = False):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from trainer.decode import LlamaDecoder
+
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
         self.version, self.arm, self.max_new_tokens = version, arm, max_new_tokens
         self.generator = torch.Generator().manual_seed(seed)
+        self.decoder = LlamaDecoder(self.model) if LlamaDecoder.supports(self.model) else None
         self.trajectories: list[Trajectory] = []
         # with `annotate`: request_id -> what the simulator knows and the reward table does not (offline_ab.py)
         self.annotate, self.annotations = annotate, {}
         self._n = 0
 
+    def _logits(self, prompt_ids: list[int]):
+        """The next-token logits after the prompt, then after each token sent to the generator."""
+        import torch
+
+        if self.decoder is not None:   # the same arithmetic as the model's forward, a fraction of its overhead
+            tok = yield self.decoder.prefill([prompt_ids])[0]
+            while True:
+                tok = yield self.decoder.step(torch.tensor([tok]))[0]
+        ids, past = torch.tensor([prompt_ids]), None
+        with torch.no_grad():
+            while True:
+                res = self.model(input_ids=ids, past_key_values=past, use_cache=True)
+                past = res.past_key_values
+                tok = yield res.logits[0, -1]
+                ids = torch.tensor([[tok]])
+
     def _sample(self, prompt_ids: list[int]) -> tuple[list[int], list[float]]:
         import torch
 
-        ids, logps, past = torch.tensor([prompt_ids]), [], None
+        logps: list[float] = []
         out: list[int] = []
+        stream = self._logits(prompt_ids)
+        logits = next(stream)
         with torch.no_grad():
             for _ in range(self.max_new_tokens):
-                res = self.model(input_ids=ids, past_key_values=past, use_cache=True)
-                past = res.past_key_values
-                logp = torch.log_softmax(res.logits[0, -1].float(), -1)
+                logp = torch.log_softmax(logits.float(), -1)
                 tok = int(torch.multinomial(logp.exp(), 1, generator=self.generator))
                 out.append(tok)
                 logps.append(float(logp[tok]))
-                if tok == self.tokenizer.eos_token_id:
+                if tok == self.tokenizer.eos_token_id or len(out) == self.max_new_tokens:
                     break
-                ids = torch.tensor([[tok]])
+                logits = stream.send(tok)
         return out, logps
 
     def respond(self, request: PolicyRequest) -> PolicyReply:

@@ -9,12 +9,14 @@ the first 400 of these tasks on different machines; the v0 with the skip-bigram 
 the margin must hold for a v0 anywhere in that band."""
 
 import json
+import multiprocessing
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from evals.gate.stats import paired_difference
 from infra.registry import Registry
@@ -28,13 +30,16 @@ HELD_OUT_WORKSPACES = 500   # x 4 tasks: 2,000 edit turns (paired standard error
 MARGIN = 0.02          # absolute rise in the share of right edits (v0 is at 0.40-0.48 on these tasks)
 
 
-def _held_out(folder: Path) -> tuple[dict, list[tuple[str, int]]]:
-    """Sampled (T=1, seeded) metrics on the held-out tasks and the per-task right-edit outcomes."""
+def _held_out(folder: Path, threads: int) -> tuple[dict, list[tuple[str, int]]]:
+    """Sampled (T=1, seeded) metrics on the held-out tasks and the per-task right-edit outcomes (run in a process
+    of its own, on `threads` torch threads)."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer.bootstrap.corpus import generate_tasks
     from trainer.bootstrap.evaluate import generate, prompts_of, right_edits, score, turns_of
 
+    torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     turns = turns_of(generate_tasks(seed=HELD_OUT_SEED, workspaces=HELD_OUT_WORKSPACES, tasks_per_workspace=4,
@@ -45,18 +50,34 @@ def _held_out(folder: Path) -> tuple[dict, list[tuple[str, int]]]:
 
 
 def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapped, tmp_path):
-    from infra.offline_cycle import LocalPolicy, reward_rows, simulate_traffic
-    from instrumentation.simulator.config import SimulatorConfig
-    from pipelines.rewards.spec import RewardSpec
-
     state, _, _ = bootstrapped
     cfg = make_config(state)
     registry = Registry.from_config(cfg)
     v0 = registry.local_path("1")
 
+    # v0 on the held-out tasks, in a process of its own on one core while the cycle below runs on the other
+    pool = multiprocessing.get_context("spawn").Pool(2)
+    try:
+        _cycle_and_rise(cfg, registry, v0, pool.apply_async(_held_out, (v0, 1)), pool, tmp_path)
+    finally:
+        pool.terminate()   # a failed assertion leaves no evaluation running into the next test
+
+
+def _cycle_and_rise(cfg, registry: Registry, v0: Path, v0_held_out, pool, tmp_path: Path) -> None:
+    from infra.offline_cycle import LocalPolicy, reward_rows, simulate_traffic
+    from instrumentation.simulator.config import SimulatorConfig
+    from pipelines.rewards.spec import RewardSpec
+
+    state = cfg.state_dir
+
     # one cycle of v0's own traffic: simulated users on the deterministic clock, v0 sampling like serving
-    policy = LocalPolicy(v0, version="1", seed=7)
-    events = simulate_traffic(policy, SimulatorConfig(users=64, seed=11), hours=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        policy = LocalPolicy(v0, version="1", seed=7)
+        events = simulate_traffic(policy, SimulatorConfig(users=64, seed=11), hours=2)
+    finally:
+        torch.set_num_threads(threads)
     rows = reward_rows(events, RewardSpec())
     assert rows.height >= 600 and (rows["reward"] > 0).sum() >= 100 and (rows["reward"] < 0).sum() >= 100
     table = tmp_path / "rewards" / "policy_version=1" / "window=offline-1"
@@ -78,7 +99,7 @@ def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapp
     candidate = registry.local_path(result["candidate"])
     assert registry.info(result["candidate"]).tags["candidate"] == "true"
 
-    (before, units_v0), (after, units_cand) = _held_out(v0), _held_out(candidate)
+    (before, units_v0), (after, units_cand) = v0_held_out.get(), pool.apply(_held_out, (candidate, 2))
     assert [t for t, _ in units_v0] == [t for t, _ in units_cand]
     _, workspace = np.unique([t.rsplit("-", 1)[0] for t, _ in units_v0], return_inverse=True)   # the cluster
     rise = paired_difference(np.array([r for _, r in units_cand]), np.array([r for _, r in units_v0]), workspace,
