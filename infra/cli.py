@@ -347,6 +347,13 @@ def _parser() -> argparse.ArgumentParser:
     btr.add_argument("--rows", type=int, default=256, help="reward rows to train on (default 256)")
     btr.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward (default 8)")
     btr.add_argument("--rows-per-step", type=int, default=64, help="rows per optimizer step (default 64)")
+    bdc = bench_sub.add_parser("decode", help="in-process decoding of a model of [policy]'s shape: trainer.decode "
+                               "vs transformers, per token and per batch; tokens must match")
+    bdc.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+    bdc.add_argument("--prompt-tokens", type=int, default=800, help="prompt length (default 800)")
+    bdc.add_argument("--new-tokens", type=int, default=100, help="tokens generated (default 100)")
+    bdc.add_argument("--batch", type=int, default=50, help="left-padded prompts of the batch measurement (default 50)")
+    bdc.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     bg = bench_sub.add_parser("gate", help="the default gate suite end to end (champion vs itself): seconds per "
                               "task, infrastructure failure rate, bubblewrap overhead vs a plain subprocess")
     bg.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")

@@ -54,6 +54,14 @@ def main(args, cfg) -> int:
                   **run_trainer(args.rows, args.micro_batch, args.rows_per_step, log=log)}
         print(json.dumps(result))
         return 0
+    if args.bench_command == "decode":
+        from infra.bench.decode import run as run_decode
+
+        result = {"benchmark": "decode", "cpus": os.cpu_count(),
+                  **run_decode(cfg.policy, prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
+                               batch=args.batch, threads=args.threads, log=log)}
+        print(json.dumps(result))
+        return 0 if result["same_tokens"] else 1
     if args.bench_command == "gate":
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from infra.bench.gate import run as run_gate_bench
