@@ -98,10 +98,11 @@ class LlamaDecoder:
         return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
 
     def _mask(self, n: int, start: int, end: int) -> torch.Tensor | None:
-        """[rows, 1, n, end]: what each query sees (itself and the real tokens up to it); None when nothing is
-        hidden (one unpadded query)."""
+        """[rows, 1, n, end]: what each query sees (itself and the real tokens up to it); None when that is plain
+        causal attention from the start (unpadded: one query, or a first prefill, given to the fused kernel as
+        `is_causal`)."""
         padded = bool(self.pad.any())
-        if n == 1 and not padded:
+        if not padded and (n == 1 or start == 0):
             return None
         keys = torch.arange(end)
         queries = torch.arange(start, end).view(n, 1)
@@ -145,7 +146,8 @@ class LlamaDecoder:
                     scores = scores.masked_fill(~mask, float("-inf"))
                 att = torch.softmax(scores, dim=-1) @ values
             else:
-                att = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+                att = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                                       is_causal=mask is None)
             x = x + att.transpose(1, 2).reshape(b, n, q_size) @ o_w
             gate, up = (self._norm(x, ln2) @ gu_w).chunk(2, dim=-1)
             x = x + (torch.nn.functional.silu(gate) * up) @ down_w

@@ -1,8 +1,9 @@
 """`rtrl bench decode`: in-process decoding of a model of the default policy's shape (`[policy]`: its sizes, a
 vocabulary of `vocab` tokens, random weights of a fixed seed), `trainer.decode` against transformers.
 
-  lean_ms_per_token / transformers_ms_per_token    one sequence: a `prompt_tokens` prompt, then `new_tokens` steps
-                                                   of one token each (what `LocalPolicy` does per request)
+  lean_prefill_ms / transformers_prefill_ms        one sequence: the `prompt_tokens` prompt at once, ...
+  lean_ms_per_token / transformers_ms_per_token    ... then `new_tokens` steps of one token each (what
+                                                   `LocalPolicy` does per request)
   max_abs_logit_diff                               largest difference between the two's logits over those steps
   lean_batch_s / transformers_batch_s              `batch` left-padded prompts (lengths spread up to prompt_tokens),
                                                    sampled for `new_tokens` tokens from the same seed (what the
@@ -41,19 +42,22 @@ def _one_sequence(model, prompt: list[int], new_tokens: int) -> dict:
     dec = LlamaDecoder(model)
     t0 = time.perf_counter()
     logits = [dec.prefill([prompt])[0]]
+    t1 = time.perf_counter()
     for _ in range(new_tokens):
         logits.append(dec.step(logits[-1].argmax().view(1))[0])
-    lean_s = time.perf_counter() - t0
+    lean = (t1 - t0, time.perf_counter() - t1)
     t0 = time.perf_counter()
     with torch.no_grad():
         out = model(input_ids=torch.tensor([prompt]), use_cache=True)
         ref = [out.logits[0, -1]]
+        t1 = time.perf_counter()
         for _ in range(new_tokens):
             out = model(input_ids=ref[-1].argmax().view(1, 1), past_key_values=out.past_key_values, use_cache=True)
             ref.append(out.logits[0, -1])
-    hf_s = time.perf_counter() - t0
-    return {"lean_ms_per_token": round(1000 * lean_s / (new_tokens + 1), 3),
-            "transformers_ms_per_token": round(1000 * hf_s / (new_tokens + 1), 3),
+    hf = (t1 - t0, time.perf_counter() - t1)
+    return {"lean_prefill_ms": round(1000 * lean[0], 1), "transformers_prefill_ms": round(1000 * hf[0], 1),
+            "lean_ms_per_token": round(1000 * lean[1] / new_tokens, 3),
+            "transformers_ms_per_token": round(1000 * hf[1] / new_tokens, 3),
             "max_abs_logit_diff": float(max((a - b).abs().max() for a, b in zip(logits, ref))),
             "same_tokens": [int(x.argmax()) for x in logits] == [int(x.argmax()) for x in ref]}
 
