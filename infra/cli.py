@@ -172,7 +172,12 @@ def _parser() -> argparse.ArgumentParser:
     oab.add_argument("--seed", type=int, metavar="S", help="population seed (default simulator.seed)")
     oab.add_argument("--sampling-seed", type=int, default=7, metavar="S",
                      help="the checkpoints' sampling seed (default 7; the same for every checkpoint)")
-    oab.add_argument("--threads", type=int, default=0, metavar="N", help="torch CPU threads (0 = torch's default)")
+    oab.add_argument("--threads", type=int, default=0, metavar="N",
+                     help="torch CPU threads of each checkpoint's sampling (0 = 1 when checkpoints run at once, "
+                          "else torch's default)")
+    oab.add_argument("--jobs", type=int, metavar="N",
+                     help="checkpoints served at once, each in a process of its own (default: one per CPU core, "
+                          "at most one per checkpoint; 1 = one after the other in this process)")
 
     boot = cmd("bootstrap", "infra.commands.bootstrap:main",
                "make policy checkpoint v0 (or register policy.base_checkpoint) with aliases champion and control",

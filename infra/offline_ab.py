@@ -97,16 +97,37 @@ def differences(base: pl.DataFrame, other: pl.DataFrame, alpha: float = 0.05) ->
     return {m: _paired(ub, uo, m, alpha) for m in COMPARED}
 
 
-def compare(folders: Sequence[str], sim, spec, hours: float, seed: int,
-            progress: Callable[[str], None] = lambda s: None) -> dict:
-    """Each checkpoint on the same population (rows by the reward spec `spec`); differences are against the first."""
+def _served(folder: str, sim, spec, hours: float, seed: int, label: str, threads: int | None) -> tuple:
+    """(reward rows, seconds) of one checkpoint, on `threads` torch threads (None: as they are)."""
     import time
 
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    return serve_population(folder, sim, spec, hours, seed, label), time.perf_counter() - t0
+
+
+def compare(folders: Sequence[str], sim, spec, hours: float, seed: int,
+            progress: Callable[[str], None] = lambda s: None, jobs: int = 1, threads: int | None = None) -> dict:
+    """Each checkpoint on the same population (rows by the reward spec `spec`); differences are against the first.
+    With `jobs` > 1 that many checkpoints are served at once, each in a process of its own on `threads` torch
+    threads (default 1: one sequence's decoding is bound by per-operation overhead, not arithmetic); a checkpoint's
+    rows depend on its thread count only through floating-point rounding, so compare runs made with the same."""
+    import multiprocessing
+
+    calls = [(folder, sim, spec, hours, seed, str(index + 1), threads or (1 if jobs > 1 else None))
+             for index, folder in enumerate(folders)]
+    if jobs > 1 and len(folders) > 1:
+        with multiprocessing.get_context("spawn").Pool(min(jobs, len(folders))) as pool:
+            pending = [pool.apply_async(_served, call) for call in calls]
+            served = [p.get() for p in pending]
+    else:
+        served = [_served(*call) for call in calls]
     results, first_rows = [], None
-    for index, folder in enumerate(folders):
-        t0 = time.perf_counter()
-        rows = serve_population(folder, sim, spec, hours, seed, label=str(index + 1))
-        entry = {"checkpoint": str(folder), "seconds": round(time.perf_counter() - t0, 1), **summarize(rows)}
+    for folder, (rows, seconds) in zip(folders, served):
+        entry = {"checkpoint": str(folder), "seconds": round(seconds, 1), **summarize(rows)}
         if first_rows is None:
             first_rows = rows
         else:

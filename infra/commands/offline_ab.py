@@ -5,6 +5,7 @@ checkpoint's edit-persistence and dissatisfied-follow-up differences from the fi
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -44,11 +45,11 @@ def main(args, cfg) -> int:
         return _fail(option_errors(e))
     except (ValueError, KeyError, OSError) as e:
         return _fail(str(e))
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    if args.jobs is not None and args.jobs < 1:
+        return _fail("--jobs must be at least 1")
+    jobs = args.jobs or min(len(folders), os.cpu_count() or 1)
     result = compare([str(f) for f in folders], sim, cfg.rewards, args.hours, args.sampling_seed,
-                     progress=lambda line: print(f"[offline-ab] {line}", file=sys.stderr, flush=True))
+                     progress=lambda line: print(f"[offline-ab] {line}", file=sys.stderr, flush=True), jobs=jobs,
+                     threads=args.threads)
     print(json.dumps(result))
     return 0

@@ -1,6 +1,7 @@
 """`rtrl offline-ab` on the real v0 (`bootstrapped`): every row is accounted for in each split, the same checkpoint
-twice gives the same rows (one sampling seed, the deterministic clock), and its paired difference from itself is
-exactly zero, interval included (the pairing cancels every user's own spread)."""
+twice gives the same rows (one sampling seed, the deterministic clock; the two served at once, each in a process of
+its own), and its paired difference from itself is exactly zero, interval included (the pairing cancels every
+user's own spread)."""
 
 import json
 import subprocess
@@ -17,7 +18,7 @@ REPO = Path(__file__).parents[2]
 def test_offline_ab_splits_every_row_and_repeats_itself_on_the_same_population(bootstrapped):
     state, _, _ = bootstrapped
     out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"', "offline-ab", "1", "1",
-                          "--users", "24", "--hours", "1.5", "--threads", "2"],
+                          "--users", "24", "--hours", "1.5"],   # both at once, a process and a thread each
                          capture_output=True, text=True, cwd=REPO, timeout=800)
     assert out.returncode == 0, out.stderr[-4000:]
     result = json.loads(out.stdout)

@@ -29,3 +29,10 @@ def test_offline_ab_rejects_nonpositive_hours_and_users(tmp_path):
     assert "--hours must be positive" in _run(str(tmp_path / "ckpt"), "--hours", "0", tmp_path=tmp_path).stderr
     out = _run(str(tmp_path / "ckpt"), "--users", "0", tmp_path=tmp_path)
     assert out.returncode == 1 and "--users" in out.stderr
+
+
+def test_offline_ab_rejects_fewer_than_one_job(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    out = _run(str(tmp_path / "ckpt"), "--jobs", "0", tmp_path=tmp_path)
+    assert out.returncode == 1 and "--jobs must be at least 1" in out.stderr and out.stdout == ""
