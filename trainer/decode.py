@@ -176,10 +176,28 @@ def generate(model, rows: list[list[int]], *, sample: bool, max_new_tokens: int,
         if not running.any() or out.shape[1] == max_new_tokens:
             break
         logits = dec.step(nxt)
-    result = []
-    for row in out.tolist():
-        result.append(row[:row.index(eos_id) + 1] if eos_id in row else row)
-    return result
+    return _up_to_eos(out.tolist(), eos_id)
+
+
+def transformers_generate(model, rows: list[list[int]], *, sample: bool, max_new_tokens: int, eos_id: int,
+                          pad_id: int) -> list[list[int]]:
+    """`generate`'s result from transformers' own `generate` on the same left-padded batch (any causal LM)."""
+    from transformers import GenerationConfig
+
+    # top_k=0 / top_p=1 explicitly: generate() fills unset values with top_k=50, which truncates the distribution
+    extra = {"temperature": 1.0, "top_k": 0, "top_p": 1.0} if sample else {}
+    config = GenerationConfig(do_sample=sample, max_new_tokens=max_new_tokens, eos_token_id=eos_id,
+                              pad_token_id=pad_id, **extra)
+    width = max(map(len, rows))
+    ids = torch.tensor([[pad_id] * (width - len(r)) + list(r) for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    return _up_to_eos(out[:, width:].tolist(), eos_id)
+
+
+def _up_to_eos(rows: list[list[int]], eos_id: int) -> list[list[int]]:
+    return [row[:row.index(eos_id) + 1] if eos_id in row else row for row in rows]
 
 
 def _rope_theta(config) -> float:

@@ -64,26 +64,19 @@ def _one_sequence(model, prompt: list[int], new_tokens: int) -> dict:
 
 def _batch(model, prompts: list[list[int]], new_tokens: int, seed: int) -> dict:
     import torch
-    from transformers import GenerationConfig
 
-    from trainer.decode import generate
+    from trainer.decode import generate, transformers_generate
 
-    eos = pad = model.config.eos_token_id
+    ends = {"sample": True, "max_new_tokens": new_tokens, "eos_id": model.config.eos_token_id,
+            "pad_id": model.config.pad_token_id}
     torch.manual_seed(seed)
     t0 = time.perf_counter()
-    lean = generate(model, prompts, sample=True, max_new_tokens=new_tokens, eos_id=eos, pad_id=pad)
+    lean = generate(model, prompts, **ends)
     lean_s = time.perf_counter() - t0
-    width = max(map(len, prompts))
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    gen = GenerationConfig(do_sample=True, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=pad,
-                           temperature=1.0, top_k=0, top_p=1.0)
     torch.manual_seed(seed)
     t0 = time.perf_counter()
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen)[:, width:].tolist()
+    ref = transformers_generate(model, prompts, **ends)
     hf_s = time.perf_counter() - t0
-    ref = [row[:row.index(eos) + 1] if eos in row else row for row in out]
     return {"lean_batch_s": round(lean_s, 3), "transformers_batch_s": round(hf_s, 3), "same_tokens": lean == ref,
             "batch_tokens": sum(map(len, lean))}
 

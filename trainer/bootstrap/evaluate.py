@@ -153,45 +153,27 @@ def generate(model, tokenizer, prompts: Sequence[str], *, sample: bool, max_new_
              seed: int) -> tuple[list[str], list[int]]:
     """Responses (text up to eos, special tokens skipped, as serving returns them) and their token counts. A Llama
     checkpoint is decoded with `trainer.decode` (transformers' arithmetic and draws, a fraction of its overhead),
-    any other with transformers' `generate`."""
+    any other with transformers' `generate`; prompts go in left-padded batches of `batch_size`, shortest first."""
     import torch
-    from transformers import GenerationConfig
 
-    from trainer.decode import LlamaDecoder
+    from trainer.decode import LlamaDecoder, transformers_generate
     from trainer.decode import generate as lean_generate
 
-    # top_k=0 / top_p=1 explicitly: generate() fills unset values with top_k=50, which truncates the distribution
-    extra = {"temperature": 1.0, "top_k": 0, "top_p": 1.0} if sample else {}
-    gen = GenerationConfig(do_sample=sample, max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                           pad_token_id=tokenizer.pad_token_id, **extra)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     texts: list[str] = [""] * len(prompts)
     counts: list[int] = [0] * len(prompts)
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
     decoder = LlamaDecoder(model) if LlamaDecoder.supports(model) else None
+    ends = {"sample": sample, "max_new_tokens": max_new_tokens, "eos_id": tokenizer.eos_token_id,
+            "pad_id": tokenizer.pad_token_id}
     torch.manual_seed(seed)
-    try:
-        for k in range(0, len(order), batch_size):
-            idx = order[k:k + batch_size]
-            if decoder is not None:
-                rows = [tokenizer(prompts[i], add_special_tokens=False)["input_ids"] for i in idx]
-                outs = lean_generate(model, rows, sample=sample, max_new_tokens=max_new_tokens,
-                                     eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, decoder=decoder)
-            else:
-                enc = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True,
-                                add_special_tokens=False)
-                with torch.no_grad():
-                    out = model.generate(**enc, generation_config=gen)
-                outs = [out[row, enc["input_ids"].shape[1]:].tolist() for row in range(len(idx))]
-            for row, i in enumerate(idx):
-                ids = outs[row]
-                if tokenizer.eos_token_id in ids:
-                    ids = ids[:ids.index(tokenizer.eos_token_id) + 1]
-                counts[i] = len(ids)
-                texts[i] = tokenizer.decode(ids, skip_special_tokens=True)
-    finally:
-        tokenizer.padding_side = side
+    for k in range(0, len(order), batch_size):
+        idx = order[k:k + batch_size]
+        rows = [tokenizer(prompts[i], add_special_tokens=False)["input_ids"] for i in idx]
+        outs = (lean_generate(model, rows, decoder=decoder, **ends) if decoder is not None
+                else transformers_generate(model, rows, **ends))
+        for i, ids in zip(idx, outs):
+            counts[i] = len(ids)
+            texts[i] = tokenizer.decode(ids, skip_special_tokens=True)
     return texts, counts
 
 
