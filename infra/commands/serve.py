@@ -69,33 +69,39 @@ def _warn_if_no_kafka(cfg) -> None:
               f"events are spooled on disk until it answers", file=sys.stderr, flush=True)
 
 
-def _announce(url: str, versions: dict[str, str]) -> None:
+def _arms_line(url: str, versions: dict[str, str]) -> str:
     arms = ", ".join(f"{arm} → v{v}" for arm, v in versions.items())
-    print(f"serving: {url}  (POST {url}/v1/chat/completions, GET {url}/v1/models, GET {url}/health); arms: {arms}",
-          flush=True)
+    return f"serving: {url}  (POST {url}/v1/chat/completions, GET {url}/v1/models, GET {url}/health); arms: {arms}"
 
 
 def _detach(args, cfg) -> int:
+    start_detached(cfg, args.config, args.overrides)
+    return 0
+
+
+def start_detached(cfg, config: str | None, overrides: list[str], say=lambda m: print(m, flush=True)) -> None:
+    """`rtrl serve` in the background with this config file and these overrides, once its /health answers (every
+    arm's engine loaded); nothing when it runs already. `rtrl serve --detach` and `rtrl demo` (in its own process,
+    not through a new interpreter) start serving this way. StackError when it cannot start."""
     proc = ManagedProcess(NAME, cfg.state_path)
     url = _url(cfg)
     if (rec := proc.info()) is not None:
-        print(f"serving: already running (pid {rec['pid']}); log: {proc.logfile}")
-        return 0
+        say(f"serving: already running (pid {rec['pid']}); log: {proc.logfile}")
+        return
     versions = check_ready_to_serve(cfg)
     _warn_if_no_kafka(cfg)
     argv = [sys.executable, "-m", "infra.cli"]
-    if args.config:
-        argv += ["--config", args.config]
-    for o in args.overrides:
+    if config:
+        argv += ["--config", config]
+    for o in overrides:
         argv += ["--set", o]
     argv += ["serve"]
     proc.start(argv, extra={"url": url})
-    print(f"serving: loading {len(set(versions.values()))} engine(s); waiting up to "
-          f"{cfg.serving.startup_timeout_s:.0f}s for {url}/health", flush=True)
+    say(f"serving: loading {len(set(versions.values()))} engine(s); waiting up to "
+        f"{cfg.serving.startup_timeout_s:.0f}s for {url}/health")
     proc.wait_healthy(lambda: _health(url) is not None, cfg.serving.startup_timeout_s, f"GET {url}/health")
-    _announce(url, versions)
-    print(f"serving: running in the background (pid {proc.info()['pid']}); log: {proc.logfile}; stop with `rtrl down`")
-    return 0
+    say(_arms_line(url, versions))
+    say(f"serving: running in the background (pid {proc.info()['pid']}); log: {proc.logfile}; stop with `rtrl down`")
 
 
 def _serve(cfg) -> int:

@@ -104,6 +104,7 @@ class DemoConfig(BaseModel):
                             "(infra.orchestrator.budget; 0 = always the demo's settings).")
     train_min_rows: int = Field(default=256, ge=1, description="Fewest rows a budgeted cycle trains before its gate "
                                 "runs fewer samples (with demo.gate_min_samples: down to one step of rows).")
-    gate_min_samples: int = Field(default=2, ge=1, le=100, description="Fewest samples per task a budgeted cycle's "
-                                  "gate runs.")
+    gate_min_samples: int = Field(default=1, ge=1, le=100, description="Fewest samples per task a budgeted cycle's "
+                                  "gate runs (1: one episode per task and arm, still paired by task; a wider "
+                                  "interval keeps the champion more often, which leaves the A/B as it was).")
     timeout_s: float = Field(default=3600.0, gt=0, le=86400, description="Wall seconds before the demo gives up.")

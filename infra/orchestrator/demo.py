@@ -38,12 +38,11 @@ from infra.orchestrator.clock import AcceleratedClock, clock_path
 from infra.orchestrator.config import DemoConfig
 from infra.orchestrator.ledger import BLOCKED, DONE, CycleRecord, Ledger, next_cycle_id
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
-from infra.orchestrator.warm_runner import socket_path, start_background, wait_listening
+from infra.orchestrator.warm_runner import socket_path, start_background
 from trainer.bootstrap.bootstrap import policy_cache, stale_reason
 
 MAX_ATTEMPTS = 3       # runs of one cycle id (the first and two resumptions) before the demo gives up
 RESUME_MARGIN_S = 120.0  # wall seconds the last demo's users ran on after its last cycle record (tail, summary, stop)
-WARM_WAIT_S = 30.0     # how long v0's registration waits for the warm runner (a new interpreter takes ~20 s)
 # Dagster's own per-event console lines stay in its run log (the UI); the steps print their progress themselves
 QUIET_DAGSTER = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -177,15 +176,19 @@ class Demo:
             return v
         stale = stale_reason(self.v0_cache, self.cfg.policy)
         if not stale:
-            if self.cfg.demo.warm_steps:     # its imports are done a few seconds after the stack's start: fork it
-                wait_listening(self.cli.warm, WARM_WAIT_S)
+            # the cached v0: a copy and a registration (MLflow is imported here already), in this process, so that
+            # serving starts loading now and not after the warm runner's ~20 s of imports
+            from trainer.bootstrap.bootstrap import bootstrap
+
             self.log(f"[v0] registering the cached default policy {self.v0_cache}")
-        elif not self.cfg.policy.base_checkpoint:
+            bootstrap(self.cfg, log=lambda m: None)
+            return registry.version_of("champion")
+        if not self.cfg.policy.base_checkpoint:
             if self.v0_cache.exists():
                 self.log(f"[v0] not reusing {self.v0_cache}: {stale}")
             self.log("[v0] bootstrapping the default policy (first demo on this machine: a few minutes; later "
                      f"demos reuse {self.v0_cache})")
-        self.cli.run("bootstrap", step="bootstrap", echo=None if not stale else self.log)
+        self.cli.run("bootstrap", step="bootstrap", echo=self.log)
         return registry.version_of("champion")
 
     def ensure_suite(self) -> None:
@@ -194,8 +197,11 @@ class Demo:
         default_suite(demo_suite_cfg(self.base), log=self.log)     # made once, at gate.suite_dir
 
     def start_serving(self) -> None:
+        """`rtrl serve --detach` from this process (a new interpreter would first import for seconds)."""
+        from infra.commands.serve import start_detached
+
         self.log("[serving] loading the control and treatment engines (vLLM)")
-        self.cli.run("serve", "--detach", step="serving", expect_json=False)
+        start_detached(self.cfg, self.config_path, self.overrides, say=lambda m: None)
 
     def resumed_origin(self) -> datetime | None:
         """--resume: where the last demo's simulated time stood when it stopped (a little after its last cycle's
@@ -364,15 +370,14 @@ class Demo:
 
     # --- tear-down -------------------------------------------------------------------------------------------
     def stop_all(self, quiet: bool = False) -> None:
-        from infra.stack.process import ManagedProcess
         from infra.stack.stack import Stack
 
         cfg = self.cfg if self.state.exists() else None
         if cfg is None:
             return
-        for name in ("simulator", "dagster"):
-            ManagedProcess(name, self.state).stop(timeout_s=30)
-        Stack(cfg).down(log=(lambda m: None) if quiet else (lambda m: self.log(f"[stack] {m}")))
+        # the users and the Dagster UI stop together with the stack's workers (30 s: the users flush telemetry)
+        Stack(cfg).down(log=(lambda m: None) if quiet else (lambda m: self.log(f"[stack] {m}")), also=("dagster",),
+                        timeout_s=30.0)
 
     # --- made once, for every demo ----------------------------------------------------------------------------
     def prepare(self) -> None:

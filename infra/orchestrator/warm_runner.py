@@ -87,17 +87,6 @@ def connect(path: Path) -> socket.socket | None:
     return conn
 
 
-def wait_listening(path: Path, timeout_s: float) -> bool:
-    """Wait until a runner listens at `path` (its imports done); False after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while (conn := connect(path)) is None:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    conn.close()                  # the runner takes a connection that sends nothing for a probe
-    return True
-
-
 def cpu_only_torch() -> bool:
     """Whether the installed torch was built without CUDA (asked without initialising any device)."""
     try:
@@ -185,7 +174,7 @@ def _fork(server: socket.socket, conn: socket.socket, children: dict, log) -> di
     fds: list[int] = []
     try:
         data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 2)
-        if not data and not fds:                 # connected and left: `wait_listening`'s probe
+        if not data and not fds:                 # connected and left: a probe
             conn.close()
             return None
         request = json.loads(data)

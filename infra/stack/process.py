@@ -131,18 +131,22 @@ class ManagedProcess:
 
     def stop(self, timeout_s: float = 10.0) -> bool:
         """SIGTERM the process group, SIGKILL after `timeout_s`. Returns whether something was running."""
+        return bool(stop_together([self], timeout_s))
+
+    def _terminate(self) -> int | None:
+        """SIGTERM the process group; its pid, or None (and no pid file) when nothing was running."""
         rec = self.info()
         if rec is None:
             self.pidfile.unlink(missing_ok=True)
-            return False
-        pid = rec["pid"]
+            return None
         try:
-            os.killpg(pid, signal.SIGTERM)
+            os.killpg(rec["pid"], signal.SIGTERM)
         except ProcessLookupError:
             pass
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self._alive(pid):
-            time.sleep(0.05)
+        return rec["pid"]
+
+    def _finish_stop(self, pid: int) -> None:
+        """SIGKILL the group of `pid` if it still runs, wait until it is gone, remove the pid file."""
         if self._alive(pid):
             try:
                 os.killpg(pid, signal.SIGKILL)
@@ -151,7 +155,6 @@ class ManagedProcess:
             while self._alive(pid):
                 time.sleep(0.05)
         self.pidfile.unlink(missing_ok=True)
-        return True
 
     def kill(self) -> None:
         """SIGKILL at once (fault injection, tests)."""
@@ -179,3 +182,16 @@ class ManagedProcess:
             return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def stop_together(procs: list[ManagedProcess], timeout_s: float = 10.0) -> list[str]:
+    """Stop several managed processes at once: SIGTERM every group, wait up to `timeout_s` for all of them
+    together, SIGKILL what is left. Returns the names of those that were running. (One after the other, a stack
+    of slow stoppers costs the sum of their shutdowns; together, the longest.)"""
+    running = [(p, pid) for p in procs if (pid := p._terminate()) is not None]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(p._alive(pid) for p, pid in running):
+        time.sleep(0.05)
+    for p, pid in running:
+        p._finish_stop(pid)
+    return [p.name for p, _ in running]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from infra.config import RtrlConfig
 from infra.stack.broker import Broker, ensure_topics
 from infra.stack.mlflow_store import MlflowStore
-from infra.stack.process import ManagedProcess
+from infra.stack.process import ManagedProcess, stop_together
 from schemas.topics import TOPICS
 
 # Services started by other subcommands that `rtrl down` also stops, so nothing is left behind.
@@ -69,14 +69,14 @@ class Stack:
                 "mlflow_ui": self.mlflow.ui_url if services["mlflow-ui"]["running"] else None,
                 "services": services}
 
-    def down(self, log=print) -> list[str]:
-        stopped = []
-        for w in WORKERS:
-            if ManagedProcess(w, self.cfg.state_path).stop():
-                stopped.append(w)
-        if self.mlflow.ui.stop():
-            stopped.append("mlflow-ui")
+    def down(self, log=print, also: tuple[str, ...] = (), timeout_s: float = 10.0) -> list[str]:
+        """Stop the workers (and the managed processes named in `also`) and the MLflow UI all at once, each given
+        `timeout_s` after SIGTERM, then the broker, which they may still write to while they stop."""
+        t0 = time.monotonic()
+        names = dict.fromkeys([*WORKERS, *also])
+        stopped = stop_together([*(ManagedProcess(w, self.cfg.state_path) for w in names), self.mlflow.ui], timeout_s)
         if self.broker.stop():
             stopped.append("broker")
-        log(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+        log(f"stopped: {', '.join(stopped) or 'nothing was running'}"
+            + (f" in {time.monotonic() - t0:.1f}s" if stopped else ""))
         return stopped

@@ -1,10 +1,11 @@
 """`rtrl down` stops what a state dir recorded, whatever the config it is given now."""
 
 import sys
+import time
 
 from infra.stack.broker import Broker
 from infra.stack.config import KafkaConfig
-from infra.stack.process import ManagedProcess
+from infra.stack.process import ManagedProcess, stop_together
 
 
 def test_stopping_the_broker_stops_a_recorded_object_store_even_under_memory_storage(tmp_path):
@@ -13,3 +14,41 @@ def test_stopping_the_broker_stops_a_recorded_object_store_even_under_memory_sto
     assert store.is_running()
     assert Broker(KafkaConfig(storage_engine="memory"), tmp_path).stop() is True
     assert not store.is_running() and store.info() is None
+
+
+SLOW_STOPPER = ("import signal, sys, time\n"
+                "def stop(*a):\n"
+                "    print('term', time.time(), flush=True); time.sleep(1.0); print('exit', time.time(), flush=True)\n"
+                "    sys.exit(0)\n"
+                "signal.signal(signal.SIGTERM, stop)\n"
+                "print('ready', flush=True)\n"
+                "time.sleep(120)\n")
+
+
+def _stamp(proc: ManagedProcess, what: str) -> float:
+    return float(next(ln.split()[1] for ln in proc.logfile.read_text().splitlines() if ln.startswith(f"{what} ")))
+
+
+def _started(proc: ManagedProcess, code: str) -> ManagedProcess:
+    proc.start([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
+    while "ready" not in proc.logfile.read_text().splitlines() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc
+
+
+def test_processes_stopped_together_shut_down_at_once_not_one_after_the_other(tmp_path):
+    procs = [_started(ManagedProcess(f"slow{i}", tmp_path), SLOW_STOPPER) for i in range(3)]
+    assert stop_together([*procs, ManagedProcess("never-started", tmp_path)], timeout_s=20) == [
+        "slow0", "slow1", "slow2"]
+    assert all(not p.is_running() and not p.pidfile.exists() for p in procs)
+    # every one was told to stop before any had finished stopping (one after the other: each waits for the last)
+    assert max(_stamp(p, "term") for p in procs) < min(_stamp(p, "exit") for p in procs)
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path):
+    stubborn = _started(ManagedProcess("stubborn", tmp_path),
+                        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                        "print('ready', flush=True)\ntime.sleep(120)\n")
+    assert stop_together([stubborn], timeout_s=0.5) == ["stubborn"]
+    assert not stubborn.is_running()

@@ -57,7 +57,7 @@ def test_the_trainers_start_and_the_gates_staging_count_as_fixed_not_per_row_or_
 
 @pytest.fixture
 def demo(tmp_path):
-    return make_config(tmp_path).demo      # train_max_rows 1024, train_min_rows 256, gate 4 samples, at least 2
+    return make_config(tmp_path).demo      # train_max_rows 1024, train_min_rows 256, gate 4 samples, at least 1
 
 
 COSTS = Costs(fixed_s=40.0, train_s_per_row=0.05, gate_s_per_sample=10.0, measure_s=30.0, samples=4)
@@ -80,15 +80,18 @@ def test_rows_shrink_first_then_gate_samples_then_rows_below_the_floor(demo):
     # share 80 s: 4 samples leave too little for 256 rows (92.8 s), 3 samples too (82.8), 2 samples: 384 rows
     plan = plan_cycle(COSTS, 2 * 80.0 + 30.0 + STOP_S, 2, demo, 128)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (384, 2, True)
-    # share 67 s: at 2 samples, rows down to one step: 128 rows (66.4 s)
+    # share 67 s: 2 samples leave too little for 256 rows (72.8 s); 1 sample (the least): 256 rows (62.8 s)
     plan = plan_cycle(COSTS, 67.0 + 30.0 + STOP_S, 1, demo, 128)
-    assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (128, 2, True)
+    assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (256, 1, True)
+    # share 57 s: at the fewest samples, rows down to one step: 128 rows (56.4 s)
+    plan = plan_cycle(COSTS, 57.0 + 30.0 + STOP_S, 1, demo, 128)
+    assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (128, 1, True)
     assert "sized to the budget" in plan.text()
 
 
 def test_when_nothing_fits_the_smallest_cycle_runs_and_says_it_is_over_the_budget(demo):
     plan = plan_cycle(COSTS, 50.0, 2, demo, 128)
-    assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (128, 2, False, True)
+    assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (128, 1, False, True)
     assert "over the budget" in plan.text()
 
 
@@ -119,11 +122,10 @@ def test_the_demo_keeps_its_settings_on_a_fast_machine_and_sizes_later_cycles_do
     ledger.save(record("c1", wall=193.0, train_s=72.0, rows=895, gate_s=63.0, measure_s=46.0))
     demo.t0 = time.monotonic() - 341.0
     settings = demo.cycle_settings("c2", 3, ledger)
-    assert settings and settings[-1] == "gate.samples_per_task=2"
-    assert int(settings[0].split("=")[1]) < demo.cfg.demo.train_max_rows
-    c2 = record("c2", wall=120.0, train_s=15.0, rows=128, gate_s=30.0, settings=settings, samples=2)
+    assert settings == ["trainer.max_rows=128", "gate.samples_per_task=1"], "the smallest cycle"
+    c2 = record("c2", wall=120.0, train_s=15.0, rows=128, gate_s=30.0, settings=settings, samples=1)
     ledger.save(c2)
-    assert cycle_costs(ledger.all(), demo.cfg.gate.samples_per_task).samples == 2, "the gate's own count"
+    assert cycle_costs(ledger.all(), demo.cfg.gate.samples_per_task).samples == 1, "the gate's own count"
     assert cycle_costs([ledger.load("c1")], demo.cfg.gate.samples_per_task).samples == 4, "else the demo's"
     off = Demo(make_config(tmp_path / "off"), None, ["demo.budget_s=0"], log=lambda _: None)
     Ledger(off.state).save(record("c1", wall=193.0, train_s=72.0, rows=895, gate_s=63.0))

@@ -12,7 +12,7 @@ from trainer.selection import SelectionError
 pytestmark = pytest.mark.slow
 
 
-def test_candidate_is_registered_with_lineage_and_metrics_and_a_rerun_is_a_no_op(tmp_path):
+def test_candidate_is_registered_with_lineage_metrics_and_config_and_a_rerun_is_a_no_op(tmp_path):
     reg = Registry(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", "policy", tmp_path / "cache")
     v1 = reg.register(tiny_checkpoint(tmp_path / "v1"), tags={"parent": ""})
     reg.set_alias("champion", v1)
@@ -29,6 +29,8 @@ def test_candidate_is_registered_with_lineage_and_metrics_and_a_rerun_is_a_no_op
     assert tags["candidate"] == "true" and tags["parent"] == "1" and tags["cycle"] == "c1"
     history = reg.client.get_metric_history(tags["train_run"], "loss")
     assert [m.step for m in history] == [1, 2, 3]
+    params = reg.client.get_run(tags["train_run"]).data.params
+    assert params["lr"] == "0.001" and params["rows_per_step"] == "16" and len(params) == len(cfg.model_dump())
     assert (reg.local_path("2") / "rtrl_metadata.json").is_file() and not (tmp_path / "train" / "c1" / "steps").exists()
     again = run_training(cfg, reg, tmp_path / "rewards", "c1", tmp_path / "train", log=lambda *_: None)
     assert again.already_done and again.candidate == "2"
