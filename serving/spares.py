@@ -119,5 +119,4 @@ class Spares:
         if self._loading is not None:
             await asyncio.gather(self._loading, return_exceptions=True)
         idle, self._idle = self._idle, []
-        for engine in idle:
-            await self._shut_down(engine)
+        await asyncio.gather(*(self._shut_down(engine) for engine in idle))

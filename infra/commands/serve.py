@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 
-from infra.stack.process import ManagedProcess, StackError, hold_port, port_is_free
+from infra.stack.process import LEADER_STOPS_GROUP, ManagedProcess, StackError, hold_port, port_is_free
 
 NAME = "serving"
 
@@ -96,7 +96,9 @@ def start_detached(cfg, config: str | None, overrides: list[str], say=lambda m: 
     for o in overrides:
         argv += ["--set", o]
     argv += ["serve"]
-    proc.start(argv, extra={"url": url})
+    # SIGTERM to the gateway only: it lets the requests in flight finish, then shuts every engine down at once. To
+    # the whole group, the engines' processes would die under those requests (~20 s of vLLM's dead-engine waits)
+    proc.start(argv, extra={"url": url, LEADER_STOPS_GROUP: True})
     say(f"serving: loading {len(set(versions.values()))} engine(s); waiting up to "
         f"{cfg.serving.startup_timeout_s:.0f}s for {url}/health")
     proc.wait_healthy(lambda: _health(url) is not None, cfg.serving.startup_timeout_s, f"GET {url}/health")

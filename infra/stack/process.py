@@ -17,6 +17,11 @@ from pathlib import Path
 from typing import Callable
 
 
+# `ManagedProcess.start(..., extra={LEADER_STOPS_GROUP: True})`: `stop` signals the leader only, which stops its
+# children itself (a gateway finishes its requests, then shuts its engines down), not every process at once
+LEADER_STOPS_GROUP = "leader_stops_group"
+
+
 class StackError(RuntimeError):
     pass
 
@@ -133,27 +138,35 @@ class ManagedProcess:
         """SIGTERM the process group, SIGKILL after `timeout_s`. Returns whether something was running."""
         return bool(stop_together([self], timeout_s))
 
-    def _terminate(self) -> int | None:
-        """SIGTERM the process group; its pid, or None (and no pid file) when nothing was running."""
+    def _terminate(self) -> tuple[int, bool] | None:
+        """SIGTERM the process group, or only its leader when it was started with `LEADER_STOPS_GROUP` in `extra`
+        (it stops its children itself, in order). (its pid, whether only the leader was signalled), or None (and no
+        pid file) when nothing was running."""
         rec = self.info()
         if rec is None:
             self.pidfile.unlink(missing_ok=True)
             return None
+        leader_only = bool(rec.get(LEADER_STOPS_GROUP))
         try:
-            os.killpg(rec["pid"], signal.SIGTERM)
+            if leader_only:
+                os.kill(rec["pid"], signal.SIGTERM)
+            else:
+                os.killpg(rec["pid"], signal.SIGTERM)
         except ProcessLookupError:
             pass
-        return rec["pid"]
+        return rec["pid"], leader_only
 
-    def _finish_stop(self, pid: int) -> None:
-        """SIGKILL the group of `pid` if it still runs, wait until it is gone, remove the pid file."""
-        if self._alive(pid):
+    def _finish_stop(self, pid: int, leader_only: bool) -> None:
+        """SIGKILL the group of `pid` while its leader still runs (a leader that stopped its children itself:
+        SIGTERM to anything it left behind); wait until the leader is gone; remove the pid file."""
+        sig = signal.SIGKILL if self._alive(pid) else signal.SIGTERM if leader_only else None
+        if sig is not None:
             try:
-                os.killpg(pid, signal.SIGKILL)
+                os.killpg(pid, sig)
             except ProcessLookupError:
                 pass
-            while self._alive(pid):
-                time.sleep(0.05)
+        while self._alive(pid):
+            time.sleep(0.05)
         self.pidfile.unlink(missing_ok=True)
 
     def kill(self) -> None:
@@ -188,10 +201,10 @@ def stop_together(procs: list[ManagedProcess], timeout_s: float = 10.0) -> list[
     """Stop several managed processes at once: SIGTERM every group, wait up to `timeout_s` for all of them
     together, SIGKILL what is left. Returns the names of those that were running. (One after the other, a stack
     of slow stoppers costs the sum of their shutdowns; together, the longest.)"""
-    running = [(p, pid) for p in procs if (pid := p._terminate()) is not None]
+    running = [(p, *t) for p in procs if (t := p._terminate()) is not None]
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(p._alive(pid) for p, pid in running):
+    while time.monotonic() < deadline and any(p._alive(pid) for p, pid, _ in running):
         time.sleep(0.05)
-    for p, pid in running:
-        p._finish_stop(pid)
-    return [p.name for p, _ in running]
+    for p, pid, leader_only in running:
+        p._finish_stop(pid, leader_only)
+    return [p.name for p, _, _ in running]

@@ -2,10 +2,11 @@
 
 import sys
 import time
+from pathlib import Path
 
 from infra.stack.broker import Broker
 from infra.stack.config import KafkaConfig
-from infra.stack.process import ManagedProcess, stop_together
+from infra.stack.process import LEADER_STOPS_GROUP, ManagedProcess, stop_together
 
 
 def test_stopping_the_broker_stops_a_recorded_object_store_even_under_memory_storage(tmp_path):
@@ -31,6 +32,10 @@ def _stamp(proc: ManagedProcess, what: str) -> float:
 
 def _started(proc: ManagedProcess, code: str) -> ManagedProcess:
     proc.start([sys.executable, "-c", code])
+    return _started_wait(proc)
+
+
+def _started_wait(proc: ManagedProcess) -> ManagedProcess:
     deadline = time.monotonic() + 30
     while "ready" not in proc.logfile.read_text().splitlines() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -52,3 +57,35 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path):
                         "print('ready', flush=True)\ntime.sleep(120)\n")
     assert stop_together([stubborn], timeout_s=0.5) == ["stubborn"]
     assert not stubborn.is_running()
+
+
+LEADER_WITH_CHILD = ("import signal, subprocess, sys, time\n"
+                     "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+                     "def stop(*a):\n"
+                     "    time.sleep(0.3)\n"
+                     "    print('child-alive-at-leader-stop', child.poll() is None, child.pid, flush=True)\n"
+                     "    sys.exit(0)\n"
+                     "signal.signal(signal.SIGTERM, stop)\n"
+                     "print('ready', flush=True)\n"
+                     "time.sleep(120)\n")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_leader_that_stops_its_group_itself_alone_gets_sigterm_and_what_it_leaves_is_stopped_after_it(tmp_path):
+    proc = ManagedProcess("gateway", tmp_path)
+    proc.start([sys.executable, "-c", LEADER_WITH_CHILD], extra={LEADER_STOPS_GROUP: True})
+    _started_wait(proc)
+    assert stop_together([proc], timeout_s=20) == ["gateway"]
+    line = next(ln for ln in proc.logfile.read_text().splitlines() if ln.startswith("child-alive-at-leader-stop "))
+    _, alive, child = line.split()
+    assert alive == "True", "the child was not signalled while its leader stopped"
+    deadline = time.monotonic() + 10
+    while not _gone(int(child)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(int(child)), "what the leader left behind is stopped after it"

@@ -61,8 +61,8 @@ def test_the_old_engine_is_shut_down_only_after_its_last_request():
                                                   "cpu_cores": ""}
         results = await asyncio.gather(*slow)  # FakeEngine asserts it is not shut down while generating
         assert all(r.startswith("1:") for r in results)
-        for _ in range(100):
-            if old.shut_down:
+        for _ in range(250):      # the record says so once the shutdown (in a thread) has returned
+            if old.shut_down and swaps[-1].old_engine_shut_down:
                 break
             await asyncio.sleep(0.02)
         assert old.shut_down and swaps[-1].old_engine_shut_down and swaps[-1].drain_s is not None
