@@ -125,22 +125,13 @@ class Fleet:
         return list(dict.fromkeys(self.arm_alias.values()))
 
     async def start(self) -> None:
-        """Resolve every alias and load its engine (one per distinct version). LookupError when one is unset.
-        Spares bound to other cores than the arms' start filling at once, beside the arms' engines (a vLLM start
-        is mostly one core's work: the first spare is ready with the arms, not one engine start later, when the
-        machine is already busy with traffic); spares on the arms' cores start after them."""
-        versions = {}
+        """Resolve every alias and load its engine (one per distinct version). LookupError when one is unset."""
         for alias in self.aliases:
             version = await asyncio.to_thread(self.registry.version_of, alias)
             if version is None:
                 raise LookupError(f"registry alias {alias!r} is not set (run `rtrl bootstrap` to make and register "
                                   "the default policy, or point the alias at a version)")
-            versions[alias] = version
-        beside = bool(self.spares.cores) and self.spares.cores != self.cfg.cpu_cores
-        if beside:
-            self._replenish(next(iter(versions.values())))
-        for alias, version in versions.items():
-            self._by_alias[alias] = await self._get_or_load(version, spares=not beside)
+            self._by_alias[alias] = await self._get_or_load(version)
         self.ready = True
         self._replenish()
 
@@ -200,24 +191,22 @@ class Fleet:
 
     # -- loading, staging, hot swap -----------------------------------------------------------------------------
 
-    async def _get_or_load(self, version: str, cpu_cores: str = "", spares: bool = True) -> Loaded:
-        """The engine serving `version`: loaded already, a spare reloaded (unless not `spares`), or a new one."""
+    async def _get_or_load(self, version: str, cpu_cores: str = "") -> Loaded:
         if (slot := self._loaded.get(version)) is not None:
             return slot
         folder = await asyncio.to_thread(self.registry.local_path, version)
-        engine = await self.spares.take(version, folder, cpu_cores or self.cfg.cpu_cores) if spares else None
+        engine = await self.spares.take(version, folder, cpu_cores or self.cfg.cpu_cores)
         if engine is None:
             extra = {"cpu_cores": cpu_cores} if cpu_cores else {}
             engine = await asyncio.to_thread(self.loader, version, folder, **extra)
         slot = self._loaded[version] = Loaded(version, engine)
         return slot
 
-    def _replenish(self, version: str | None = None) -> None:
-        """Start filling the pool in the background (at start) with `version` (default: the first loaded one)
-        unless it is full or filling."""
-        if not self.spares.capacity or not (version or self._loaded):
+    def _replenish(self) -> None:
+        """Start a spare engine in the background (at start) unless the pool is full."""
+        if not self.spares.capacity or not self._loaded:
             return
-        version = version or next(iter(self._loaded))
+        version = next(iter(self._loaded))
         if self.spares.replenish(version, lambda: self.registry.local_path(version)):
             log.info("starting a spare engine (cores %r) from version %s", self.spares.cores or "vLLM's choice",
                      version)

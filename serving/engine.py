@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 from pathlib import Path
 
 from serving.config import ServingConfig
@@ -30,6 +31,7 @@ from serving.protocol import Generation, Sampling
 log = logging.getLogger("rtrl.serving.engine")
 
 GiB = 1 << 30
+_ENV_LOCK = threading.Lock()   # `VllmEngine.load`: the environment its engine's processes inherit is this process's
 RELOAD_EXTENSION = "serving.vllm_reload.InPlaceReload"   # `reload` runs its rtrl_reload_weights in the worker
 
 
@@ -122,10 +124,13 @@ class VllmEngine:
 
         t0 = time.monotonic()
         tokenizer = chat_tokenizer(version, folder)
-        _set_kv_cache_env(cfg.kv_cache_gb)
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_cores or "auto"   # read when the worker spawns
-        busy_poll_env(cfg.busy_poll_ms)                                      # read by serving.vllm_idle there
-        llm = AsyncLLM.from_engine_args(engine_args(folder, cfg))
+        # The engine's processes read these from the environment when they spawn: one load at a time, or a load
+        # for other cores would bind its worker where the other load asked (seen: a spare on the arms' core)
+        with _ENV_LOCK:
+            _set_kv_cache_env(cfg.kv_cache_gb)
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_cores or "auto"   # read when the worker spawns
+            busy_poll_env(cfg.busy_poll_ms)                                      # read by serving.vllm_idle there
+            llm = AsyncLLM.from_engine_args(engine_args(folder, cfg))
         engine = cls(version, Path(folder), llm, tokenizer, cfg)
         engine.load_seconds = time.monotonic() - t0
         log.info("engine for version %s loaded from %s in %.1fs", version, folder, engine.load_seconds)

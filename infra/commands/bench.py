@@ -11,6 +11,9 @@ def main(args, cfg) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    # vLLM logs to stdout by default (its engine processes inherit this): stdout is the JSON object's alone
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+
     if args.bench_command == "ingest":
         from infra.bench.ingest import run
 

@@ -17,6 +17,7 @@ EXIT_PROMOTE, EXIT_ERROR, EXIT_USAGE, EXIT_KEEP = 0, 1, 2, 3
 def _quiet_vllm() -> None:
     """vLLM's per-engine INFO chatter would bury the gate's progress lines (set before vLLM is imported)."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")   # stdout is the JSON summary's alone
 
 
 def _log(msg: str) -> None:

@@ -86,22 +86,17 @@ class FakeLoader:
         self.cpu_cores: dict[str, str] = {}
         self.loading = 0              # loads in progress now ...
         self.most_loading = 0         # ... and at most at once
-        self.loading_on: dict[str, int] = {}       # the same per cpu_cores ...
-        self.most_loading_on: dict[str, int] = {}  # ... and at most at once
 
     def __call__(self, version: str, folder: Path, cpu_cores: str = "") -> FakeEngine:
         import time
 
         self.loading += 1
         self.most_loading = max(self.most_loading, self.loading)
-        self.loading_on[cpu_cores] = self.loading_on.get(cpu_cores, 0) + 1
-        self.most_loading_on[cpu_cores] = max(self.most_loading_on.get(cpu_cores, 0), self.loading_on[cpu_cores])
         try:
             if self.load_delay_s:
                 time.sleep(self.load_delay_s)
         finally:
             self.loading -= 1
-            self.loading_on[cpu_cores] -= 1
         if version in self.fail:
             raise RuntimeError(f"cannot load v{version}")
         e = FakeEngine(version, folder, cpu_cores=cpu_cores, **self.engine_kw)
