@@ -65,6 +65,9 @@ class ServingConfig(BaseModel):
     seed: int = Field(default=0, ge=0, description="Engine seed; a request's own `seed` makes its sample repeatable.")
     drain_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="After a hot swap the old engine "
                                    "finishes its in-flight requests for at most this long, then shuts down.")
+    shutdown_grace_s: int = Field(default=30, ge=1, le=3600, description="A stopping gateway lets the requests "
+                                  "in flight finish for at most this long, then cancels them and shuts its engines "
+                                  "down.")
     stage_ttl_s: float = Field(default=3600.0, gt=0, le=7 * 86400,
                                description="A version staged for evaluation (POST /admin/stage) that no alias took "
                                            "is unstaged this long after staging, so a gate that died leaks no engine.")

@@ -57,7 +57,7 @@ def make_server(cfg, *, gateway: Gateway | None = None, log_level: str = "info")
     app = create_app(gateway or build_gateway(cfg))
     config = uvicorn.Config(app, host=cfg.serving.host, port=cfg.serving.port, loop="auto", http="auto",
                             lifespan="on", access_log=cfg.serving.access_log, log_level=log_level,
-                            server_header=False, timeout_graceful_shutdown=30)
+                            server_header=False, timeout_graceful_shutdown=cfg.serving.shutdown_grace_s)
     return uvicorn.Server(config)
 
 

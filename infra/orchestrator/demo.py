@@ -83,6 +83,9 @@ def demo_overrides(cfg, state: Path) -> list[str]:
             "gate.reuse_episodes=true",
             *user_pace(cfg),
             f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
+            # at the end the A/B is measured already: the users' requests still in flight count for nothing, and
+            # serving would wait for them (~10 s of the stop)
+            "serving.shutdown_grace_s=1",
             # traffic never pauses here: the range ends 3 x this after the log end it saw (6 s at the default 2 s;
             # the rest of a record batch arrives in one fetch from the local broker)
             "orchestrator.range_idle_s=0.5",
