@@ -135,7 +135,8 @@ class ManagedProcess:
                          f"last lines of {self.logfile}:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 10.0) -> bool:
-        """SIGTERM the process group, SIGKILL after `timeout_s`. Returns whether something was running."""
+        """SIGTERM the process group (see `_terminate`), SIGKILL after `timeout_s`. Returns whether something was
+        running."""
         return bool(stop_together([self], timeout_s))
 
     def _terminate(self) -> tuple[int, bool] | None:
@@ -198,8 +199,8 @@ class ManagedProcess:
 
 
 def stop_together(procs: list[ManagedProcess], timeout_s: float = 10.0) -> list[str]:
-    """Stop several managed processes at once: SIGTERM every group, wait up to `timeout_s` for all of them
-    together, SIGKILL what is left. Returns the names of those that were running. (One after the other, a stack
+    """Stop several managed processes at once: SIGTERM every group (a `LEADER_STOPS_GROUP` one: its leader), wait up
+    to `timeout_s` for all of them together, SIGKILL what is left. Returns the names of those that were running. (One after the other, a stack
     of slow stoppers costs the sum of their shutdowns; together, the longest.)"""
     running = [(p, *t) for p in procs if (t := p._terminate()) is not None]
     deadline = time.monotonic() + timeout_s
