@@ -170,6 +170,15 @@ class Demo:
 
         Stack(self.cfg).up(log=lambda m: self.log(f"[stack] {m}"))
         self.cli.run("archive", "--detach", step="archive", expect_json=False)
+        self.background("archiver")
+
+    def background(self, name: str) -> None:
+        """Lower the managed process `name` to `demo.background_nice`: the users and the archiver use the CPU the
+        cycle's steps and serving leave (on 2 cores the simulator alone took 20-60 % of a core)."""
+        from infra.stack.process import ManagedProcess
+
+        if self.cfg.demo.background_nice:
+            ManagedProcess(name, self.state).renice(self.cfg.demo.background_nice)
 
     def ensure_v0(self) -> str:
         from infra.registry import Registry
@@ -234,6 +243,7 @@ class Demo:
         argv = self.cli.argv("--set", f'simulator.start_time="{clock.now().isoformat()}"', "simulate",
                              "--users", str(d.users), "--speed", str(d.speed), "--duration", str(d.timeout_s))
         proc.start(argv)
+        self.background("simulator")
         self.log(f"[users] {d.users} simulated users at {d.speed:g}x from {clock.now().isoformat()} "
                  f"(log: {proc.logfile})")
         return clock
@@ -309,10 +319,16 @@ class Demo:
         """A new cycle's overrides: none for the first, or when the demo's settings fit its share of
         `demo.budget_s`; else fewer rows and gate samples (infra.orchestrator.budget)."""
         from infra.orchestrator.budget import cycle_costs, plan_cycle
+        from infra.registry import Registry
 
         d = self.cfg.demo
         records = ledger.all()
-        if not d.budget_s or (costs := cycle_costs(records, self.cfg.gate.samples_per_task)) is None:
+        if not d.budget_s or not records:
+            return []
+        registry = Registry.from_config(self.cfg)
+        costs = cycle_costs(records, self.cfg.gate.samples_per_task, registry.version_of("control"),
+                            registry.version_of("champion"))
+        if costs is None:
             return []
         left = cycles - len([r for r in records if r.status in (DONE, BLOCKED)])
         plan = plan_cycle(costs, d.budget_s - self.elapsed(), left, d, self.cfg.trainer.rows_per_step, d.ab_tail)

@@ -122,6 +122,26 @@ class ManagedProcess:
         self._popen = proc  # keep a handle so the child is reaped if we are its parent
         return rec
 
+    def renice(self, niceness: int) -> bool:
+        """Lower the running process's share of the CPU to `niceness`, so it yields to the rest when both want it;
+        raising it needs no privilege. Two settings, for the two ways Linux may schedule it: the nice value of every
+        thread of its process group (threads and children started later inherit it), and, where the kernel groups
+        processes by session (`kernel.sched_autogroup_enabled`: each session then gets an equal share whatever its
+        threads' nice values, and every managed process is a session), its session's group. Returns whether
+        something was running."""
+        rec = self.info()
+        if rec is None:
+            return False
+        try:
+            os.setpriority(os.PRIO_PGRP, rec["pid"], niceness)  # Linux: each thread of each process in the group
+        except ProcessLookupError:
+            return False
+        try:
+            Path(f"/proc/{rec['pid']}/autogroup").write_text(str(niceness))
+        except OSError:
+            pass    # a kernel without autogroups: the threads' nice values are what counts
+        return True
+
     def wait_healthy(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

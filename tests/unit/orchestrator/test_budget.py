@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from infra.orchestrator.budget import STOP_S, Costs, cycle_costs, plan_cycle
+from infra.orchestrator.budget import SPLIT_ARMS_GATE, STOP_S, TAIL_MARGIN, Costs, cycle_costs, plan_cycle
 from infra.orchestrator.ledger import DONE, CycleRecord
 from tests.conftest import make_config
 
 
 def record(cid: str, *, wall: float, train_s: float, rows: int, gate_s: float, arms=("candidate",),
            measure_s: float = 40.0, settings=(), loop_s: float | None = None,
-           episodes_s: float | None = None, samples: int | None = None) -> CycleRecord:
-    steps = {"collect": {"status": DONE, "seconds": 10.0, "result": {}},
+           episodes_s: float | None = None, samples: int | None = None, champion: str = "1") -> CycleRecord:
+    steps = {"collect": {"status": DONE, "seconds": 10.0, "result": {"champion": champion}},
              "distill": {"status": DONE, "seconds": measure_s - 14.0, "result": {}},
              "validate": {"status": DONE, "seconds": 2.0, "result": {}},
              "measure": {"status": DONE, "seconds": 2.0, "result": {}},
@@ -30,7 +30,7 @@ def record(cid: str, *, wall: float, train_s: float, rows: int, gate_s: float, a
 
 
 def test_costs_come_from_the_finished_cycles_slowest_training_and_last_gate():
-    c1 = record("c1", wall=190.0, train_s=72.0, rows=900, gate_s=64.0)
+    c1 = record("c1", wall=190.0, train_s=72.0, rows=900, gate_s=64.0, measure_s=45.0)
     c2 = record("c2", wall=150.0, train_s=60.0, rows=500, gate_s=40.0, samples=2)
     samples = 4         # what a gate whose result does not say ran (the demo's setting)
     assert cycle_costs([], samples) is None
@@ -40,7 +40,7 @@ def test_costs_come_from_the_finished_cycles_slowest_training_and_last_gate():
     assert costs.fixed_s == pytest.approx(150.0 - 100.0)
     assert costs.train_s_per_row == pytest.approx(60.0 / 500 * 1.15), "the slowest rate so far, with a margin"
     assert costs.gate_s_per_sample == pytest.approx(40.0 / 2) and costs.samples == 2
-    assert costs.measure_s == pytest.approx(40.0)
+    assert costs.measure_s == pytest.approx(45.0), "the longest measurement so far"
     both = cycle_costs([record("c1", wall=250.0, train_s=72.0, rows=900, gate_s=128.0,
                                arms=("candidate", "champion"))], samples)
     assert both.gate_s_per_sample == pytest.approx(128.0 / 4 / 2), "a gate that ran both arms costs twice per arm"
@@ -55,18 +55,32 @@ def test_the_trainers_start_and_the_gates_staging_count_as_fixed_not_per_row_or_
     assert costs.gate_s_per_sample == pytest.approx(70.0 / 4)
 
 
+def test_a_gate_measured_while_one_checkpoint_served_both_arms_costs_more_once_a_promotion_split_them():
+    c1 = record("c1", wall=190.0, train_s=72.0, rows=900, gate_s=40.0, champion="1")   # both arms on v1
+    alike = cycle_costs([c1], 4, control="1", champion="1")
+    assert alike.gate_s_per_sample == pytest.approx(40.0 / 4), "nothing promoted: the arms still share an engine"
+    split = cycle_costs([c1], 4, control="1", champion="2")
+    assert split.gate_s_per_sample == pytest.approx(40.0 / 4 * SPLIT_ARMS_GATE), "two engines on the arms' core now"
+    assert split.fixed_s == alike.fixed_s and split.train_s_per_row == alike.train_s_per_row
+    c2 = record("c2", wall=150.0, train_s=60.0, rows=500, gate_s=60.0, champion="2")   # measured with the arms split
+    assert cycle_costs([c1, c2], 4, control="1", champion="3").gate_s_per_sample == pytest.approx(60.0 / 4), \
+        "a gate measured with the arms split is taken as it is"
+    assert cycle_costs([c1], 4).gate_s_per_sample == pytest.approx(40.0 / 4), "versions unknown: as measured"
+
+
 @pytest.fixture
 def demo(tmp_path):
     return make_config(tmp_path).demo      # train_max_rows 1024, train_min_rows 256, gate 4 samples, at least 1
 
 
 COSTS = Costs(fixed_s=40.0, train_s_per_row=0.05, gate_s_per_sample=10.0, measure_s=30.0, samples=4)
+TAIL = 30.0 * TAIL_MARGIN   # the A/B tail's measurement: the longest cycle's, with a margin
 
 
 def test_the_demos_settings_are_kept_when_they_fit_the_share_of_the_time_left(demo):
-    # 2 cycles left, 400 s: share (400 - 30 - STOP_S) / 2; the demo's cycle is 40 + 1024*0.05 + 40 = 131.2 s
+    # 2 cycles left, 400 s: share (400 - TAIL - STOP_S) / 2; the demo's cycle is 40 + 1024*0.05 + 40 = 131.2 s
     plan = plan_cycle(COSTS, 400.0, 2, demo, 128)
-    assert plan.share_s == pytest.approx((400.0 - 30.0 - STOP_S) / 2)
+    assert plan.share_s == pytest.approx((400.0 - TAIL - STOP_S) / 2)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (1024, 4, True, False)
     assert plan.estimate_s == pytest.approx(131.2)
     assert plan.settings() == ["trainer.max_rows=1024", "gate.samples_per_task=4"]
@@ -75,16 +89,16 @@ def test_the_demos_settings_are_kept_when_they_fit_the_share_of_the_time_left(de
 
 def test_rows_shrink_first_then_gate_samples_then_rows_below_the_floor(demo):
     # share 100 s: at 4 samples, 40 + 40 + rows*0.05 <= 100 -> 384 rows
-    plan = plan_cycle(COSTS, 2 * 100.0 + 30.0 + STOP_S, 2, demo, 128)
+    plan = plan_cycle(COSTS, 2 * 100.0 + TAIL + STOP_S, 2, demo, 128)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (384, 4, True, True)
     # share 80 s: 4 samples leave too little for 256 rows (92.8 s), 3 samples too (82.8), 2 samples: 384 rows
-    plan = plan_cycle(COSTS, 2 * 80.0 + 30.0 + STOP_S, 2, demo, 128)
+    plan = plan_cycle(COSTS, 2 * 80.0 + TAIL + STOP_S, 2, demo, 128)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (384, 2, True)
     # share 67 s: 2 samples leave too little for 256 rows (72.8 s); 1 sample (the least): 256 rows (62.8 s)
-    plan = plan_cycle(COSTS, 67.0 + 30.0 + STOP_S, 1, demo, 128)
+    plan = plan_cycle(COSTS, 67.0 + TAIL + STOP_S, 1, demo, 128)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (256, 1, True)
     # share 57 s: at the fewest samples, rows down to one step: 128 rows (56.4 s)
-    plan = plan_cycle(COSTS, 57.0 + 30.0 + STOP_S, 1, demo, 128)
+    plan = plan_cycle(COSTS, 57.0 + TAIL + STOP_S, 1, demo, 128)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (128, 1, True)
     assert "sized to the budget" in plan.text()
 
