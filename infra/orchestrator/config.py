@@ -107,7 +107,7 @@ class DemoConfig(BaseModel):
     gate_min_samples: int = Field(default=1, ge=1, le=100, description="Fewest samples per task a budgeted cycle's "
                                   "gate runs (1: one episode per task and arm, still paired by task; a wider "
                                   "interval keeps the champion more often, which leaves the A/B as it was).")
-    background_nice: int = Field(default=10, ge=0, le=19, description="Nice value of the simulated users and the "
-                                 "archiver: on 2 cores they share a core with training, the gate and the reward job, "
-                                 "and take the CPU only when those leave it (0 = as the rest).")
+    background_nice: int = Field(default=10, ge=0, le=19, description="Nice value of the archiver, which nothing in "
+                                 "the demo waits for: it takes the CPU only when training, the gate, the reward job "
+                                 "and serving leave it (0 = as the rest).")
     timeout_s: float = Field(default=3600.0, gt=0, le=86400, description="Wall seconds before the demo gives up.")

@@ -173,8 +173,9 @@ class Demo:
         self.background("archiver")
 
     def background(self, name: str) -> None:
-        """Lower the managed process `name` to `demo.background_nice`: the users and the archiver use the CPU the
-        cycle's steps and serving leave (on 2 cores the simulator alone took 20-60 % of a core)."""
+        """Lower the managed process `name` to `demo.background_nice`: it uses the CPU the cycle's steps and
+        serving leave. The archiver only: the users niced so made a third to half of the traffic while cycles ran,
+        and too few A/B rows (README, "Users that yield the CPU")."""
         from infra.stack.process import ManagedProcess
 
         if self.cfg.demo.background_nice:
@@ -243,7 +244,6 @@ class Demo:
         argv = self.cli.argv("--set", f'simulator.start_time="{clock.now().isoformat()}"', "simulate",
                              "--users", str(d.users), "--speed", str(d.speed), "--duration", str(d.timeout_s))
         proc.start(argv)
-        self.background("simulator")
         self.log(f"[users] {d.users} simulated users at {d.speed:g}x from {clock.now().isoformat()} "
                  f"(log: {proc.logfile})")
         return clock
