@@ -35,7 +35,8 @@ from infra.orchestrator.summary import rows_trained
 STOP_S = 25.0          # wall seconds from the last measurement to the end: the A/B summary and stopping the stack
 RATE_MARGIN = 1.15     # training's seconds per row vary by a few tens of percent between cycles
 SPLIT_ARMS_GATE = 1.7  # a gate's episodes took 1.7-1.8x as long once the arms served two checkpoints (an engine
-                       # each on the arms' core) as in cycle 1, while one engine served both (README, "Two engines")
+                       # each on the arms' core) as in cycle 1, while one engine served both (README, "The budget
+                       # after a promotion")
 TAIL_MARGIN = 1.5      # the A/B tail measures the whole last cycle's traffic, a cycle's range the time since the one
                        # before: 20-42 s against 13-27 s for the cycles' own
 

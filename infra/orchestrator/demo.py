@@ -175,7 +175,7 @@ class Demo:
     def background(self, name: str) -> None:
         """Lower the managed process `name` to `demo.background_nice`: it uses the CPU the cycle's steps and
         serving leave. The archiver only: the users niced so made a third to half of the traffic while cycles ran,
-        and too few A/B rows (README, "Users that yield the CPU")."""
+        and too few A/B rows (README, "The budget after a promotion, and users that yield the CPU")."""
         from infra.stack.process import ManagedProcess
 
         if self.cfg.demo.background_nice:
