@@ -10,10 +10,10 @@ from infra.stack.process import ManagedProcess
 FAMILY = ("import subprocess, sys, threading, time\n"
           "child = subprocess.Popen([sys.executable, '-c', 'import threading, time\\n"
           "threading.Thread(target=time.sleep, args=(120,), daemon=True).start()\\n"
-          "print(\"child\", flush=True)\\ntime.sleep(120)'])\n"
+          "print(\"child\", flush=True)\\ntime.sleep(120)'], stdout=subprocess.PIPE)\n"
+          "child.stdout.readline()   # the child's thread runs\n"
           "for _ in range(2):\n"
           "    threading.Thread(target=time.sleep, args=(120,), daemon=True).start()\n"
-          "time.sleep(1.0)\n"
           "print('ready', child.pid, flush=True)\n"
           "time.sleep(120)\n")
 
