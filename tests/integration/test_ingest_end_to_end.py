@@ -17,7 +17,7 @@ from instrumentation.collector.keys import KeyStore
 from instrumentation.collector_client import CollectorTransport
 from pipelines.archive.reader import archived_event_ids, read_events
 from schemas.samples import sample_events
-from tests.integration.waiting import wait_for
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).parents[2]

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import free_port
 from tests.integration.gateway import openai_client, running_gateway, teacher_forced_logprobs, trajectories, users_of
-from tests.integration.waiting import wait_for
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
