@@ -5,14 +5,15 @@ from __future__ import annotations
 import time
 
 
-def wait_for(check, timeout_s: float, what: str, interval_s: float = 0.5):
+def wait_for(check, timeout_s: float, what, interval_s: float = 0.5):
     """`check()`'s first truthy value, polled every `interval_s`; AssertionError naming `what` after `timeout_s`.
-    `check` is called once more at the deadline, so a condition met during the last interval is not missed."""
+    `check` is called once more at the deadline, so a condition met during the last interval is not missed.
+    `what` is a string, or a function giving it when the wait fails (to say what was seen instead)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:g}s")
+            raise AssertionError(f"{what() if callable(what) else what}: not within {timeout_s:g}s")
         time.sleep(max(0.0, min(interval_s, deadline - time.monotonic())))

@@ -4,11 +4,11 @@ official `openai` client against it: shared by the serving integration tests."""
 from __future__ import annotations
 
 import threading
-import time
 from contextlib import contextmanager
 from typing import Iterator
 
 from tests.integration.kafka_read import read_json_records
+from tests.waiting import wait_for
 
 
 @contextmanager
@@ -22,9 +22,7 @@ def running_gateway(cfg, start_timeout_s: float = 240.0) -> Iterator:
     server = make_server(cfg, gateway=gateway, log_level="warning")
     thread = threading.Thread(target=server.run, name="gateway", daemon=True)
     thread.start()
-    deadline = time.monotonic() + start_timeout_s
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: server.started or not thread.is_alive(), start_timeout_s, "the gateway starting", interval_s=0.2)
     assert server.started, "the gateway did not start (see the log above)"
     try:
         yield gateway
