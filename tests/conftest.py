@@ -1,7 +1,13 @@
-"""Shared fixtures. Integration tests get a real Tansu broker (and its object store) started once per session."""
+"""Shared fixtures. Integration tests get a real Tansu broker (and its object store) started once per session.
+
+Tiers (infra/test.sh): `--fast` runs what carries none of SPAWNING_MARKS; an unmarked test that starts a process
+or listens on a socket fails (`_unmarked_tests_start_no_process`), so the fast tier stays free of processes and
+services whatever a test's author forgot."""
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -71,3 +77,50 @@ def bootstrapped(tmp_path_factory):
                          capture_output=True, text=True, cwd=repo, timeout=1500)
     assert out.returncode == 0, out.stderr[-4000:]
     return state, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+# A test that starts a process or a server carries one of these (pyproject.toml [tool.pytest] markers).
+SPAWNING_MARKS = frozenset({"integration", "slow", "full"})
+
+
+def _refuse(nodeid: str, what: str):
+    def refuse(*_args, **_kwargs):
+        raise AssertionError(f"{nodeid} {what} but carries none of the marks {sorted(SPAWNING_MARKS)}: mark it "
+                             f"(`pytestmark = pytest.mark.integration` for processes and services, `slow` for long "
+                             f"runs) so the --fast tier leaves it out")
+    return refuse
+
+
+@pytest.fixture(autouse=True)
+def _unmarked_tests_start_no_process(request, monkeypatch):
+    """Every way a test starts a process (fork, posix_spawn, subprocess and multiprocessing's fork_exec) or a
+    service (a listening socket) fails in a test without a spawning mark."""
+    if SPAWNING_MARKS & {m.name for m in request.node.iter_markers()}:
+        return
+    import _posixsubprocess
+    import subprocess
+
+    starts = _refuse(request.node.nodeid, "starts a process")
+    monkeypatch.setattr(_posixsubprocess, "fork_exec", starts)    # multiprocessing's spawn and forkserver
+    monkeypatch.setattr(subprocess, "_fork_exec", starts)          # subprocess keeps its own reference
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, starts)
+    monkeypatch.setattr(socket.socket, "listen", _refuse(request.node.nodeid, "listens on a socket"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests are skipped where torch sees no GPU (never an error on the CPU machines)."""
+    gpu_items = [i for i in items if i.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu:
+        skip = pytest.mark.skip(reason="needs a GPU (torch.cuda.is_available() is False)")
+        for item in gpu_items:
+            item.add_marker(skip)

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from instrumentation.simulator.tasks import Task
+from codetasks.tasks import Task
 from schemas.events import ResponseKind, ToolCallRecord, ToolCallStatus
 from schemas.tool_protocol import ParsedResponse, ToolCall, from_openai_tool_calls, openai_tools, parse_response
 

@@ -1,4 +1,5 @@
-"""Reading the reward table back (no Beam needed): the trainer, the data-quality suites and tests use this."""
+"""The reward table, where the reward job meets the trainer and the data-quality suites: the Arrow schema of its
+rows and reading it back (no Beam needed)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipelines.rewards.assemble import ROW_SCHEMA
+from schemas.arrow import model_arrow_schema
+from schemas.rewards import RewardRow
+
+ROW_SCHEMA = model_arrow_schema(RewardRow)
 
 
 def read_reward_table(path: str | Path, window: str | None = None) -> pl.DataFrame:

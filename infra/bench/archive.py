@@ -1,6 +1,6 @@
 """Archive throughput: events/s from Kafka to durable, manifested Parquet. Prints one JSON object.
 
-    python -m pipelines.archive.bench [--events 100000] [--batch 50000] [--bootstrap HOST:PORT]
+    python -m infra.bench.archive [--events 100000] [--batch 50000] [--bootstrap HOST:PORT]
 
 Without --bootstrap it starts a private embedded broker in a temporary state dir (and stops it afterwards).
 It produces `--events` events of every type (fixture-shaped, fresh ids, acks=all), then runs the archiver from an

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 
-from instrumentation.simulator.workspace import (EditError, Function, SourceFile, Workspace, apply_edit, ident,
+from codetasks.workspace import (EditError, Function, SourceFile, Workspace, apply_edit, ident,
                                                  VERBS)
 from schemas.events import ResponseKind
 from schemas.tool_protocol import ParsedResponse, ToolCall
