@@ -102,7 +102,7 @@ class Progress:
 def _episodes(tasks: list[Task], url: str, model: str, arm: str, version: str, suite_dir: Path, samples: int,
               workers: int, seed: int, log: Callable[[str], None]) -> tuple[list[Episode], float]:
     from evals.harness import run_suite
-    from instrumentation.simulator.policy import OpenAIPolicy
+    from codetasks.policy import OpenAIPolicy
 
     endpoint = OpenAIPolicy(url, model=model, timeout_s=300.0, max_retries=0)
     endpoint.check()
@@ -204,7 +204,7 @@ def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] |
     that a later gate whose champion has the same bytes runs only the candidate (`rtrl demo --prepare` does it
     for v0); nothing runs when they are kept already. The cache file, or None: a version without a digest, or an
     infrastructure failure (nothing kept)."""
-    from infra.registry import Registry
+    from registry.client import Registry
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     registry = registry or Registry.from_config(cfg)
@@ -273,7 +273,7 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     """Compare `candidate` with `champion` (default: the version alias champion points to) and record the result.
     LookupError when a version or the champion alias does not exist."""
     from evals.gate import decide, log_to_mlflow, write_report
-    from infra.registry import Registry
+    from registry.client import Registry
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     g = cfg.gate

@@ -37,7 +37,7 @@ from evals.records import Episode
 from evals.tasks.grade import grade, prepare_workdir
 from evals.tasks.spec import Task
 from evals.tools import ToolExecutor
-from instrumentation.simulator.policy import Policy, PolicyError, PolicyReply, PolicyRequest, response_text
+from codetasks.policy import Policy, PolicyError, PolicyReply, PolicyRequest, response_text
 from schemas.events import ResponseKind
 from schemas.tool_protocol import to_openai_tool_calls
 

@@ -9,7 +9,7 @@ the episode an infrastructure failure.
 
 read_file, edit_file and search touch only regular files inside the work dir, resolved on the host without
 following links out of it (a model can create a symlink to /etc with run_terminal); run_terminal and lint run
-in the sandbox. edit_file is `instrumentation.simulator.workspace.apply_edit`: the simulated users, the bootstrap
+in the sandbox. edit_file is `codetasks.workspace.apply_edit`: the simulated users, the bootstrap
 and the eval judge an edit the same way.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from evals.sandbox import Limits, SandboxResult, run_sandboxed
-from instrumentation.simulator.workspace import EditError, apply_edit
+from codetasks.workspace import EditError, apply_edit
 from schemas.events import ToolErrorKind
 from schemas.tool_protocol import ToolCall, validate_call
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
-from instrumentation.simulator.policy import PolicyReply, PolicyRequest
+from codetasks.policy import PolicyReply, PolicyRequest
 from schemas.chat_format import to_text_messages
 from schemas.events import Event, Trajectory
 from schemas.tool_protocol import parse_response

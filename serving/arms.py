@@ -96,7 +96,7 @@ class SwapRecord:
 @dataclass
 class Fleet:
     """Arms' engines. `loader(version, folder)` builds an engine (blocking; run in a thread); `registry` has
-    `version_of(alias)` and `local_path(version)` (infra.registry.Registry)."""
+    `version_of(alias)` and `local_path(version)` (registry.client.Registry)."""
 
     cfg: ServingConfig
     registry: Any

@@ -24,7 +24,7 @@ def spool_dir(cfg) -> Path:
 
 def build_gateway(cfg, *, registry=None, loader=None) -> Gateway:
     """The production gateway: registry aliases from `cfg`, vLLM engines, trajectories to Kafka via the SDK."""
-    from infra.registry import Registry
+    from registry.client import Registry
 
     registry = registry or Registry.from_config(cfg)
     if loader is None:

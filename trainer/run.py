@@ -64,7 +64,7 @@ def _find_candidate(registry, cycle: str) -> str | None:
 def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_root: Path,
                  as_of: datetime | None = None, log: Callable[[str], None] = print,
                  on_step: Callable | None = None, window: str | None = None) -> TrainResult:
-    from pipelines.rewards.table import read_reward_table
+    from schemas.reward_table import read_reward_table
     from trainer.train import Trainer
 
     existing = _find_candidate(registry, cycle)

@@ -1,5 +1,5 @@
 """Record a gate in MLflow: one run in the gate experiment (params, metrics, the report as artifacts) and the
-decision as tags on the candidate's model version, which `rtrl promote` reads (infra/promotion.py):
+decision as tags on the candidate's model version, which `rtrl promote` reads (registry/promotion.py):
 
     gate.decision          promote | keep_champion
     gate.reasons           comma-separated reasons ('' when promote)
@@ -63,7 +63,7 @@ def version_tags(result: GateResult, run_id: str, champion_version: str, now: da
 def log_to_mlflow(result: GateResult, report_dir: str | Path, registry, candidate_version: str,
                   champion_version: str, now: datetime | None = None) -> str:
     """Log the gate run (experiment `result.config['experiment']`) and tag the candidate version; returns the
-    run id. `registry` is an `infra.registry.Registry` (its tracking store, artifact root and registered model).
+    run id. `registry` is an `registry.client.Registry` (its tracking store, artifact root and registered model).
     Refuses versions that contradict the episodes' own `policy_version`s: the tag `gate.champion_version` must
     name the checkpoint the candidate was really compared with."""
     for label, given, seen in (("candidate", candidate_version, result.candidate_versions),

@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 
 from evals.tasks.spec import Task, load_task
-from instrumentation.simulator import tasks as sim
-from instrumentation.simulator.workspace import SourceFile, Workspace, ident, make_workspace, org_of
+from codetasks import tasks as sim
+from codetasks.workspace import SourceFile, Workspace, ident, make_workspace, org_of
 
 ORGS = 8
 SAMPLE = [3, 1, 4, 1, 5, 9, 2, 6]   # the input every function's behaviour is pinned on

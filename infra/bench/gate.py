@@ -17,7 +17,7 @@ from typing import Callable
 def run(cfg, tasks: int | None, samples: int | None, log: Callable[[str], None]) -> dict:
     from evals.gate_run import run_gate
     from evals.sandbox import sandbox_overhead_ms
-    from infra.registry import Registry
+    from registry.client import Registry
 
     registry = Registry.from_config(cfg)
     version = registry.version_of("champion")

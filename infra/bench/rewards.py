@@ -49,7 +49,7 @@ def run(n_requests: int, kafka: bool = True, shards: int | None = None, log: Cal
     from pipelines.rewards import replay_job
     from pipelines.rewards.assemble import assemble_rewards
     from pipelines.rewards.classifiers import get_classifier
-    from pipelines.rewards.table import read_reward_table
+    from schemas.reward_table import read_reward_table
     from pipelines.rewards.spec import RewardSpec
     from pipelines.rewards.synthetic import T0, synthetic_frames
 
@@ -100,7 +100,7 @@ def _offset_range(tmp: Path, frames: dict[str, pl.DataFrame], spec, ref: pl.Data
     from infra.config import load_config
     from infra.stack.stack import Stack
     from pipelines.rewards.cycle_job import run_cycle
-    from pipelines.rewards.table import read_reward_table
+    from schemas.reward_table import read_reward_table
     from schemas import topic_for
 
     cfg = load_config(None, [f'state_dir="{tmp / "state"}"', f"kafka.port={free_port(pair=True)}"])

@@ -317,7 +317,7 @@ def run(batch: int = 32, prompt_tokens: int = 64, new_tokens: int = 128, clients
 def _gateway_with_stack(cfg, overrides: list[str], tmp: Path, clients: int, new_tokens: int, steady_s: float,
                         log) -> dict:
     """A private stack and registry with versions 1-3 (seeds 0-2), then the gateway stage."""
-    from infra.registry import Registry
+    from registry.client import Registry
     from infra.stack.stack import Stack
     from serving.testing import make_tiny_checkpoint
 

@@ -172,7 +172,7 @@ class ChaosRun:
                             "candidates_registered": self.candidates(run_id)})
 
     def candidates(self, run_id: str) -> int:
-        from infra.registry import Registry
+        from registry.client import Registry
 
         reg = Registry.from_config(self.cfg)
         versions = reg.client.search_model_versions(f"name='{self.cfg.mlflow.registered_model}'")

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from infra.chaos.audit import ClientRecord
-from instrumentation.simulator.policy import OpenAIPolicy, PolicyError, PolicyReply, PolicyRequest
+from codetasks.policy import OpenAIPolicy, PolicyError, PolicyReply, PolicyRequest
 from schemas.events import ResponseKind
 
 USERS_LINGER_MS = 5000   # the users' SDK sends a batch every 5 s: fewer, larger objects in the broker's store

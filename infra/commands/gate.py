@@ -44,7 +44,7 @@ def gate(args, cfg) -> int:
         return EXIT_ERROR
     out = {"gate": run.summary()}
     if args.promote and run.result.promote:
-        from infra.promotion import PromotionRefused, lock_path_for, promote
+        from registry.promotion import PromotionRefused, lock_path_for, promote
 
         try:
             res = promote(run_registry(cfg), run.candidate_version, lock_path_for(cfg.mlflow_tracking_uri(),
@@ -57,7 +57,7 @@ def gate(args, cfg) -> int:
 
 
 def run_registry(cfg):
-    from infra.registry import Registry
+    from registry.client import Registry
 
     return Registry.from_config(cfg)
 
@@ -76,7 +76,7 @@ def eval_run(args, cfg) -> int:
     from evals.gate_run import Progress, suite_of
     from evals.harness import run_suite
     from evals.tasks.spec import TaskError
-    from instrumentation.simulator.policy import OpenAIPolicy, PolicyError
+    from codetasks.policy import OpenAIPolicy, PolicyError
 
     try:
         suite_dir, tasks = suite_of(cfg, args.suite, _log)

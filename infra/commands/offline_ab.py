@@ -23,7 +23,7 @@ def _folder(ref: str, cfg) -> Path:
             raise ValueError(f"{ref}: not a Hugging Face checkpoint folder (no config.json)")
         return path
     if ref.isdigit():
-        from infra.registry import Registry
+        from registry.client import Registry
 
         return Path(Registry.from_config(cfg).local_path(ref))
     raise ValueError(f"{ref}: neither a checkpoint folder nor a registry version number")

@@ -1,4 +1,4 @@
-"""`rtrl promote VERSION` and `rtrl rollback`: move alias `champion` (infra/promotion.py) and print one JSON line.
+"""`rtrl promote VERSION` and `rtrl rollback`: move alias `champion` (registry/promotion.py) and print one JSON line.
 
 Exit codes: 0 done; 3 refused (the gate did not pass, the champion moved since the eval, nothing to roll back;
 the reason is on stderr and in the JSON line); 2 bad arguments.
@@ -14,7 +14,7 @@ EXIT_OK, EXIT_USAGE, EXIT_REFUSED = 0, 2, 3
 
 
 def _run(action: str, do) -> int:
-    from infra.promotion import PromotionRefused
+    from registry.promotion import PromotionRefused
 
     try:
         result = do()
@@ -27,14 +27,14 @@ def _run(action: str, do) -> int:
 
 
 def _registry_and_lock(cfg):
-    from infra.promotion import lock_path_for
-    from infra.registry import Registry
+    from registry.promotion import lock_path_for
+    from registry.client import Registry
 
     return Registry.from_config(cfg), lock_path_for(cfg.mlflow_tracking_uri(), cfg.state_path)
 
 
 def promote(args, cfg) -> int:
-    from infra.promotion import promote as do_promote
+    from registry.promotion import promote as do_promote
 
     registry, lock = _registry_and_lock(cfg)
     return _run("promote", lambda: do_promote(registry, args.version, lock, force=args.force,
@@ -42,7 +42,7 @@ def promote(args, cfg) -> int:
 
 
 def rollback(args, cfg) -> int:
-    from infra.promotion import rollback as do_rollback
+    from registry.promotion import rollback as do_rollback
 
     registry, lock = _registry_and_lock(cfg)
     return _run("rollback", lambda: do_rollback(registry, lock))

@@ -39,7 +39,7 @@ def _health(url: str) -> dict | None:
 
 def check_ready_to_serve(cfg) -> dict[str, str]:
     """Every arm's alias resolves to a version and the port is free; StackError says what to do otherwise."""
-    from infra.registry import Registry
+    from registry.client import Registry
 
     if not port_is_free(cfg.serving.host, cfg.serving.port):
         raise StackError(f"port {cfg.serving.port} on {cfg.serving.host} is taken; choose another with "

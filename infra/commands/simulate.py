@@ -50,7 +50,7 @@ def main(args, cfg) -> int:
     from infra.progress import ProgressLine
     from instrumentation.sdk import TelemetryClient
     from instrumentation.simulator.clock import ScaledClock
-    from instrumentation.simulator.policy import OpenAIPolicy, PolicyError
+    from codetasks.policy import OpenAIPolicy, PolicyError
     from instrumentation.simulator.population import Population, start_instant
 
     update = {k: v for k, v in (("users", args.users), ("seed", args.seed), ("speed", args.speed),

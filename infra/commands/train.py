@@ -12,7 +12,7 @@ from pathlib import Path
 def main(args, cfg) -> int:
     from infra.commands.rewards import _time
     from infra.progress import ProgressLine
-    from infra.registry import Registry
+    from registry.client import Registry
     from trainer.run import run_training
     from trainer.selection import SelectionError
 

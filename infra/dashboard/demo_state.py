@@ -81,7 +81,7 @@ def _gate_report(state: Path, candidate: str, champion: str, promote: bool, k: i
 
 
 def _registry(cfg, cycles: list[str], promoted: dict[str, bool], tmp: Path) -> None:
-    from infra.registry import Registry
+    from registry.client import Registry
 
     reg = Registry.from_config(cfg)
     folder = tmp / "ckpt"

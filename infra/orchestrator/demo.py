@@ -182,7 +182,7 @@ class Demo:
             ManagedProcess(name, self.state).renice(self.cfg.demo.background_nice)
 
     def ensure_v0(self) -> str:
-        from infra.registry import Registry
+        from registry.client import Registry
 
         registry = Registry.from_config(self.cfg)
         if (v := registry.version_of("champion")) is not None:
@@ -319,7 +319,7 @@ class Demo:
         """A new cycle's overrides: none for the first, or when the demo's settings fit its share of
         `demo.budget_s`; else fewer rows and gate samples (infra.orchestrator.budget)."""
         from infra.orchestrator.budget import cycle_costs, plan_cycle
-        from infra.registry import Registry
+        from registry.client import Registry
 
         d = self.cfg.demo
         records = ledger.all()
@@ -427,7 +427,7 @@ class Demo:
     def prepared(self) -> Path | None:
         """The cache file of v0's gate episodes when v0, the suite and those episodes all exist, else None."""
         from evals.gate_run import COMPLETE, episode_cache_of
-        from infra.registry import content_digest
+        from registry.client import content_digest
 
         suite = Path(self.cfg.gate.suite_dir)
         if stale_reason(self.v0_cache, self.cfg.policy) or not (suite / COMPLETE).is_file():

@@ -60,7 +60,7 @@ class CycleContext:
         return self.record.cycle_id
 
     def registry(self):
-        from infra.registry import Registry
+        from registry.client import Registry
 
         return Registry.from_config(self.cfg)
 
@@ -162,8 +162,8 @@ def evaluate(ctx: CycleContext) -> dict:
 
 
 def promote(ctx: CycleContext) -> dict:
-    from infra.promotion import PromotionRefused, lock_path_for
-    from infra.promotion import promote as cas_promote
+    from registry.promotion import PromotionRefused, lock_path_for
+    from registry.promotion import promote as cas_promote
 
     gate = ctx.record.result("evaluate")
     candidate = str(ctx.record.result("train")["candidate"])

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 
 from instrumentation.simulator.clock import SimClock, StepClock, parse_instant
 from instrumentation.simulator.config import SimulatorConfig
-from instrumentation.simulator.policy import Policy
+from codetasks.policy import Policy
 from instrumentation.simulator.user import EventSink, SimUser, Stats
 
 log = logging.getLogger("rtrl.simulator")

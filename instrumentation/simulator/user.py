@@ -38,12 +38,12 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Protocol
 
 from instrumentation.fingerprint import file_id, line_fingerprints
-from instrumentation.simulator import followups
+from codetasks import followups
 from instrumentation.simulator.clock import SimClock
 from instrumentation.simulator.config import SimulatorConfig
-from instrumentation.simulator.policy import Policy, PolicyError, PolicyReply, PolicyRequest
-from instrumentation.simulator.tasks import Grade, Task, apply_task, grade, make_task
-from instrumentation.simulator.workspace import EditError, Workspace, apply_edit, make_workspace, org_of
+from codetasks.policy import Policy, PolicyError, PolicyReply, PolicyRequest
+from codetasks.tasks import Grade, Task, apply_task, grade, make_task
+from codetasks.workspace import EditError, Workspace, apply_edit, make_workspace, org_of
 from schemas import Event
 from schemas.events import (CodebaseSnapshot, EditApplied, EditRejected, FollowupMessage, Hunk,
                             SnapshotTrigger, SuggestionShown, ToolCallResult, ToolErrorKind)

@@ -18,7 +18,7 @@ from pipelines.quality.expectations import (Expectation, between, conform, holds
                                             row_count_between, schema, unique)
 from pipelines.quality.result import SuiteResult
 from pipelines.quality.runner import run_suite
-from pipelines.rewards.table import read_reward_table
+from schemas.reward_table import read_reward_table
 from pipelines.rewards.spec import RewardSpec
 from schemas.arrow import model_arrow_schema
 from schemas.rewards import EditStatus, FollowupStatus, PersistenceLabel, RewardRow

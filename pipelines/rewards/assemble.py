@@ -15,12 +15,10 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from pipelines.rewards.spec import RewardSpec
-from schemas.arrow import model_arrow_schema
-from schemas.rewards import RewardRow
+from schemas.reward_table import ROW_SCHEMA
 
 FRAME_TYPES = ("trajectory", "suggestion_shown", "edit_applied", "edit_rejected", "codebase_snapshot",
                "followup_message", "tool_call_result")
-ROW_SCHEMA = model_arrow_schema(RewardRow)
 _EMPTY_ROWS = pl.from_arrow(ROW_SCHEMA.empty_table())
 # Per-token payload the trainer needs but no join looks at: carried aside and attached once to the emitted rows
 # (gathering these lists through every join costs more than the whole join logic).

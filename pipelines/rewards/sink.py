@@ -16,7 +16,7 @@ import apache_beam as beam
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipelines.rewards.assemble import ROW_SCHEMA
+from schemas.reward_table import ROW_SCHEMA
 
 
 def partition_dir(out: Path, policy_version: str, window: str) -> Path:

@@ -25,7 +25,7 @@ def _v0(request, into: Path) -> None:
         shutil.copytree(cached, into)
         return
     from infra.config import load_config
-    from infra.registry import Registry
+    from registry.client import Registry
 
     state, _, _ = request.getfixturevalue("bootstrapped")
     registry = Registry.from_config(load_config(None, [f'state_dir="{state}"']))

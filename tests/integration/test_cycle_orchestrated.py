@@ -28,8 +28,8 @@ from infra.orchestrator.demo import core_split
 from infra.orchestrator.ledger import DONE, Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli
 from infra.orchestrator.warm_runner import socket_path, start_background
-from infra.registry import Registry
-from pipelines.rewards.table import read_reward_table
+from registry.client import Registry
+from schemas.reward_table import read_reward_table
 from tests.conftest import free_port, free_port_pair
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.registry import Registry
+from registry.client import Registry
 from tests.conftest import make_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from evals.gate.stats import paired_difference
-from infra.registry import Registry
+from registry.client import Registry
 from tests.conftest import make_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]

@@ -30,7 +30,7 @@ from infra.offline_cycle import reward_rows
 from instrumentation import KafkaTransport, TelemetryClient
 from instrumentation.simulator.clock import StepClock
 from instrumentation.simulator.config import SimulatorConfig
-from instrumentation.simulator.policy import PolicyRequest, ReferencePolicy
+from codetasks.policy import PolicyRequest, ReferencePolicy
 from instrumentation.simulator.population import Population
 from pipelines.rewards.spec import RewardSpec
 from schemas import parse_event

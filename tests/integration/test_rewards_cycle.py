@@ -18,7 +18,7 @@ from infra.stack.stack import Stack
 from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.classifiers import get_classifier
 from pipelines.rewards.frames import frames_from_events
-from pipelines.rewards.table import read_reward_table
+from schemas.reward_table import read_reward_table
 from pipelines.rewards.spec import RewardSpec
 from schemas import to_wire, topic_for
 from tests.conftest import make_config

@@ -26,7 +26,7 @@ LOGPROB_TOLERANCE = 1e-3  # absolute, vLLM CPU fp32 vs transformers fp32 (measur
 @pytest.fixture(scope="module")
 def served(stack, tmp_path_factory):
     """(cfg, gateway, url, registry, versions, folders): a running gateway in a thread of this process."""
-    from infra.registry import Registry
+    from registry.client import Registry
     from serving.server import url_of
     from serving.testing import make_tiny_checkpoint
 

@@ -31,7 +31,7 @@ def test_a_swapped_in_version_reloads_the_spare_and_serves_the_new_weights(stack
     from transformers import AutoModelForCausalLM
 
     from infra.orchestrator.steps import serving_status
-    from infra.registry import Registry
+    from registry.client import Registry
     from serving.testing import make_tiny_checkpoint
 
     model = f"spares-it-{uuid.uuid4().hex[:8]}"

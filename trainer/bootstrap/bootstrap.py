@@ -298,7 +298,7 @@ def _default_policy(cfg, folder: Path, fresh: bool, log: Callable[[str], None]) 
 
 def bootstrap(cfg, force: bool = False, log: Callable[[str], None] = print, fresh: bool = False) -> dict:
     """Make and register v0 (see the module docstring); returns the summary `rtrl bootstrap` prints."""
-    from infra.registry import Registry
+    from registry.client import Registry
 
     t0 = time.monotonic()
     policy = cfg.policy

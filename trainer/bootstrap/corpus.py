@@ -20,10 +20,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from instrumentation.simulator import followups
-from instrumentation.simulator.policy import FLAWS, flawed_edit
-from instrumentation.simulator.tasks import Task, apply_task, make_task
-from instrumentation.simulator.workspace import make_workspace, org_of
+from codetasks import followups
+from codetasks.policy import FLAWS, flawed_edit
+from codetasks.tasks import Task, apply_task, make_task
+from codetasks.workspace import make_workspace, org_of
 from schemas.chat_format import END, render
 
 

@@ -25,7 +25,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
-from instrumentation.simulator.tasks import Task, grade
+from codetasks.tasks import Task, grade
 from schemas.chat_format import render
 from schemas.tool_protocol import parse_response
 from trainer.bootstrap.corpus import repair_messages

@@ -67,7 +67,7 @@ def test_transcripts_cannot_inject_markup(tmp_path):
 
 @pytest.fixture
 def registry(tmp_path):
-    from infra.registry import Registry
+    from registry.client import Registry
 
     reg = Registry(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", "policy", tmp_path / "cache")
     for marker in ("one", "two"):

@@ -12,7 +12,7 @@ import pytest
 from evals.tasks import load_suite
 from evals.tasks.generate import generate_suite, workspace_seed
 from evals.tasks.grade import grade, solved_workdir
-from instrumentation.simulator.tasks import KINDS, PHRASES
+from codetasks.tasks import KINDS, PHRASES
 from tests.unit.evals.task_folders import needs_bwrap
 
 

@@ -10,7 +10,7 @@ import threading
 from evals.harness import BROKEN_CALL_REPLY, NO_CLARIFICATION, first_message, run_episode, run_suite, turn_seed
 from evals.tasks import load_task
 from evals.tasks.generate import generate_suite
-from instrumentation.simulator.policy import PolicyError, PolicyReply, PolicyRequest
+from codetasks.policy import PolicyError, PolicyReply, PolicyRequest
 from schemas.tool_protocol import ToolCall, parse_response
 from tests.unit.evals.task_folders import CALC, TOML, needs_bwrap, write_task
 

@@ -10,7 +10,7 @@ import pytest
 from evals import sandbox
 from evals.sandbox import Limits
 from evals.tools import PathError, ToolExecutor, resolve
-from instrumentation.simulator.workspace import EditError, apply_edit
+from codetasks.workspace import EditError, apply_edit
 from schemas.events import ToolErrorKind
 from schemas.tool_protocol import ToolCall
 

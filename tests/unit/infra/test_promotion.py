@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.promotion import PromotionRefused, lock_path_for, promote, rollback
-from infra.registry import Registry
+from registry.promotion import PromotionRefused, lock_path_for, promote, rollback
+from registry.client import Registry
 
 REPO = Path(__file__).parents[3]
 
@@ -145,7 +145,7 @@ def test_rollback_restores_previous_and_walks_back_promotion_by_promotion(setup)
 
 
 def test_the_lock_times_out_with_a_refusal(tmp_path):
-    from infra.promotion import registry_lock
+    from registry.promotion import registry_lock
 
     with registry_lock(tmp_path / "l"):
         with pytest.raises(PromotionRefused, match="another promotion holds"):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from infra.registry import Registry
+from registry.client import Registry
 
 
 def _checkpoint(d, marker: str):
@@ -54,7 +54,7 @@ def test_unset_alias_and_non_checkpoint_folders_are_clear_errors(registry, tmp_p
 def test_every_version_carries_its_content_digest_the_same_for_the_same_model_in_another_registry(registry, tmp_path):
     import shutil
 
-    from infra.registry import content_digest
+    from registry.client import content_digest
 
     a = _checkpoint(tmp_path / "a", "one")
     v1, v2 = registry.register(a), registry.register(_checkpoint(tmp_path / "b", "two"))

@@ -105,7 +105,7 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     from evals.gate_run import COMPLETE, default_suite, episode_cache_of
     from evals.records import Episode
     from infra.orchestrator.demo import demo_suite_cfg
-    from infra.registry import content_digest
+    from registry.client import content_digest
     from trainer.bootstrap.bootstrap import RECIPE
 
     cfg = make_config(tmp_path, "demo.gate_tasks=2", "demo.gate_samples=1")

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from pipelines.rewards import replay_job
-from pipelines.rewards.table import read_reward_table
+from schemas.reward_table import read_reward_table
 from pipelines.rewards.spec import RewardSpec
 from tests.unit.archive.helpers import FakeLog, archive_all
 from tests.unit.rewards.builders import T0, applied, at, followup, rejected, snapshot, tool_result, trajectory

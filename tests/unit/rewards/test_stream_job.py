@@ -21,7 +21,7 @@ from pipelines.rewards.assemble_fn import END_OF_TIME
 from pipelines.rewards.classifiers import get_classifier
 from pipelines.rewards.frames import frames_from_events
 from pipelines.rewards.spec import RewardSpec
-from pipelines.rewards.table import read_reward_table
+from schemas.reward_table import read_reward_table
 from schemas import to_wire, topic_for
 from tests.unit.rewards.builders import T0, applied, followup, snapshot, trajectory
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipelines.rewards.table import read_reward_table
+from schemas.reward_table import read_reward_table
 
 
 def _part(root, version: str, window: str, ids: list[str]) -> None:

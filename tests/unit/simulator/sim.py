@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from instrumentation.simulator.clock import StepClock
 from instrumentation.simulator.config import SimulatorConfig
-from instrumentation.simulator.policy import ErrorRates, ReferencePolicy
+from codetasks.policy import ErrorRates, ReferencePolicy
 from instrumentation.simulator.population import Population
 from instrumentation.simulator.user import ListSink
 from schemas.events import Trajectory

@@ -21,7 +21,7 @@ import pytest
 from infra.config import load_config
 from infra.orchestrator.demo import user_pace
 from instrumentation.simulator.clock import StepClock
-from instrumentation.simulator.policy import ErrorRates, ReferencePolicy, flawed_edit
+from codetasks.policy import ErrorRates, ReferencePolicy, flawed_edit
 from instrumentation.simulator.population import Population
 from schemas.tool_protocol import parse_response
 from serving.router import Router

@@ -7,9 +7,9 @@ import random
 import polars as pl
 import pytest
 
-from instrumentation.simulator import followups
-from instrumentation.simulator.tasks import make_task
-from instrumentation.simulator.workspace import make_workspace, org_of
+from codetasks import followups
+from codetasks.tasks import make_task
+from codetasks.workspace import make_workspace, org_of
 from pipelines.rewards.classifiers import get_classifier
 
 INTENDED = {  # list -> (dissatisfied, question_unnecessary)

@@ -13,12 +13,12 @@ import pytest
 
 from instrumentation.simulator.clock import ScaledClock
 from instrumentation.simulator.config import SimulatorConfig
-from instrumentation.simulator.policy import (FLAWS, ErrorRates, OpenAIPolicy, PolicyError, PolicyRequest,
+from codetasks.policy import (FLAWS, ErrorRates, OpenAIPolicy, PolicyError, PolicyRequest,
                                               ReferencePolicy, flawed_edit, parsed_from_openai)
 from instrumentation.simulator.population import Population, start_instant
-from instrumentation.simulator.tasks import grade, make_task
+from codetasks.tasks import grade, make_task
 from instrumentation.simulator.user import ListSink
-from instrumentation.simulator.workspace import make_workspace, org_of
+from codetasks.workspace import make_workspace, org_of
 from schemas.events import ResponseKind, ToolCallStatus
 from schemas.tool_protocol import openai_tools, parse_response
 from tests.unit.simulator.mock_server import completion

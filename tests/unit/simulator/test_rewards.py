@@ -8,7 +8,7 @@ from statistics import mean
 
 import pytest
 
-from instrumentation.simulator.policy import ErrorRates
+from codetasks.policy import ErrorRates
 from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.classifiers import get_classifier
 from pipelines.rewards.frames import frames_from_events

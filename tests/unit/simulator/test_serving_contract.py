@@ -14,7 +14,7 @@ import pytest
 
 from instrumentation.simulator.clock import StepClock
 from instrumentation.simulator.config import SimulatorConfig
-from instrumentation.simulator.policy import ErrorRates, OpenAIPolicy, PolicyRequest, ReferencePolicy
+from codetasks.policy import ErrorRates, OpenAIPolicy, PolicyRequest, ReferencePolicy
 from instrumentation.simulator.population import Population
 from instrumentation.simulator.user import CLIENT_VERSION, ListSink
 from pipelines.rewards.assemble import assemble_rewards

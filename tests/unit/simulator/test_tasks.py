@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from instrumentation.simulator.tasks import KINDS, PHRASES, apply_task, grade, make_task
-from instrumentation.simulator.workspace import EditError, apply_edit, make_workspace, org_of
+from codetasks.tasks import KINDS, PHRASES, apply_task, grade, make_task
+from codetasks.workspace import EditError, apply_edit, make_workspace, org_of
 from schemas.events import ResponseKind
 from schemas.tool_protocol import ToolCall, parse_response
 

@@ -11,11 +11,11 @@ import pytest
 
 from instrumentation.fingerprint import file_id, line_fingerprints
 from instrumentation.sdk import TelemetryClient
-from instrumentation.simulator import followups
+from codetasks import followups
 from instrumentation.simulator.config import SimulatorConfig
-from instrumentation.simulator.policy import ErrorRates
+from codetasks.policy import ErrorRates
 from instrumentation.simulator.user import hunks
-from instrumentation.simulator.workspace import org_of
+from codetasks.workspace import org_of
 from schemas import parse_wire, to_wire
 from schemas.events import ResponseKind, ToolErrorKind
 from tests.unit.instrumentation.factories import FakeTransport

@@ -3,7 +3,7 @@ registers that copy instead of training, and `--fresh` trains again."""
 
 import pytest
 
-from infra.registry import Registry
+from registry.client import Registry
 from tests.conftest import make_config
 from trainer.bootstrap.bootstrap import METADATA, bootstrap
 

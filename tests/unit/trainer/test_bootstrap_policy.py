@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from instrumentation.simulator import followups
-from instrumentation.simulator.tasks import grade
+from codetasks import followups
+from codetasks.tasks import grade
 from schemas.chat_format import CHAT_TEMPLATE, END, SPECIAL_TOKENS, render
 from schemas.tool_protocol import parse_response
 from trainer.bootstrap import sft

@@ -3,7 +3,7 @@ candidate version registered with its lineage and metrics in MLflow; a second ru
 
 import pytest
 
-from infra.registry import Registry
+from registry.client import Registry
 from tests.unit.trainer.tiny import sampled_rows, tiny_checkpoint
 from trainer.config import TrainerConfig
 from trainer.run import run_training
