@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
+from infra.argv import rtrl_argv
 from infra.bench.ports import free_port
 from infra.config import load_config
 from infra.stack.process import ManagedProcess
@@ -66,8 +66,7 @@ def _collector_stage(cfg, config_path, overrides, events, log) -> dict:
     import subprocess
 
     key = KeyStore(cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json")).create("bench")
-    argv = [sys.executable, "-m", "infra.cli", *(["--config", config_path] if config_path else [])]
-    argv += [a for o in overrides for a in ("--set", o)] + ["collector", "--detach"]
+    argv = rtrl_argv("collector", "--detach", config=config_path, overrides=overrides)
     subprocess.run(argv, check=True, capture_output=True, text=True, timeout=120)
     url = f"http://{cfg.collector.host}:{cfg.collector.port}"
     batches = [[Record.of(e) for e in events[i:i + BATCH]] for i in range(0, len(events), BATCH)]

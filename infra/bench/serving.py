@@ -31,6 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
+from infra.argv import rtrl_argv
 from infra.bench.ports import free_port
 
 
@@ -189,7 +190,7 @@ def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clie
     from serving.server import url_of
 
     url = url_of(cfg.serving)
-    argv = [sys.executable, "-m", "infra.cli", *[a for o in overrides for a in ("--set", o)], "serve", "--detach"]
+    argv = rtrl_argv("serve", "--detach", overrides=overrides)
     t0 = time.monotonic()
     out = subprocess.run(argv, capture_output=True, text=True, timeout=cfg.serving.startup_timeout_s + 60)
     if out.returncode != 0:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from infra.argv import rtrl_args, rtrl_argv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,14 +41,11 @@ class RtrlCli:
     warm: Path | None = None      # a warm step runner's socket (infra.orchestrator.warm_runner): used when it answers
 
     def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "infra.cli", *self.cli_args(*args)]
+        return rtrl_argv(*args, config=self.config, overrides=self.overrides)
 
     def cli_args(self, *args: str) -> list[str]:
         """`rtrl`'s own arguments: the config file, the overrides, then `args`."""
-        head = ["--config", self.config] if self.config else []
-        for o in self.overrides:
-            head += ["--set", o]
-        return head + list(args)
+        return rtrl_args(*args, config=self.config, overrides=self.overrides)
 
     def run(self, *args: str, step: str, ok_codes: tuple[int, ...] = (0,), expect_json: bool = True,
             echo: Callable[[str], None] | None = None) -> tuple[int, dict]:
