@@ -7,6 +7,27 @@ import json
 import sys
 from pathlib import Path
 
+from infra.commands import add_command
+
+
+def add_parser(subparsers) -> None:
+    ab = add_command(subparsers, "ab", main, "A/B metrics per cycle: compute them from the reward table, or report "
+                     "them", epilog="Results live in <state_dir>/ab/cycles/<ID>/ (the orchestrator writes them after "
+                     "each cycle). Settings: [ab] in rtrl.toml.")
+    actions = ab.add_subparsers(dest="ab_command", metavar="ACTION", required=True)
+    abr = actions.add_parser("report", help="print (or write) a stored cycle's A/B report")
+    abr.add_argument("--cycle", metavar="ID", help="cycle id (default: the latest stored cycle)")
+    abr.add_argument("--format", choices=("md", "html", "json"), default="md", help="output format (default md)")
+    abr.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    abc = actions.add_parser("compute", help="compute a cycle's A/B metrics from its reward rows and store them")
+    abc.add_argument("--cycle", required=True, metavar="ID",
+                     help="cycle id: reads <rewards>/policy_version=*/window=ID/")
+    abc.add_argument("--rewards", metavar="PATH", help="reward table root (default <state_dir>/rewards/table)")
+    abc.add_argument("--as-of", metavar="TIME", help="exclude rows maturing after this ISO time (default: the reward "
+                     "cycle manifest's as_of when there is one)")
+    abc.add_argument("--pre-period", metavar="PATH", help="reward rows from before the arms split (a Parquet file or "
+                     "folder) for CUPED")
+
 
 def main(args, cfg) -> int:
     if args.ab_command == "report":

@@ -6,17 +6,13 @@ import json
 import sys
 import time
 
+from infra.argv import rtrl_argv
+from infra.commands import add_command
+
 
 def _child_argv(args) -> list[str]:
-    argv = [sys.executable, "-m", "infra.cli"]
-    if args.config:
-        argv += ["--config", args.config]
-    for o in args.overrides:
-        argv += ["--set", o]
-    argv.append("archive")
-    if args.until_idle is not None:
-        argv += ["--until-idle", repr(args.until_idle)]
-    return argv
+    until_idle = ["--until-idle", repr(args.until_idle)] if args.until_idle is not None else []
+    return rtrl_argv("archive", *until_idle, config=args.config, overrides=args.overrides)
 
 
 def _detach(args, cfg) -> int:
@@ -35,6 +31,13 @@ def _detach(args, cfg) -> int:
                       f"archive root {root} locked by the archiver")
     print(json.dumps({"archiver": "started", "pid": rec["pid"], "root": str(root), "log": str(proc.logfile)}))
     return 0
+
+
+def add_parser(subparsers) -> None:
+    p = add_command(subparsers, "archive", main, "archive Kafka topics to the Parquet event log")
+    p.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
+    p.add_argument("--until-idle", type=float, metavar="SECONDS",
+                   help="stop after SECONDS with no new message (default: run until stopped)")
 
 
 def main(args, cfg) -> int:

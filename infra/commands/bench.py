@@ -6,6 +6,62 @@ import json
 import os
 import sys
 
+from infra.commands import add_command
+
+
+def add_parser(subparsers) -> None:
+    bench = add_command(subparsers, "bench", main, "benchmarks that print JSON")
+    whats = bench.add_subparsers(dest="bench_command", metavar="WHAT", required=True)
+
+    def add(name: str, help: str):
+        p = whats.add_parser(name, help=help)
+        p.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+        return p
+
+    bi = add("ingest", "SDK enqueue latency, collector and Kafka throughput, archive check")
+    bi.add_argument("--events", type=int, default=50_000, help="events to send per stage (default 50000)")
+    bem = add("emit", "SDK emit latency and throughput on the caller's thread (transport that discards), without "
+              "and with the write-ahead log (sdk.write_ahead)")
+    from instrumentation.bench_emit import add_arguments as add_emit_arguments  # argparse only
+    add_emit_arguments(bem)
+    bfz = add("fuzz", "hostile input (schemathesis, hypothesis, atheris) against the collector and the parsers: "
+              "cases, crashes (must be 0), rejections by reason")
+    bfz.add_argument("--scale", type=float, default=1.0, help="multiply every target's case count (default 1: "
+                     "about 60,000 cases)")
+    bfz.add_argument("--seed", type=int, default=0, help="generation seed (default 0)")
+    br = add("rewards", "reward job: replay and Kafka offset-range throughput vs a polars reference, peak RSS; rows "
+             "must match")
+    br.add_argument("--requests", type=int, default=100_000, help="synthetic requests (~5 events each)")
+    br.add_argument("--no-kafka", action="store_true", help="skip the offset-range stage")
+    btr = add("trainer", "trainer tokens/s vs TRL's GRPOTrainer; log-prob memory at vocab 32k (installs TRL for the "
+              "benchmark when missing)")
+    btr.add_argument("--rows", type=int, default=256, help="reward rows to train on (default 256)")
+    btr.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward (default 8)")
+    btr.add_argument("--rows-per-step", type=int, default=64, help="rows per optimizer step (default 64)")
+    bdc = add("decode", "in-process decoding of a model of [policy]'s shape: trainer.decode vs transformers, per "
+              "token and per batch; tokens must match")
+    bdc.add_argument("--prompt-tokens", type=int, default=800, help="prompt length (default 800)")
+    bdc.add_argument("--new-tokens", type=int, default=100, help="tokens generated (default 100)")
+    bdc.add_argument("--batch", type=int, default=50, help="left-padded prompts of the batch measurement (default 50)")
+    bdc.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    bg = add("gate", "the default gate suite end to end (champion vs itself): seconds per task, infrastructure "
+             "failure rate, bubblewrap overhead vs a plain subprocess")
+    bg.add_argument("--tasks", type=int, help="tasks (default gate.suite_tasks)")
+    bg.add_argument("--samples", type=int, help="samples per task and arm (default gate.samples_per_task)")
+    bsv = add("serving", "vLLM vs transformers generate throughput, gateway latency, hot swap under load (private "
+              "stack and tiny model)")
+    bsv.add_argument("--batch", type=int, default=32, help="sequences generated at once (default 32)")
+    bsv.add_argument("--prompt-tokens", type=int, default=64, help="prompt length (default 64)")
+    bsv.add_argument("--new-tokens", type=int, default=128, help="tokens generated per sequence (default 128)")
+    bsv.add_argument("--clients", type=int, default=8, help="concurrent gateway clients during the swap (default 8)")
+    bsv.add_argument("--shape", choices=("default", "1b"), default="default", help="model shape of the throughput "
+                     "stage: the default policy's (default) or a ~1B-parameter Llama")
+    bsv.add_argument("--throughput-only", action="store_true", help="only vLLM vs HF generate (no broker or MLflow "
+                     "needed: e.g. on a GPU machine; there both run in bfloat16, vLLM with CUDA graphs)")
+    bab = add("ab", "one cycle's A/B metrics over 10 million reward rows (Parquet in, the stored result out)")
+    bab.add_argument("--rows", type=int, default=10_000_000, help="reward rows (default 10,000,000)")
+    bab.add_argument("--users", type=int, default=100_000, help="distinct users (default 100,000)")
+
 
 def main(args, cfg) -> int:
     def log(msg: str) -> None:

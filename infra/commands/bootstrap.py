@@ -15,6 +15,21 @@ import json
 import os
 import sys
 
+from infra.commands import add_command
+
+
+def add_parser(subparsers) -> None:
+    p = add_command(subparsers, "bootstrap", main, "make policy checkpoint v0 (or register policy.base_checkpoint) "
+                    "with aliases champion and control",
+                    epilog="idempotent: when alias champion is set it does nothing (exit 0) unless --force. The "
+                           "default policy is kept in policy.cache_dir (default <state_dir>/policy-v0) and reused "
+                           "by later bootstraps with the same [policy] config, in any state dir. Progress on stderr, "
+                           "a JSON summary on stdout; needs only the MLflow store, not `rtrl up`.")
+    p.add_argument("--force", action="store_true", help="make and register a new v0 even if champion is set "
+                   "(moves champion and control to it)")
+    p.add_argument("--fresh", action="store_true", help="train the default policy even when policy.cache_dir "
+                   "holds a current one (the new one replaces it there)")
+
 
 def main(args, cfg) -> int:
     # Before torch loads: OpenMP workers that sleep instead of spinning when the cores are shared (spinning

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
+from typing import TYPE_CHECKING
 
-from infra.config import RtrlConfig
-from infra.stack.process import ManagedProcess, StackError, port_is_free
+from infra.argv import rtrl_argv
+from infra.commands import add_command
+
+if TYPE_CHECKING:
+    from infra.config import RtrlConfig
 
 
 def _keys_path(cfg: RtrlConfig):
@@ -24,6 +26,9 @@ def _keys_path(cfg: RtrlConfig):
 
 def _health(url: str) -> dict | None:
     """The /healthz body (200 or 503), or None if nothing answers."""
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"{url}/healthz", timeout=3) as r:
             return json.loads(r.read())
@@ -43,6 +48,8 @@ def _announce(url: str, kafka: bool | None) -> None:
 
 
 def _detach(args, cfg: RtrlConfig, url: str) -> int:
+    from infra.stack.process import ManagedProcess, StackError, port_is_free
+
     proc = ManagedProcess("collector", cfg.state_path)
     if proc.is_running():
         print(f"collector: already running (pid {proc.info()['pid']}); log: {proc.logfile}")
@@ -51,13 +58,7 @@ def _detach(args, cfg: RtrlConfig, url: str) -> int:
     if not port_is_free(cfg.collector.host, cfg.collector.port):
         raise StackError(f"port {cfg.collector.port} on {cfg.collector.host} is taken; choose another with "
                          "--set collector.port=PORT")
-    argv = [sys.executable, "-m", "infra.cli"]
-    if args.config:
-        argv += ["--config", args.config]
-    for o in args.overrides:
-        argv += ["--set", o]
-    argv += ["collector"]
-    proc.start(argv, extra={"url": url})
+    proc.start(rtrl_argv("collector", config=args.config, overrides=args.overrides), extra={"url": url})
     answer: dict = {}
 
     def answers() -> bool:
@@ -76,6 +77,7 @@ def _detach(args, cfg: RtrlConfig, url: str) -> int:
 def _serve(cfg: RtrlConfig, url: str) -> int:
     import logging
 
+    from infra.stack.process import StackError, port_is_free
     from instrumentation.collector.server import make_server
 
     if not port_is_free(cfg.collector.host, cfg.collector.port):
@@ -91,6 +93,13 @@ def _serve(cfg: RtrlConfig, url: str) -> int:
     finally:
         print(f"collector: stopped after {time.monotonic() - t0:.0f}s", flush=True)
     return 0 if server.started else 1
+
+
+def add_parser(subparsers) -> None:
+    p = add_command(subparsers, "collector", main, "run the HTTP ingest collector (foreground)")
+    p.add_argument("--keys-new", metavar="CLIENT", help="create an API key for CLIENT, print it once, and exit")
+    p.add_argument("--keys-list", action="store_true", help="list clients that have keys and exit")
+    p.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
 
 
 def main(args, cfg: RtrlConfig) -> int:

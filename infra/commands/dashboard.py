@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from infra.argv import rtrl_argv
+from infra.commands import add_command
 
 APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
 
@@ -27,11 +28,24 @@ def app_env(config: str | None, overrides: list[str]) -> dict[str, str]:
 
 
 def healthy(host: str, port: int) -> bool:
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/_stcore/health", timeout=2) as r:
             return r.status == 200
     except (urllib.error.URLError, OSError):
         return False
+
+
+def add_parser(subparsers) -> None:
+    p = add_command(subparsers, "dashboard", main,
+                    "serve the A/B and pipeline-health dashboard (Streamlit) on dashboard.host:dashboard.port",
+                    epilog="Reads only the state dir (A/B results, reward cycle manifests, data-quality and gate "
+                           "reports) and the MLflow registry. Bound to 127.0.0.1 by default. Settings: [dashboard] "
+                           "in rtrl.toml.")
+    p.add_argument("--port", type=int, help="port (default dashboard.port)")
+    p.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
 
 
 def main(args, cfg) -> int:
@@ -47,10 +61,7 @@ def main(args, cfg) -> int:
             return 0
         if not port_is_free(host, port):
             raise StackError(f"port {port} on {host} is taken; choose another with --port PORT")
-        argv = [sys.executable, "-m", "infra.cli"] + (["--config", args.config] if args.config else [])
-        for o in overrides:
-            argv += ["--set", o]
-        proc.start(argv + ["dashboard"], extra={"url": url})
+        proc.start(rtrl_argv("dashboard", config=args.config, overrides=overrides), extra={"url": url})
         proc.wait_healthy(lambda: healthy(host, port), 60.0, f"GET {url}/_stcore/health")
         print(f"dashboard: {url} (pid {proc.info()['pid']}); log: {proc.logfile}; stop with `rtrl down`")
         return 0

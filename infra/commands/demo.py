@@ -4,6 +4,30 @@ from __future__ import annotations
 
 import sys
 
+from infra.commands import add_command
+
+
+def add_parser(subparsers) -> None:
+    p = add_command(subparsers, "demo", main,
+                    "the whole loop from nothing: stack, v0, serving with control/treatment arms, simulated users, K "
+                    "cycles under the orchestrator on an accelerated clock; prints a table per cycle and the A/B "
+                    "result",
+                    epilog="Works in <state_dir>/demo (made fresh unless --resume). What every demo reuses is made "
+                           "once and kept outside it: v0 in <state_dir>/policy-v0 (bootstrapped, a few minutes), "
+                           "the gate's held-out suite in <state_dir>/eval-suites with v0's gate episodes; "
+                           "`--prepare` (run by ./infra/setup.sh) makes them without a demo, else the first demo "
+                           "does. Progress on stderr, the table on stdout. Settings: [demo] in rtrl.toml (users, "
+                           "speed, cycles, time budget) and the overlay infra/configs/demo.toml (cadence, "
+                           "training, gate size), under your own --config and --set.")
+    p.add_argument("--cycles", type=int, metavar="K", help="cycles to run (default demo.cycles, 3)")
+    p.add_argument("--summary", metavar="PATH", help="also write the summary as JSON to PATH")
+    p.add_argument("--keep-running", action="store_true", help="leave the stack, serving, users and the UIs "
+                   "(MLflow, Dagster, dashboard) running at the end; `rtrl --set state_dir=... down` stops them")
+    p.add_argument("--resume", action="store_true", help="keep the demo state dir of an earlier run")
+    p.add_argument("--prepare", action="store_true", help="only make what every demo reuses (v0, the gate's "
+                   "suite, v0's gate episodes) when missing, then stop: so that the first demo takes as long as "
+                   "the next ones")
+
 
 def main(args, cfg) -> int:
     from infra.orchestrator.demo import Demo, DemoError

@@ -11,6 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+from infra.commands import add_command
+
 EXIT_PROMOTE, EXIT_ERROR, EXIT_USAGE, EXIT_KEEP = 0, 1, 2, 3
 
 
@@ -22,6 +24,52 @@ def _quiet_vllm() -> None:
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def add_parser(subparsers) -> None:
+    gt = add_command(subparsers, "gate", gate, "evaluate CANDIDATE against the champion on the held-out suite: "
+                     "paired non-inferiority and guardrails",
+                     epilog="Both versions are served privately (vLLM, no telemetry), or with --via-serving staged "
+                            "on the running `rtrl serve` (no telemetry either), and run the same tasks with the same "
+                            "seeds, K samples each; tasks failing the flaky check are quarantined. Writes "
+                            "report.{json,md,html} and episodes.jsonl, logs an MLflow run and gate.* tags on the "
+                            "candidate (read by `rtrl promote`). Prints one JSON line. Exit 0: may be promoted; 3: "
+                            "the champion stays; 2: bad arguments; 1: the run broke. Defaults: [gate] in rtrl.toml.")
+    gt.add_argument("candidate", metavar="CANDIDATE", help="registered model version to evaluate, e.g. 3")
+    gt.add_argument("--champion", metavar="VERSION", help="version to compare with (default: alias champion)")
+    gt.add_argument("--suite", metavar="DIR", help="task folders (default: gate.suite_dir, else the generated "
+                    "held-out suite of gate.suite_tasks tasks)")
+    gt.add_argument("--tasks", type=int, metavar="N", help="only the first N tasks of the suite")
+    gt.add_argument("--samples", type=int, metavar="K", help="samples per task and arm (default gate.samples_per_task)")
+    gt.add_argument("--workers", type=int, metavar="W", help="episodes in flight per arm (default gate.workers)")
+    gt.add_argument("--out", metavar="DIR", help="report folder (default STATE/gate/vC-vs-vP-TIME)")
+    gt.add_argument("--no-mlflow", action="store_true", help="do not log the run or tag the candidate")
+    gt.add_argument("--via-serving", action="store_true", help="stage both versions on the running `rtrl serve` "
+                    "and run the arms at once there (gate.via_serving); a promoted candidate stays staged, so "
+                    "serving switches to it without loading it again")
+    gt.add_argument("--promote", action="store_true", help="on a pass, promote the candidate right away "
+                    "(compare-and-swap against the champion it was compared with)")
+
+    ev = add_command(subparsers, "eval", eval_run, "the eval harness alone: make a task suite, or run one")
+    actions = ev.add_subparsers(dest="eval_command", metavar="ACTION", required=True)
+    evs = actions.add_parser("suite", help="generate a held-out task suite (task folders) into DIR")
+    evs.set_defaults(handler=eval_suite)
+    evs.add_argument("--out", required=True, metavar="DIR")
+    evs.add_argument("--tasks", type=int, default=60, metavar="N", help="how many tasks (default 60)")
+    evs.add_argument("--seed", type=int, default=7, help="suite seed (default 7)")
+    evs.add_argument("--ambiguous-rate", type=float, default=0.25, help="share of ambiguous requests (default 0.25)")
+    evr = actions.add_parser("run", help="run a suite on one endpoint and write its episodes (JSON lines)")
+    evr.set_defaults(handler=eval_run)
+    target = evr.add_mutually_exclusive_group(required=True)
+    target.add_argument("--endpoint", metavar="URL", help="any OpenAI-compatible base URL, e.g. http://host:8000/v1")
+    target.add_argument("--version", metavar="VERSION", help="a registered version, served privately for the run")
+    evr.add_argument("--model", help="model name to send to --endpoint (default: the first one it lists)")
+    evr.add_argument("--arm", default="candidate", help="label of the episodes (default candidate)")
+    evr.add_argument("--suite", metavar="DIR", help="task folders (default as for rtrl gate)")
+    evr.add_argument("--tasks", type=int, metavar="N", help="only the first N tasks")
+    evr.add_argument("--samples", type=int, metavar="K", help="samples per task (default gate.samples_per_task)")
+    evr.add_argument("--workers", type=int, metavar="W", help="episodes in flight (default gate.workers)")
+    evr.add_argument("--out", required=True, metavar="FILE", help="episodes as JSON lines")
 
 
 def gate(args, cfg) -> int:

@@ -12,10 +12,9 @@ import json
 import os
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-from infra.stack.process import ManagedProcess, StackError, port_is_free
+from infra.commands import add_command
 
 NAME = "orchestrator"
 
@@ -33,6 +32,8 @@ def _argv_env(args, cfg) -> tuple[list[str], dict[str, str]]:
 
 
 def _answers(url: str) -> bool:
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"{url}/server_info", timeout=2) as r:
             return r.status == 200
@@ -40,7 +41,18 @@ def _answers(url: str) -> bool:
         return False
 
 
+def add_parser(subparsers) -> None:
+    p = add_command(subparsers, "orchestrator", main,
+                    "the Dagster UI and daemon: the cycle's assets and lineage, the cadence sensor, replay jobs",
+                    epilog="Dagster instance in <state_dir>/dagster; UI on orchestrator.dagster_host:dagster_port. "
+                           "The cadence sensor starts a cycle every orchestrator.interval_s (from the last start) "
+                           "when the previous one finished and orchestrator.min_mature_rows mature requests exist.")
+    p.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
+
+
 def main(args, cfg) -> int:
+    from infra.stack.process import ManagedProcess, StackError, port_is_free
+
     o = cfg.orchestrator
     url = f"http://{o.dagster_host}:{o.dagster_port}"
     proc = ManagedProcess(NAME, cfg.state_path)

@@ -8,12 +8,31 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
+
+from infra.commands import add_command
 
 EXIT_OK, EXIT_USAGE, EXIT_REFUSED = 0, 2, 3
 
 
+def add_parser(subparsers) -> None:
+    prm = add_command(subparsers, "promote", promote, "make VERSION the champion if its gate passed against the "
+                      "version alias champion still points to",
+                      epilog="Compare-and-swap under a lock: refused (exit 3) when the version's gate tags do not "
+                             "say promote or when champion moved since the eval. The old champion becomes alias "
+                             "previous; audit tags promotion.* go on the version. Prints one JSON line.")
+    prm.add_argument("version", help="registered model version, e.g. 3")
+    prm.add_argument("--force", action="store_true", help="skip the gate-decision check (recorded in "
+                     "promotion.forced); the compare-and-swap on champion still applies")
+    prm.add_argument("--expect-champion", metavar="VERSION", help="the champion to swap from when the version has "
+                     "no gate result (with --force); must agree with gate.champion_version when that exists")
+    add_command(subparsers, "rollback", rollback,
+                "point champion back at alias previous (audited); previous moves one promotion further back",
+                epilog="Refused (exit 3) when previous is not set. Prints one JSON line.")
+
+
 def _run(action: str, do) -> int:
+    from dataclasses import asdict
+
     from registry.promotion import PromotionRefused
 
     try:

@@ -13,6 +13,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from infra.commands import add_command
+
 EXIT_OK, EXIT_USAGE, EXIT_FAILED = 0, 2, 3
 
 
@@ -34,6 +36,21 @@ def _sections(cfg):
     spec = getattr(cfg, "rewards", None)
     return (quality if isinstance(quality, QualityConfig) else QualityConfig(),
             spec if isinstance(spec, RewardSpec) else RewardSpec())
+
+
+def add_parser(subparsers) -> None:
+    p = add_command(subparsers, "quality", main,
+                    "data-quality suites over the reward table (and event log); a failure blocks training",
+                    epilog="exit status: 0 every suite passed; 3 a suite failed (training on this data is blocked); "
+                           "2 bad arguments or unreadable input")
+    p.add_argument("--rewards", metavar="PATH", help="reward table: a Parquet file or a directory of them")
+    p.add_argument("--window", metavar="ID", help="only the reward rows of this window (a cycle id)")
+    p.add_argument("--events", metavar="ARCHIVE_ROOT",
+                   help="also check the archived event log; its privacy-mode trajectories must have no reward row")
+    p.add_argument("--start", metavar="TIME", help="events from this event time on (ISO 8601 with timezone)")
+    p.add_argument("--end", metavar="TIME", help="events before this event time (ISO 8601 with timezone)")
+    p.add_argument("--report", metavar="DIR",
+                   help="write report.md, report.html, report.json here (default <state_dir>/quality/<timestamp>)")
 
 
 def main(args, cfg) -> int:

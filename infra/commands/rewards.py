@@ -1,8 +1,9 @@
-"""`rtrl rewards` (a cycle's Kafka range) and `rtrl replay` (the archived event log): the reward job.
+"""`rtrl rewards` (a cycle's Kafka range) and `rtrl rewards-stream` (unbounded, on a portable runner): the reward
+job; `rtrl replay` (the archived event log, infra/commands/replay.py) shares this module's summary and progress line.
 
-Both show a progress line on stderr while the job runs and print a JSON summary on stdout: events read, dead
-letters by reason, duplicates dropped, rows emitted and requests still pending (not mature yet), unknown labels,
-late requests and late events dropped.
+`rtrl rewards` and `rtrl replay` show a progress line on stderr while the job runs and print a JSON summary on
+stdout: events read, dead letters by reason, duplicates dropped, rows emitted and requests still pending (not mature
+yet), unknown labels, late requests and late events dropped.
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ import json
 import sys
 import time
 from datetime import datetime
+
+from infra.commands import add_command
+
+SHARDS_HELP = ("workspace shards, the keys of the job's state: the parallelism a distributed runner can use "
+               "(default 4; the DirectRunner runs in one process, where fewer shards cost less)")
 
 
 def _time(text: str, name: str) -> datetime:
@@ -53,28 +59,28 @@ def _line(phase: str, elapsed: float) -> str:
     return " · ".join(parts) + f" · {elapsed:.0f}s"
 
 
-def replay(args, cfg) -> int:
-    from infra.progress import ProgressLine
-    from pipelines.rewards import progress, replay_job
+def add_parser(subparsers) -> None:
+    rew = add_command(subparsers, "rewards", cycle, "compute a cycle's rewards from Kafka: the offset range since "
+                      "the last cycle + its open join state")
+    rew.add_argument("--cycle", required=True, metavar="ID", help="cycle id (a rerun of a started cycle reads the "
+                     "same range; a done cycle is not run twice)")
+    rew.add_argument("--out", metavar="DIR", help="reward table root (default: <state_dir>/rewards/table)")
+    rew.add_argument("--idle", type=float, default=2.0, metavar="S",
+                     help="the range ends where every partition has been quiet for S seconds (default 2)")
+    rew.add_argument("--shards", type=int, help=SHARDS_HELP)
+    rew.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION", help="after --: Beam pipeline options")
 
-    archive = args.events or str(cfg.path_or_default(cfg.archive.output_dir, "archive"))
-    start, end = _time(args.start, "start"), _time(args.end, "end")
-    print(f"replay: {archive} [{start.isoformat()}, {end.isoformat()}) -> {args.out} "
-          f"(spec {cfg.rewards.version()})", file=sys.stderr)
-    t0 = time.perf_counter()
-    progress.reset()
-    try:
-        with ProgressLine(lambda s: _line("replay", s)):
-            summary = replay_job.run(archive, start, end, args.out, cfg.rewards, shards=args.shards,
-                                     beam_args=args.beam_args or None)
-    except ValueError as e:
-        print(f"rtrl replay: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps({"replay": {"out": summary.out, "window": summary.window, "rows": summary.rows,
-                                 "partitions": [{"file": f, "rows": n} for f, n in summary.partitions],
-                                 "seconds": round(time.perf_counter() - t0, 2), **summarize(summary.counters)}},
-                     indent=2))
-    return 0
+    strm = add_command(subparsers, "rewards-stream", stream,
+                       "run the reward job continuously on an unbounded Kafka read (a portable runner: Flink, "
+                       "Spark, Dataflow)", epilog="example: rtrl rewards-stream --out /data/rewards -- "
+                       "--runner=FlinkRunner --flink_master=HOST:8081 --environment_type=LOOPBACK. Needs a JDK for "
+                       "Beam's Kafka expansion service (or --expansion-service HOST:PORT); the DirectRunner is "
+                       "refused.")
+    strm.add_argument("--out", required=True, metavar="DIR", help="reward table root")
+    strm.add_argument("--group-id", default="rtrl-rewards", help="Kafka consumer group (default rtrl-rewards)")
+    strm.add_argument("--expansion-service", metavar="HOST:PORT", help="a running Beam expansion service for KafkaIO")
+    strm.add_argument("--shards", type=int, help=SHARDS_HELP)
+    strm.add_argument("beam_args", nargs="+", metavar="BEAM_OPTION", help="after --: Beam options naming the runner")
 
 
 def cycle(args, cfg) -> int:

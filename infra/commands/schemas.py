@@ -6,6 +6,17 @@ import json
 import sys
 from pathlib import Path
 
+from infra.commands import add_command
+
+
+def add_parser(subparsers) -> None:
+    schemas = add_command(subparsers, "schemas", main, "event schema tools")
+    actions = schemas.add_subparsers(dest="schemas_command", metavar="ACTION", required=True)
+    exp = actions.add_parser("export", help="write one JSON Schema per event type (and index.json) to DIR")
+    exp.add_argument("dir")
+    val = actions.add_parser("validate", help="validate JSON events (one per line) from FILE or stdin")
+    val.add_argument("file", nargs="?", default="-")
+
 
 def main(args, cfg) -> int:
     if args.schemas_command == "export":

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 
-from infra.stack.process import LEADER_STOPS_GROUP, ManagedProcess, StackError, hold_port, port_is_free
+from infra.argv import rtrl_argv
+from infra.commands import add_command
 
 NAME = "serving"
 
@@ -28,6 +27,9 @@ def _url(cfg) -> str:
 
 def _health(url: str) -> dict | None:
     """The /health body when it answers 200 (every arm's engine loaded), else None."""
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=3) as r:
             return json.loads(r.read())
@@ -39,6 +41,7 @@ def _health(url: str) -> dict | None:
 
 def check_ready_to_serve(cfg) -> dict[str, str]:
     """Every arm's alias resolves to a version and the port is free; StackError says what to do otherwise."""
+    from infra.stack.process import StackError, port_is_free
     from registry.client import Registry
 
     if not port_is_free(cfg.serving.host, cfg.serving.port):
@@ -83,6 +86,8 @@ def start_detached(cfg, config: str | None, overrides: list[str], say=lambda m: 
     """`rtrl serve` in the background with this config file and these overrides, once its /health answers (every
     arm's engine loaded); nothing when it runs already. `rtrl serve --detach` and `rtrl demo` (in its own process,
     not through a new interpreter) start serving this way. StackError when it cannot start."""
+    from infra.stack.process import LEADER_STOPS_GROUP, ManagedProcess
+
     proc = ManagedProcess(NAME, cfg.state_path)
     url = _url(cfg)
     if (rec := proc.info()) is not None:
@@ -90,12 +95,7 @@ def start_detached(cfg, config: str | None, overrides: list[str], say=lambda m: 
         return
     versions = check_ready_to_serve(cfg)
     _warn_if_no_kafka(cfg)
-    argv = [sys.executable, "-m", "infra.cli"]
-    if config:
-        argv += ["--config", config]
-    for o in overrides:
-        argv += ["--set", o]
-    argv += ["serve"]
+    argv = rtrl_argv("serve", config=config, overrides=overrides)
     # SIGTERM to the gateway only: it lets the requests in flight finish, then shuts every engine down at once. To
     # the whole group, the engines' processes would die under those requests (~20 s of vLLM's dead-engine waits)
     proc.start(argv, extra={"url": url, LEADER_STOPS_GROUP: True})
@@ -109,6 +109,7 @@ def start_detached(cfg, config: str | None, overrides: list[str], say=lambda m: 
 def _serve(cfg) -> int:
     import logging
 
+    from infra.stack.process import hold_port
     from serving.server import make_server
 
     versions = check_ready_to_serve(cfg)
@@ -133,6 +134,14 @@ def _serve(cfg) -> int:
         print(f"rtrl serve: the gateway did not start (see the log above); {url} was never served", file=sys.stderr)
         return 1
     return 0
+
+
+def add_parser(subparsers) -> None:
+    p = add_command(subparsers, "serve", main,
+                    "serve the policy: OpenAI-compatible gateway, A/B arms on registry aliases, vLLM engines, hot swap",
+                    epilog="Endpoints: POST /v1/chat/completions (needs `user`), GET /v1/models, GET /health. The "
+                           "arms' aliases must be set first (`rtrl bootstrap`). Settings: [serving] in rtrl.toml.")
+    p.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
 
 
 def main(args, cfg) -> int:

@@ -14,6 +14,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from infra.commands import add_command
+
 API_KEY_ENV = "RTRL_COLLECTOR_API_KEY"
 
 
@@ -41,6 +43,26 @@ def _transport(cfg):
         raise ValueError(f"Kafka at {bootstrap} is not reachable (start the stack with `rtrl up`)")
     return KafkaTransport(bootstrap, timeout_s=cfg.sdk.send_timeout_s, client_id="rtrl-simulator"), \
         f"kafka {bootstrap}"
+
+
+def add_parser(subparsers) -> None:
+    p = add_command(subparsers, "simulate", main,
+                    "drive the serving endpoint with simulated users (telemetry through the SDK, simulated clock)",
+                    epilog="example: rtrl simulate --users 16 --duration 30   (30 wall seconds at the default 600x = "
+                           "5 simulated hours). Needs the stack (`rtrl up`) and serving running. Defaults: "
+                           "[simulator] in rtrl.toml.")
+    dur = p.add_mutually_exclusive_group(required=True)
+    dur.add_argument("--duration", type=float, metavar="WALL_SECONDS",
+                     help="how long to run, in WALL-CLOCK seconds (simulated span = this x --speed)")
+    dur.add_argument("--sim-hours", type=float, metavar="HOURS",
+                     help="how long to run, in SIMULATED hours (wall time = this x 3600 / --speed)")
+    p.add_argument("--users", type=int, metavar="N", help="simulated users (default simulator.users)")
+    p.add_argument("--speed", type=float, metavar="X",
+                   help="simulated seconds per wall second (default simulator.speed, 600)")
+    p.add_argument("--endpoint", metavar="URL", help="OpenAI-compatible base URL (default "
+                   "http://{serving.host}:{serving.port}/v1)")
+    p.add_argument("--model", help="model name to send (default: the first one the endpoint lists)")
+    p.add_argument("--seed", type=int, metavar="S", help="population seed (default simulator.seed)")
 
 
 def main(args, cfg) -> int:

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import json
 
+from infra.commands import add_command
+
+
+def add_parser(subparsers) -> None:
+    up_ = add_command(subparsers, "up", up, "start the embedded stack (broker, topics, MLflow store)")
+    up_.add_argument("--mlflow-ui", action="store_true", help="also serve the MLflow UI on mlflow.ui_port")
+    add_command(subparsers, "status", status, "show what the stack runs (JSON)")
+    add_command(subparsers, "down", down, "stop every process this state dir started")
+
 
 def _stack(cfg):
     from infra.stack.stack import Stack

@@ -5,11 +5,26 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
+
+from infra.commands import add_command
+
+
+def add_parser(subparsers) -> None:
+    p = add_command(subparsers, "train", main,
+                    "train the champion on a cycle's reward rows; register the result as a candidate version",
+                    epilog="On N GPUs: deepspeed --num_gpus N --module infra.cli train --cycle ID (the same code; "
+                           "ZeRO stage from trainer.zero_stage). A killed run resumes from its last step checkpoint.")
+    p.add_argument("--cycle", required=True, metavar="ID", help="cycle id (names the run; one candidate each)")
+    p.add_argument("--rewards", metavar="PATH", help="reward table (default: <state_dir>/rewards/table)")
+    p.add_argument("--as-of", metavar="TIME", help="refuse rows maturing after this ISO time (the cycle's as_of)")
+    p.add_argument("--window", metavar="ID", help="only the rows of this window (the reward job's cycle id): one "
+                   "cycle's data, so no row is trained on twice")
 
 
 def main(args, cfg) -> int:
+    from dataclasses import asdict
+
     from infra.commands.rewards import _time
     from infra.progress import ProgressLine
     from registry.client import Registry

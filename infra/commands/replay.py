@@ -1,0 +1,48 @@
+"""`rtrl replay`: recompute rewards from the archived event log over a time range (the reward job of
+infra/commands/rewards.py on files instead of a Kafka range). A progress line on stderr, a JSON summary on stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from infra.commands import add_command
+from infra.commands.rewards import SHARDS_HELP, _line, _time, summarize
+
+
+def add_parser(subparsers) -> None:
+    rep = add_command(subparsers, "replay", replay,
+                      "recompute rewards from the archived event log over a time range (data engineers)")
+    rep.add_argument("--events", metavar="ARCHIVE", help="archive root (default: archive.output_dir)")
+    rep.add_argument("--start", required=True, metavar="TIME", help="ISO time with zone, e.g. 2026-11-01T00:00Z")
+    rep.add_argument("--end", required=True, metavar="TIME", help="exclusive; requests made in [start, end)")
+    rep.add_argument("--out", required=True, metavar="DIR", help="reward table output (never the production one "
+                     "unless you say so)")
+    rep.add_argument("--shards", type=int, help=SHARDS_HELP)
+    rep.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION",
+                     help="after --: Beam pipeline options, e.g. -- --runner=FlinkRunner --flink_master=HOST:8081")
+
+
+def replay(args, cfg) -> int:
+    from infra.progress import ProgressLine
+    from pipelines.rewards import progress, replay_job
+
+    archive = args.events or str(cfg.path_or_default(cfg.archive.output_dir, "archive"))
+    start, end = _time(args.start, "start"), _time(args.end, "end")
+    print(f"replay: {archive} [{start.isoformat()}, {end.isoformat()}) -> {args.out} "
+          f"(spec {cfg.rewards.version()})", file=sys.stderr)
+    t0 = time.perf_counter()
+    progress.reset()
+    try:
+        with ProgressLine(lambda s: _line("replay", s)):
+            summary = replay_job.run(archive, start, end, args.out, cfg.rewards, shards=args.shards,
+                                     beam_args=args.beam_args or None)
+    except ValueError as e:
+        print(f"rtrl replay: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"replay": {"out": summary.out, "window": summary.window, "rows": summary.rows,
+                                 "partitions": [{"file": f, "rows": n} for f, n in summary.partitions],
+                                 "seconds": round(time.perf_counter() - t0, 2), **summarize(summary.counters)}},
+                     indent=2))
+    return 0
