@@ -1,6 +1,7 @@
-"""Archive throughput: events/s from Kafka to durable, manifested Parquet. Prints one JSON object.
+"""`rtrl bench archive`: archive throughput, events/s from Kafka to durable, manifested Parquet (one JSON object).
 
-    python -m infra.bench.archive [--events 100000] [--batch 50000] [--bootstrap HOST:PORT]
+    rtrl [--set archive.check_crcs=false --set kafka.storage_engine=memory] bench archive [--events 100000]
+        [--batch 50000] [--bootstrap HOST:PORT]
 
 Without --bootstrap it starts a private embedded broker in a temporary state dir (and stops it afterwards).
 It produces `--events` events of every type (fixture-shaped, fresh ids, acks=all), then runs the archiver from an
@@ -10,12 +11,12 @@ committed); `wall_s` also counts start-up (connect, recovery), not the final idl
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 
 def _events(n: int):
@@ -51,55 +52,47 @@ def _produce(bootstrap: str, n: int) -> dict:
     return {"produced": n, "produce_s": round(dt, 2), "produce_events_per_s": round(n / dt), "avg_bytes": size // n}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=100_000)
-    ap.add_argument("--batch", type=int, default=50_000, help="archive.batch_max_events")
-    ap.add_argument("--bootstrap", default="", help="an existing broker with the topics (default: a private one)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="config override, e.g. --set archive.check_crcs=false --set kafka.storage_engine=memory")
-    args = ap.parse_args(argv)
-
+def run(events: int = 100_000, batch: int = 50_000, bootstrap: str = "", config_path: str | None = None,
+        overrides: tuple[str, ...] = (), log: Callable[[str], None] = print) -> dict:
+    """Produce `events`, archive them from an empty archive in a temporary state dir; `overrides` come last."""
     from infra.bench.ports import free_port
     from infra.config import load_config
     from pipelines.archive.archiver import Archiver
 
     with tempfile.TemporaryDirectory(prefix="rtrl-archive-bench-") as tmp:
         sets = [f'state_dir="{tmp}/state"', f'archive.output_dir="{tmp}/archive"',
-                f"archive.batch_max_events={args.batch}"]
+                f"archive.batch_max_events={batch}"]
         stack = None
-        if args.bootstrap:
-            sets.append(f'kafka.bootstrap_servers="{args.bootstrap}"')
+        if bootstrap:
+            sets.append(f'kafka.bootstrap_servers="{bootstrap}"')
         else:
             sets.append(f"kafka.port={free_port(pair=True)}")
-        cfg = load_config(None, sets + args.overrides)
-        if not args.bootstrap:
+        cfg = load_config(config_path, sets + list(overrides))
+        if not bootstrap:
             from infra.stack.stack import Stack
 
+            log(f"bench: starting a private broker in {tmp}")
             stack = Stack(cfg)
             stack.up(log=lambda *_: None)
         try:
-            out = _produce(cfg.kafka.bootstrap(), args.events)
+            log(f"bench: producing {events} events to {cfg.kafka.bootstrap()}")
+            out = _produce(cfg.kafka.bootstrap(), events)
+            log("bench: archiving them until idle")
             t0 = time.monotonic()
             last_commit = [t0]
 
-            def log(line: str) -> None:
+            def archiver_log(line: str) -> None:
                 if line.startswith("archive: batch"):
                     last_commit[0] = time.monotonic()
 
-            stats = Archiver.from_config(cfg, log=log).run(until_idle_s=2.0)
+            stats = Archiver.from_config(cfg, log=archiver_log).run(until_idle_s=2.0)
             wall = last_commit[0] - t0  # start-up (connect, recovery) + archiving, without the idle wait
             out.update(archived=stats.events_written, batches=stats.batches, files=stats.files_written,
                        bytes_written=stats.bytes_written, archive_busy_s=round(stats.busy_s, 2),
                        archive_events_per_s=round(stats.events_per_s), wall_s=round(wall, 2),
-                       wall_events_per_s=round(stats.events_written / wall), batch_max_events=args.batch,
+                       wall_events_per_s=round(stats.events_written / wall), batch_max_events=batch,
                        storage_engine=cfg.kafka.storage_engine, check_crcs=cfg.archive.check_crcs)
         finally:
             if stack is not None:
                 stack.down(log=lambda *_: None)
-    print(json.dumps(out))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return out

@@ -61,6 +61,13 @@ def add_parser(subparsers) -> None:
     bab = add("ab", "one cycle's A/B metrics over 10 million reward rows (Parquet in, the stored result out)")
     bab.add_argument("--rows", type=int, default=10_000_000, help="reward rows (default 10,000,000)")
     bab.add_argument("--users", type=int, default=100_000, help="distinct users (default 100,000)")
+    bar = add("archive", "archiver throughput: Kafka to durable, manifested Parquet (events/s), from an empty "
+              "archive; a private broker unless --bootstrap")
+    bar.add_argument("--events", type=int, default=100_000, help="events to produce first, every event type "
+                     "(default 100000)")
+    bar.add_argument("--batch", type=int, default=50_000, help="archive.batch_max_events (default 50000)")
+    bar.add_argument("--bootstrap", default="", metavar="HOST:PORT", help="an existing broker with the topics "
+                     "(default: a private one)")
 
 
 def main(args, cfg) -> int:
@@ -132,6 +139,13 @@ def main(args, cfg) -> int:
         from infra.bench.ab import run as run_ab
 
         result = {"benchmark": "ab", "cpus": os.cpu_count(), **run_ab(args.rows, args.users, log=log)}
+        print(json.dumps(result))
+        return 0
+    if args.bench_command == "archive":
+        from infra.bench.archive import run as run_archive
+
+        result = {"benchmark": "archive", "cpus": os.cpu_count(),
+                  **run_archive(args.events, args.batch, args.bootstrap, args.config, tuple(args.overrides), log=log)}
         print(json.dumps(result))
         return 0
     raise SystemExit(f"unknown benchmark {args.bench_command!r}")
