@@ -3,11 +3,22 @@
     rtrl --config my.toml --set kafka.port=29092 --set sdk.sampling.codebase_snapshot=0.5 up
 
 Errors name the key and say why: `config error: kafka.port: Input should be less than or equal to 65535`.
+
+Configuration for a purpose is an overlay: a TOML file of the keys it changes (infra/configs/demo.toml: `rtrl demo`).
+`overlay_overrides(overlay, config_path)` gives its keys in the `--set` form, less those the user's config file sets,
+so that `load_config(config_path, [*overlay_overrides(...), *user_overrides])` layers
+defaults < overlay < the user's config file < the user's --set. Values computed at run time are rendered with
+`render_overrides({"dotted.key": value})`, which quotes them as TOML does.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
 import tomllib
+from collections.abc import Mapping
+from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +40,7 @@ from trainer.bootstrap.config import PolicyConfig
 from trainer.config import TrainerConfig
 
 DEFAULT_CONFIG = Path(__file__).with_name("rtrl.toml")
+CONFIGS_DIR = Path(__file__).with_name("configs")      # overlays for a purpose (the demo's: demo.toml)
 
 
 class ConfigError(ValueError):
@@ -94,12 +106,7 @@ def apply_override(data: dict, assignment: str) -> None:
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RtrlConfig:
     """Load and validate the TOML file (default: infra/rtrl.toml), then apply `key.sub=value` overrides."""
     p = Path(path) if path else DEFAULT_CONFIG
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {p} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    data = read_toml(p)
     for o in overrides:
         apply_override(data, o)
     try:
@@ -112,3 +119,80 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
             lines.append(f"{key}: {reason}{got}")
         raise ConfigError(f"{p}: " + "; ".join(lines)) from None
+
+
+# --- overlays and rendered overrides ---------------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_value(value: Any) -> str:
+    """`value` written as a TOML value (what follows `key = `): strings quoted and escaped, floats exact (repr),
+    dates in ISO form, lists as arrays, mappings as inline tables. `tomllib` reads it back as the same value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, Path):
+        return _toml_string(str(value))
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        keys = (str(k) if _BARE_KEY.match(str(k)) else _toml_string(str(k)) for k in value)
+        items = (f"{k} = {toml_value(v)}" for k, v in zip(keys, value.values()))
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__} {value!r}")
+
+
+def _toml_string(text: str) -> str:
+    # a TOML basic string: JSON's escapes are TOML's, except that TOML also forbids a raw DEL
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def render_overrides(values: Mapping[str, Any]) -> list[str]:
+    """`{"trainer.lr": 3e-4, "serving.cpu_cores": "0"}` -> `["trainer.lr=0.0003", 'serving.cpu_cores="0"']`: each
+    dotted key's value in the `--set` form, which `load_config` parses back to the same value."""
+    return [f"{key}={toml_value(value)}" for key, value in values.items()]
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A parsed TOML document's values by dotted key (tables are walked; arrays are values)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def read_toml(path: str | Path) -> dict:
+    p = Path(path)
+    try:
+        return tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+
+
+def overlay_overrides(overlay: str | Path, config_path: str | Path | None = None) -> list[str]:
+    """The overlay file's keys as overrides, less those the user's config file (`config_path`) sets: put before the
+    user's own overrides, they layer defaults < overlay < config file < overrides. With no config file (the
+    default one, which only documents the defaults) every key of the overlay applies."""
+    mine = flatten(read_toml(config_path)) if config_path else {}
+
+    def set_by_user(key: str) -> bool:
+        parts = key.split(".")
+        return any(".".join(parts[:i]) in mine for i in range(1, len(parts) + 1))
+
+    return render_overrides({k: v for k, v in flatten(read_toml(overlay)).items() if not set_by_user(k)})
