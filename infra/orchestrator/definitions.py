@@ -31,10 +31,8 @@ from infra.orchestrator.clock import clock_for
 from infra.orchestrator.ledger import Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli
 from infra.orchestrator.steps import STEPS, CycleContext, finish, run_step, step_log_dir
-from infra.orchestrator.warm_runner import socket_path
 
 CONFIG_ENV, OVERRIDES_ENV = "RTRL_CONFIG", "RTRL_SET"
-SETTINGS_TAG = "rtrl/settings"   # a run tag: JSON list of `--set` overrides for a new cycle (CycleRecord.settings)
 CYCLE_JOB, REPLAY_JOB = "rtrl_cycle", "rtrl_replay"
 cycles = dg.DynamicPartitionsDefinition(name="cycles")
 
@@ -51,7 +49,9 @@ ASSETS = {  # step -> (asset name, what the asset is)
 
 
 class RtrlResource(dg.ConfigurableResource):
-    """The rtrl configuration the steps run with (the same file and overrides as the `rtrl` command)."""
+    """The rtrl configuration the steps run with (the same file and overrides as the `rtrl` command). A subclass
+    may start the steps' commands another way (`cli`) or give a new cycle overrides of its own (`new_cycle_settings`)
+    when it wraps these definitions."""
 
     config_path: str = ""
     overrides: list[str] = []
@@ -61,11 +61,16 @@ class RtrlResource(dg.ConfigurableResource):
 
     def cli(self, cfg, cycle_id: str) -> RtrlCli:
         return RtrlCli(self.config_path or None, list(self.overrides), step_log_dir(cfg, cycle_id),
-                       cfg.orchestrator.step_timeout_s, warm=socket_path(cfg.state_path))
+                       cfg.orchestrator.step_timeout_s)
+
+    def new_cycle_settings(self, run: dg.DagsterRun) -> list[str]:
+        """Overrides a new cycle starts with, fixed in its ledger record (CycleRecord.settings; a resumed cycle keeps
+        its own): none here."""
+        return []
 
     def with_settings(self, settings: list[str]) -> "RtrlResource":
-        """The same configuration with a cycle's own overrides on top (CycleRecord.settings)."""
-        return RtrlResource(config_path=self.config_path, overrides=[*self.overrides, *settings])
+        """The same configuration (and resource class) with a cycle's own overrides on top (CycleRecord.settings)."""
+        return type(self)(config_path=self.config_path, overrides=[*self.overrides, *settings])
 
 
 def resource_from_env() -> RtrlResource:
@@ -104,10 +109,9 @@ def _step_asset(step: str):
             context.log.info(message)
             print(message, file=sys.stderr, flush=True)
 
-        # a new cycle takes the settings its run was started with; a resumed one keeps those it started with
-        settings = json.loads(context.run.tags.get(SETTINGS_TAG) or "[]")
+        # a new cycle takes the resource's settings for its run; a resumed one keeps those it started with
         ledger = Ledger(cfg.state_path)
-        rec = ledger.begin(cycle_id, clock_for(cfg).now(), time.time(), settings)
+        rec = ledger.begin(cycle_id, clock_for(cfg).now(), time.time(), rtrl.new_cycle_settings(context.run))
         if rec.settings:
             rtrl = rtrl.with_settings(rec.settings)
             cfg = rtrl.load()

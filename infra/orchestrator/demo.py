@@ -38,6 +38,7 @@ from infra.orchestrator.clock import AcceleratedClock, clock_path
 from infra.orchestrator.config import DemoConfig
 from infra.orchestrator.ledger import BLOCKED, DONE, CycleRecord, Ledger, next_cycle_id
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
+from infra.orchestrator.warm_process import warm_spawner
 from infra.orchestrator.warm_runner import socket_path, start_background
 from trainer.bootstrap.bootstrap import policy_cache, stale_reason
 
@@ -147,10 +148,10 @@ class Demo:
         self.cfg = load_config(config_path, self.overrides)
         self.log = log
         self.cli = RtrlCli(config_path, self.overrides, self.state / "orchestrator" / "logs" / "demo",
-                           cfg.orchestrator.step_timeout_s, warm=socket_path(self.state))
+                           cfg.orchestrator.step_timeout_s, spawn=warm_spawner(socket_path(self.state)))
         self.t0 = time.monotonic()
         self.interrupted = False
-        self._dagster = None      # (instance, cycle job, definitions module): `dagster()`
+        self._dagster = None      # (instance, cycle job, definitions module, resource): `dagster()`
 
     # --- set-up ----------------------------------------------------------------------------------------------
     def prepare_state(self, resume: bool) -> None:
@@ -250,7 +251,8 @@ class Demo:
 
     # --- the loop --------------------------------------------------------------------------------------------
     def dagster(self):
-        """(the demo's Dagster instance, the cycle job, the definitions module), set up once."""
+        """(the demo's Dagster instance, the cycle job, the definitions module, the demo's resource), set up once:
+        production's cycle with the demo's warm runner and budget (infra.orchestrator.demo_definitions)."""
         if self._dagster is None:
             from infra.orchestrator.instance import dagster_home
 
@@ -266,14 +268,17 @@ class Demo:
             import dagster as dg
 
             from infra.orchestrator import definitions as defs_mod
+            from infra.orchestrator.demo_definitions import demo_definitions
 
-            self._dagster = (dg.DagsterInstance.get(), defs_mod.defs.resolve_job_def(defs_mod.CYCLE_JOB), defs_mod)
+            defs = demo_definitions(self.config_path, self.overrides)
+            self._dagster = (dg.DagsterInstance.get(), defs.resolve_job_def(defs_mod.CYCLE_JOB), defs_mod,
+                             defs.resources["rtrl"])
         return self._dagster
 
     def execute(self, cycle_id: str, tags: dict, selection=None) -> tuple[bool, CycleRecord | None]:
         """One in-process run of the cycle job for `cycle_id` (every step, or the `selection` of assets): whether it
         succeeded, and the cycle's ledger record after it."""
-        instance, job, defs_mod = self.dagster()
+        instance, job, defs_mod, _ = self.dagster()
         instance.add_dynamic_partitions(defs_mod.cycles.name, [cycle_id])
         result = job.execute_in_process(partition_key=cycle_id, instance=instance, raise_on_error=False, tags=tags,
                                         asset_selection=selection, run_config=QUIET_DAGSTER)
@@ -284,8 +289,9 @@ class Demo:
         return result.success, rec
 
     def run_cycles(self, cycles: int) -> list[str]:
-        instance, _, defs_mod = self.dagster()
-        resource = defs_mod.resource_from_env()
+        from infra.orchestrator.demo_definitions import SETTINGS_TAG
+
+        instance, _, defs_mod, resource = self.dagster()
         ledger = Ledger(self.state)
         attempts: dict[str, int] = {}
         last_reason, deadline = "", self.t0 + self.cfg.demo.timeout_s
@@ -309,7 +315,7 @@ class Demo:
             self.log(f"[cadence] start {cid}: {decision.reason} (elapsed {self.elapsed():.0f}s)")
             tags = dict(request.tags)
             if ledger.load(cid) is None and (settings := self.cycle_settings(cid, cycles, ledger)):
-                tags[defs_mod.SETTINGS_TAG] = json.dumps(settings)
+                tags[SETTINGS_TAG] = json.dumps(settings)
             success, rec = self.execute(cid, tags)
             self.log(f"[cycle {cid}] {rec.status if rec else '?'} after {self.elapsed():.0f}s"
                      + ("" if success else f": {rec.error[:300] if rec else 'run failed'}"))

@@ -1,7 +1,7 @@
 """Running `rtrl` subcommands as the cycle's steps: a subprocess each (its own memory, its own crash), with the
 orchestrator's config file and overrides, stderr to a per-step log file, the JSON summary from the last stdout line.
-With `warm=` a warm step runner's socket (infra.orchestrator.warm_runner), the subprocess is forked from that
-runner, which has the heavy libraries imported; when none answers there, a new interpreter as before.
+With `spawn=` a function that may start the command another way (the demo's: a child of its warm step runner,
+infra.orchestrator.warm_process), it is asked first; when it returns None, a new interpreter as before.
 
     cli = RtrlCli(config_path, overrides, log_dir)
     out = cli.run("rewards", "--cycle", "c3", step="distill")      # -> {"rewards": {...}}, exit 0
@@ -16,7 +16,7 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from infra.argv import rtrl_args, rtrl_argv
 
@@ -38,7 +38,9 @@ class RtrlCli:
     log_dir: Path = Path(".")
     timeout_s: float = 3600.0
     env: dict[str, str] = field(default_factory=dict)
-    warm: Path | None = None      # a warm step runner's socket (infra.orchestrator.warm_runner): used when it answers
+    # spawn(rtrl_args, env, cwd) -> a Popen-like process (text stdout/stderr, wait, terminate, kill, returncode), or
+    # None to start a new interpreter
+    spawn: Callable[[list[str], dict[str, str], Path], Any] | None = None
 
     def argv(self, *args: str) -> list[str]:
         return rtrl_argv(*args, config=self.config, overrides=self.overrides)
@@ -95,13 +97,9 @@ class RtrlCli:
                              f"stdout ended: {lines[-3:] if lines else 'nothing'}") from None
 
     def _start(self, args: tuple[str, ...], env: dict[str, str]):
-        """The command's process: a child of the warm runner when one answers at `warm`, else a new interpreter."""
-        if self.warm is not None:
-            from infra.orchestrator.warm_process import WarmProcess
-
-            proc = WarmProcess.start(self.warm, self.cli_args(*args), env, REPO)
-            if proc is not None:
-                return proc
+        """The command's process: what `spawn` starts, else a new interpreter."""
+        if self.spawn is not None and (proc := self.spawn(self.cli_args(*args), env, REPO)) is not None:
+            return proc
         return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=REPO, env=env, errors="replace")
 

@@ -2,6 +2,7 @@
 interface that `RtrlCli` uses: text `stdout` and `stderr`, `wait(timeout)`, `terminate()`, `kill()`, `returncode`.
 
     proc = WarmProcess.start(socket_path, ["rewards", "--cycle", "c3"], env, cwd)   # None: no warm runner there
+    RtrlCli(..., spawn=warm_spawner(socket_path))     # the demo's steps: children of its warm runner when it answers
 """
 
 from __future__ import annotations
@@ -80,3 +81,12 @@ class WarmProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def warm_spawner(path: Path):
+    """`RtrlCli`'s `spawn`: start each command as a child of the warm runner listening at `path` (None when none
+    answers there, and the command starts a new interpreter)."""
+    def spawn(argv: list[str], env: dict[str, str], cwd: str | Path) -> WarmProcess | None:
+        return WarmProcess.start(path, argv, env, cwd)
+
+    return spawn

@@ -27,6 +27,7 @@ from infra.orchestrator.clock import AcceleratedClock, clock_path
 from infra.orchestrator.demo import core_split
 from infra.orchestrator.ledger import DONE, Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli
+from infra.orchestrator.warm_process import warm_spawner
 from infra.orchestrator.warm_runner import socket_path, start_background
 from registry.client import Registry
 from schemas.reward_table import read_reward_table
@@ -72,7 +73,7 @@ class Loop:
     def cycle(self, cycle_id: str, extra: list[str] = ()) -> steps.CycleRecord:
         cfg = load_config(None, [*self.overrides, *extra])
         cli = RtrlCli(None, [*self.overrides, *extra], steps.step_log_dir(cfg, cycle_id), 900,
-                      warm=socket_path(self.state))        # as `rtrl demo`: steps fork from the warm runner
+                      spawn=warm_spawner(socket_path(self.state)))   # as `rtrl demo`: steps fork from the warm runner
         ctx, ledger = steps.context_for(cfg, cli, cycle_id, self.clock.now(), log=lambda m: print(m, flush=True))
         return steps.run_cycle(ctx, ledger)
 

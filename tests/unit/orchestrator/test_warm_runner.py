@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
-from infra.orchestrator.warm_process import WarmProcess
+from infra.orchestrator.warm_process import WarmProcess, warm_spawner
 
 REPO = Path(__file__).parents[3]
 
@@ -74,7 +74,7 @@ def runner(tmp_path_factory):
 
 
 def cli(tmp_path, sock, timeout_s=60.0, **env):
-    return RtrlCli(None, ["x=1"], tmp_path / "logs", timeout_s, env=env, warm=sock)
+    return RtrlCli(None, ["x=1"], tmp_path / "logs", timeout_s, env=env, spawn=warm_spawner(sock))
 
 
 def test_a_warm_child_gets_the_commands_argv_env_cwd_stdio_and_exit_code(runner, tmp_path):
@@ -128,7 +128,7 @@ def test_a_client_that_goes_away_takes_its_command_with_it(runner, tmp_path):
 
 def test_without_a_runner_the_command_starts_a_new_interpreter(tmp_path):
     missing = tmp_path / "no-runner.sock"
-    c = RtrlCli(None, [f'state_dir="{tmp_path}"'], tmp_path / "logs", 120, warm=missing)
+    c = RtrlCli(None, [f'state_dir="{tmp_path}"'], tmp_path / "logs", 120, spawn=warm_spawner(missing))
     code, out = c.run("config", step="config")
     assert code == 0 and out["state_dir"] == str(tmp_path)
     stale = tmp_path / "stale.sock"                # a socket file nobody listens at (a runner that died)
