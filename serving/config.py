@@ -37,17 +37,19 @@ class ServingConfig(BaseModel):
     max_model_len: int = Field(default=1024, ge=64, le=131072)
     kv_cache_gb: float = Field(default=1.0, gt=0, le=512, description="vLLM CPU KV-cache space per engine.")
     cpu_cores: str = Field(default="", pattern=CPU_CORES_PATTERN,
-                           description="vLLM CPU: cores an engine's worker binds its threads to, e.g. \"0\" or "
-                                       "\"0-7\" (VLLM_CPU_OMP_THREADS_BIND); \"\" = vLLM's own choice. Engines that "
-                                       "share a core with each other or a trainer stall in OpenMP barriers.")
+                           description="CPU-only, opt-in (vLLM's CPU build): cores an engine's worker binds its "
+                                       "threads to, e.g. \"0\" or \"0-7\" (VLLM_CPU_OMP_THREADS_BIND); \"\" = vLLM's "
+                                       "own choice. Engines that share a core with each other or a trainer stall in "
+                                       "OpenMP barriers. Leave \"\" on GPUs.")
     spare_engines: int = Field(default=0, ge=0, le=4,
-                               description="Warm engines kept idle beside the arms' (serving/spares.py). A version "
-                                           "staged or swapped in takes one and only reloads its weights in place "
-                                           "(~0.1 s instead of an engine start, ~25-50 s on CPU); a retired engine "
-                                           "becomes one. Each costs an engine's memory (kv_cache_gb) while idle.")
+                               description="CPU-only, opt-in: warm engines kept idle beside the arms' "
+                                           "(serving/spares.py). A version staged or swapped in takes one and only "
+                                           "reloads its weights in place instead of starting an engine; a retired "
+                                           "engine becomes one. Each holds an engine's memory (kv_cache_gb) while "
+                                           "idle. 0 = none; leave 0 on GPUs.")
     spare_cpu_cores: str = Field(default="", pattern=CPU_CORES_PATTERN,
-                                 description="cpu_cores of the spare engines (\"\" = cpu_cores), e.g. the gate's "
-                                             "(gate.engine_cpu_cores). A stage or swap asking for other cores "
+                                 description="CPU-only: cpu_cores of the spare engines (\"\" = cpu_cores), e.g. the "
+                                             "gate's (gate.engine_cpu_cores). A stage or swap asking for other cores "
                                              "moves a spare's workers there; one left to vLLM's choice (\"\") "
                                              "starts its own engine.")
     registry_poll_s: float = Field(default=2.0, gt=0, le=3600,
@@ -58,9 +60,10 @@ class ServingConfig(BaseModel):
     enforce_eager: bool = Field(default=True, description="Skip torch.compile / CUDA graphs: an engine starts in "
                                 "~25 s instead of ~30-50 s on CPU, so hot swaps finish sooner; false on GPUs.")
     busy_poll_ms: float = Field(
-        default=5.0, ge=0, le=1000, description="How long an engine's processes busy-poll for the next step after "
-        "one (serving/vllm_idle.py); vLLM's own is 1000 ms, which keeps a core spinning per engine under steady "
-        "traffic. 0 = leave vLLM's.")
+        default=0.0, ge=0, le=1000, description="How long an engine's processes busy-poll for the next step after "
+        "one before they sleep until woken (serving/vllm_idle.py: applied in rtrl's own engine processes only). "
+        "vLLM's own window is 1000 ms, which keeps a core spinning per engine under steady traffic; a few ms "
+        "keeps batching as fast and lets idle engines sleep. 0 = vLLM's own behaviour.")
     max_num_seqs: int = Field(default=256, ge=1, le=4096, description="Sequences one engine batches at once.")
     seed: int = Field(default=0, ge=0, description="Engine seed; a request's own `seed` makes its sample repeatable.")
     drain_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="After a hot swap the old engine "

@@ -33,6 +33,7 @@ log = logging.getLogger("rtrl.serving.engine")
 GiB = 1 << 30
 _ENV_LOCK = threading.Lock()   # `VllmEngine.load`: the environment its engine's processes inherit is this process's
 RELOAD_EXTENSION = "serving.vllm_reload.InPlaceReload"   # `reload` runs its rtrl_reload_weights in the worker
+BUSY_POLL_EXECUTOR = "serving.vllm_idle.BusyPollExecutor"  # serving.busy_poll_ms > 0: the engine's executor
 
 
 def sampling_of(cfg: ServingConfig) -> Sampling:
@@ -50,12 +51,21 @@ def _set_kv_cache_env(kv_cache_gb: float) -> None:
 
 
 def busy_poll_env(busy_poll_ms: float) -> None:
+    """RTRL_VLLM_BUSY_POLL_MS for the engine's processes, which inherit this process's environment when they spawn
+    (read there by serving.vllm_idle.register)."""
     from serving.vllm_idle import ENV
 
     if busy_poll_ms:
         os.environ[ENV] = f"{busy_poll_ms:g}"
     else:
         os.environ.pop(ENV, None)
+
+
+def busy_poll_args(cfg: ServingConfig) -> dict:
+    """The engine arguments of `serving.busy_poll_ms`: when set, vLLM's multiprocess executor that shortens the busy
+    poll in this engine's own processes (serving.vllm_idle.BusyPollExecutor, named so that vLLM imports it); when
+    0, none (vLLM's own executor and behaviour)."""
+    return {"distributed_executor_backend": BUSY_POLL_EXECUTOR} if cfg.busy_poll_ms else {}
 
 
 def engine_args(folder: str | Path, cfg: ServingConfig):
@@ -72,7 +82,7 @@ def engine_args(folder: str | Path, cfg: ServingConfig):
         logprobs_mode="processed_logprobs", kv_cache_memory_bytes=int(cfg.kv_cache_gb * GiB),
         enforce_eager=cfg.enforce_eager, max_num_seqs=cfg.max_num_seqs, seed=cfg.seed,
         generation_config="vllm",  # the checkpoint's generation_config.json must not change the sampling
-        worker_extension_cls=RELOAD_EXTENSION, disable_log_stats=True, **chunking)
+        worker_extension_cls=RELOAD_EXTENSION, disable_log_stats=True, **busy_poll_args(cfg), **chunking)
 
 
 # config.json keys that name or stamp a checkpoint without changing its shapes
@@ -129,7 +139,7 @@ class VllmEngine:
         with _ENV_LOCK:
             _set_kv_cache_env(cfg.kv_cache_gb)
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_cores or "auto"   # read when the worker spawns
-            busy_poll_env(cfg.busy_poll_ms)                                      # read by serving.vllm_idle there
+            busy_poll_env(cfg.busy_poll_ms)                   # read by serving.vllm_idle in the engine's processes
             llm = AsyncLLM.from_engine_args(engine_args(folder, cfg))
         engine = cls(version, Path(folder), llm, tokenizer, cfg)
         engine.load_seconds = time.monotonic() - t0

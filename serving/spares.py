@@ -3,7 +3,9 @@
 Starting a vLLM engine is two new processes that import torch and vLLM: ~25-50 s on a loaded 2-core machine, while
 the weights of the default policy load in ~0.03 s. With `serving.spare_engines = N` the fleet keeps up to N idle
 engines (bound to `serving.spare_cpu_cores`), so the gate's candidate stage and a hot swap take a reload, not an
-engine start (`VllmEngine.reload`: weights replaced in the worker, prefix cache emptied).
+engine start (`VllmEngine.reload`: weights replaced in the worker, prefix cache emptied). CPU-only and opt-in:
+`serving.spare_engines` is 0 by default (an idle spare would hold a GPU's memory), and the demo's overlay
+(infra/configs/demo.toml) turns it on.
 
 Where spares come from:
   * `replenish` fills the pool in the background when serving starts, one engine after another (two vLLM

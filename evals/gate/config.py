@@ -67,9 +67,10 @@ class GateConfig(BaseModel):
                               "(.flaky-cache.json), keyed by the task's files, flaky_runs and the grading code: "
                               "an unchanged task is not graded again at the next gate.")
     engine_cpu_cores: str = Field(default="", pattern=r"^$|^(auto|nobind|[0-9,\-|]+)$",
-                                  description="Cores the gate's private vLLM engines bind to (serving.cpu_cores "
-                                              "for them); \"\" = serving.cpu_cores. On a machine that also serves "
-                                              "live traffic, give them cores serving does not use.")
+                                  description="CPU-only, opt-in: cores the gate's private vLLM engines bind to "
+                                              "(serving.cpu_cores for them); \"\" = serving.cpu_cores. On a machine "
+                                              "that also serves live traffic, give them cores serving does not use. "
+                                              "Leave \"\" on GPUs.")
     via_serving: bool = Field(default=False, description="Evaluate on the running `rtrl serve` (serving.host:port) "
                               "instead of private engines: both versions are staged there (POST /admin/stage), the "
                               "arms run at once, and a promoted candidate is switched to without a second load. "

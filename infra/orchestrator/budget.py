@@ -1,12 +1,12 @@
 """Sizing the demo's later cycles to its time budget (`demo.budget_s`, DESIGN.md §8).
 
-On the machine the demo was tuned on, three cycles with the demo's settings (`demo.train_max_rows` rows,
-`demo.gate_samples` samples per task) end well within 10 minutes. On a machine half as fast the same cycles took
-930 s (README, "A machine half as fast"). So before each cycle after the first, the demo measures what a cycle costs
-on this machine, from the cycles done so far, and gives the next cycle its share of the time left:
+The demo's settings (its overlay: `trainer.max_rows` rows, `gate.samples_per_task` samples per task) fit its time
+budget on the machine they were sized on; on a machine half as fast the same cycles take about twice as long. So
+before each cycle after the first, the demo measures what a cycle costs on this machine, from the cycles done so
+far, and gives the next cycle its share of the time left:
 
-    costs = cycle_costs(records, demo.gate_samples, control, champion)   # None before a cycle is done
-    plan = plan_cycle(costs, time_left_s, cycles_left, demo, rows_per_step, tail=True)
+    costs = cycle_costs(records, cfg.gate.samples_per_task, control, champion)   # None before a cycle is done
+    plan = plan_cycle(costs, time_left_s, cycles_left, cfg, tail=True)           # cfg: the demo's config
     plan.settings()                                    # -> ["trainer.max_rows=512", "gate.samples_per_task=2"]
 
 The share is (time left - the A/B tail's measurement - the stop) / cycles left. The tail's measurement is the
@@ -29,14 +29,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.config import render_overrides
 from infra.orchestrator.ledger import CycleRecord
 from infra.orchestrator.summary import rows_trained
 
 STOP_S = 25.0          # wall seconds from the last measurement to the end: the A/B summary and stopping the stack
 RATE_MARGIN = 1.15     # training's seconds per row vary by a few tens of percent between cycles
-SPLIT_ARMS_GATE = 1.7  # a gate's episodes took 1.7-1.8x as long once the arms served two checkpoints (an engine
-                       # each on the arms' core) as in cycle 1, while one engine served both (README, "The budget
-                       # after a promotion")
+SPLIT_ARMS_GATE = 1.7  # a gate's episodes take 1.7-1.8x as long once the arms serve two checkpoints (an engine
+                       # each on the arms' core) as while one engine serves both
 TAIL_MARGIN = 1.5      # the A/B tail measures the whole last cycle's traffic, a cycle's range the time since the one
                        # before: 20-42 s against 13-27 s for the cycles' own
 
@@ -103,7 +103,7 @@ class Plan:
     reduced: bool              # not the demo's own settings
 
     def settings(self) -> list[str]:
-        return [f"trainer.max_rows={self.train_max_rows}", f"gate.samples_per_task={self.gate_samples}"]
+        return render_overrides({"trainer.max_rows": self.train_max_rows, "gate.samples_per_task": self.gate_samples})
 
     def text(self) -> str:
         what = (f"at most {self.train_max_rows} rows, {self.gate_samples} gate samples per task: "
@@ -113,12 +113,14 @@ class Plan:
         return f"sized to the budget ({what})" if self.fits else f"the smallest cycle, over the budget ({what})"
 
 
-def plan_cycle(costs: Costs, time_left_s: float, cycles_left: int, demo, rows_per_step: int,
-               tail: bool = True) -> Plan:
-    """The next cycle's rows and gate samples (see the module doc). `demo`: the DemoConfig."""
+def plan_cycle(costs: Costs, time_left_s: float, cycles_left: int, cfg, tail: bool = True) -> Plan:
+    """The next cycle's rows and gate samples (see the module doc). `cfg`: the demo's config, whose
+    trainer.max_rows and gate.samples_per_task are the demo's settings, with trainer.rows_per_step and the floors
+    demo.train_min_rows and demo.gate_min_samples."""
+    demo, rows_per_step, demo_samples = cfg.demo, cfg.trainer.rows_per_step, cfg.gate.samples_per_task
     reserve = STOP_S + (costs.measure_s * TAIL_MARGIN if tail else 0.0)
     share = (time_left_s - reserve) / max(1, cycles_left)
-    top_rows, top_samples = demo.train_max_rows, min(demo.gate_samples, costs.samples)
+    top_rows, top_samples = cfg.trainer.max_rows, min(demo_samples, costs.samples)
     least_samples = min(demo.gate_min_samples, top_samples)
 
     def estimate(rows: int, samples: int) -> float:
@@ -126,7 +128,7 @@ def plan_cycle(costs: Costs, time_left_s: float, cycles_left: int, demo, rows_pe
 
     def plan(rows: int, samples: int, fits: bool) -> Plan:
         return Plan(rows, samples, share, estimate(rows, samples), fits,
-                    reduced=(rows, samples) != (top_rows, demo.gate_samples))
+                    reduced=(rows, samples) != (top_rows, demo_samples))
 
     def rows_tried(samples: int):
         if top_rows <= 0:       # all of a cycle's rows: only the gate can be sized

@@ -39,8 +39,9 @@ class OrchestratorConfig(BaseModel):
 
 
 class DemoConfig(BaseModel):
-    """`rtrl demo`: the embedded stack, v0, serving with two arms, simulated users and K cycles, sized for a
-    2-core laptop. Every `gate.*`, `trainer.*` or `simulator.*` key still applies; these are the demo's own."""
+    """`rtrl demo`'s own settings: how many cycles, users and how fast, and its time budget. What the demo changes in
+    the other sections (the cadence, the trainer's batch, the gate's size, serving's spares) is the overlay
+    infra/configs/demo.toml, layered under the user's own config (infra/orchestrator/demo.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -51,35 +52,12 @@ class DemoConfig(BaseModel):
     pace: float = Field(default=0.16667, gt=0, le=100, description="Each simulated user's request rate relative "
                         "to the simulator's: its think and session-gap times are divided by this, so more users "
                         "(more A/B units per arm) make the same load on serving.")
-    start_spread_s: float = Field(default=1800.0, ge=0, le=86400, description="The users' first sessions start "
-                                  "within this many simulated seconds (simulator.start_spread_s).")
-    interval_s: float = Field(default=3600, gt=0, le=30 * 86400,
-                              description="The demo's cadence in simulated seconds (the production default is "
-                                          "orchestrator.interval_s, five hours).")
-    min_mature_rows: int = Field(default=400, ge=1, description="Mature requests needed before a cycle starts (at "
-                                 "400 the first cycle trains v0 on ~590-750 rows, against ~440-590 at 250, and "
-                                 "starts ~4 s later: README, 'A larger first cycle').")
     warm_steps: bool = Field(default=True, description="Run the steps' `rtrl` commands as children of a warm "
                              "runner that has the heavy libraries imported (infra.orchestrator.warm_runner) "
-                             "instead of a new interpreter each (15-40 s of imports per step on 2 cores).")
-    gate_tasks: int = Field(default=40, ge=2, le=10_000, description="Held-out tasks of the demo's gate suite.")
-    gate_samples: int = Field(default=4, ge=1, le=100, description="Samples per task and arm in the demo's gate "
-                              "(with 2, 3 of 15 gates kept the champion on an interval around zero: README).")
-    train_rows_per_step: int = Field(default=128, ge=1, le=1_000_000,
-                                     description="trainer.rows_per_step in the demo: a cycle here has hundreds of "
-                                                 "rows, so steps smaller than the trainer's give several updates per "
-                                                 "cycle; at 64 (8 steps) a seeded sample of a cycle's rows could "
-                                                 "wreck a skill the gate measures (README, 'Training steps and the "
-                                                 "suite').")
-    train_max_rows: int = Field(default=1024, ge=0, description="trainer.max_rows in the demo: each cycle trains on "
-                                "a seeded sample of at most this many rows (0 = all), which bounds its time (1,024: "
-                                "up to 8 steps of 128, 27-64 s a cycle here; README, 'A larger first cycle').")
-    train_lr: float = Field(default=3e-4, gt=0, le=1, description="trainer.lr in the demo (README, policy "
-                            "improvement: the offline sweep on 512 rows of v0's traffic).")
-    train_negative_kinds: list[str] = Field(default_factory=lambda: ["question"], description="trainer."
-                                            "negative_kinds in the demo: below-baseline questions push down in "
-                                            "full, so the necessary questions a cycle rewards do not teach asking "
-                                            "on clear requests (README, 'Needless questions after the fix').")
+                             "instead of a new interpreter each.")
+    new_split: bool = Field(default=True, description="Salt the A/B split anew for every demo "
+                            "(`<serving.experiment>-<8 hex digits>`, kept for --resume), so that the arms' users "
+                            "differ from one demo to the next; false = serving.experiment as configured.")
     ab_window: Literal["last_cycle", "since_first_promotion"] = Field(
         default="since_first_promotion",
         description="Traffic the A/B table compares: requests served since the treatment arm first differed from "
@@ -94,19 +72,16 @@ class DemoConfig(BaseModel):
                                    "earlier than this many wall seconds after the demo started, so a demo whose "
                                    "cycles finish early spends the rest of its time budget on A/B traffic (0 = no "
                                    "such floor). A demo past it measures at once.")
-    experiment: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9._-]*$", description="The A/B split's "
-                            "salt in the demo (serving.experiment). '' = a new one for every demo (kept for "
-                            "--resume): the seeded users get largely the same tasks in every run, so one fixed "
-                            "split would carry the same imbalance between the arms into every demo (README).")
     budget_s: float = Field(default=570.0, ge=0, le=86400, description="Wall seconds the demo aims to finish in: "
-                            "each cycle after the first gets its share of the time left, and trains fewer rows and "
-                            "runs fewer gate samples when this machine is too slow for the demo's settings "
-                            "(infra.orchestrator.budget; 0 = always the demo's settings).")
+                            "each cycle after the first gets its share of the time left, and trains fewer rows "
+                            "(trainer.max_rows) and runs fewer gate samples (gate.samples_per_task) when this "
+                            "machine is too slow for the demo's settings (infra.orchestrator.budget; 0 = always the "
+                            "demo's settings).")
     train_min_rows: int = Field(default=256, ge=1, description="Fewest rows a budgeted cycle trains before its gate "
                                 "runs fewer samples (with demo.gate_min_samples: down to one step of rows).")
     gate_min_samples: int = Field(default=1, ge=1, le=100, description="Fewest samples per task a budgeted cycle's "
                                   "gate runs (1: one episode per task and arm, still paired by task; a wider "
-                                  "interval keeps the champion more often, which leaves the A/B as it was).")
+                                  "interval keeps the champion more often).")
     background_nice: int = Field(default=10, ge=0, le=19, description="Nice value of the archiver, which nothing in "
                                  "the demo waits for: it takes the CPU only when training, the gate, the reward job "
                                  "and serving leave it (0 = as the rest).")

@@ -11,14 +11,26 @@
 4. the accelerated clock (`demo.speed` simulated seconds per wall second) and the simulated users on it, driving
    serving through the SDK -> Kafka, in the background for the whole demo;
 5. the Dagster cycle job, started by the cadence sensor (evaluated every couple of wall seconds) whenever
-   `demo.interval_s` of simulated time has passed since the last cycle started, the previous one finished and
-   enough mature requests exist; each run is recorded in the Dagster instance of the demo state dir (the UI
+   `orchestrator.interval_s` of simulated time has passed since the last cycle started, the previous one finished
+   and enough mature requests exist; each run is recorded in the Dagster instance of the demo state dir (the UI
    shows them), a failed run is resumed by the sensor;
 6. after K cycles: the next cycle's first steps (collect -> measure, `demo.ab_tail`), so that the A/B also counts
    the traffic served while the last cycle ran (that cycle trains when the loop goes on), taken no earlier than
    `demo.ab_tail_until_s` after the start (the rest of the time budget goes to A/B traffic); the A/B metrics of
    the reward rows (pipelines.metrics) and the summary.
 Without --keep-running everything is stopped at the end (also on Ctrl-C or an error).
+
+Configuration, lowest layer first (`demo_config`, `Demo.overrides`):
+  1. the defaults (infra/rtrl.toml, the config classes);
+  2. the demo's overlay, infra/configs/demo.toml: the keys the demo changes in other sections (the cadence, the
+     trainer's batch and rate, the gate's size, serving's spares and busy poll), less any key your config file sets;
+  3. your --config file;
+  4. your --set overrides;
+  5. the run-time values (`run_time_settings`): the demo's state dir, its A/B split (`demo.new_split`), the core
+     split of this machine, the users' think and session-gap times at `demo.pace`, where v0 and the gate's suite
+     are kept; and per cycle, the time budget's rows and gate samples (infra.orchestrator.budget).
+Every `rtrl` command the demo runs gets the same file and overrides (`--config`, then `--set` for layers 2, 4 and 5),
+so the demo and its steps, serving and users all see one validated config. The demo's own settings are [demo].
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
-from infra.config import load_config
+from infra.config import CONFIGS_DIR, load_config, overlay_overrides, render_overrides
 from infra.orchestrator.clock import AcceleratedClock, clock_path
 from infra.orchestrator.config import DemoConfig
 from infra.orchestrator.ledger import BLOCKED, DONE, CycleRecord, Ledger, next_cycle_id
@@ -42,6 +54,7 @@ from infra.orchestrator.warm_process import warm_spawner
 from infra.orchestrator.warm_runner import socket_path, start_background
 from trainer.bootstrap.bootstrap import policy_cache, stale_reason
 
+DEMO_CONFIG = CONFIGS_DIR / "demo.toml"   # the demo's overlay on the default config
 MAX_ATTEMPTS = 3       # runs of one cycle id (the first and two resumptions) before the demo gives up
 RESUME_MARGIN_S = 120.0  # wall seconds the last demo's users ran on after its last cycle record (tail, summary, stop)
 # Dagster's own per-event console lines stay in its run log (the UI); the steps print their progress themselves
@@ -52,66 +65,55 @@ class DemoError(RuntimeError):
     pass
 
 
-def core_split(n: int | None) -> list[str]:
+def demo_config(cfg, config_path: str | None, overrides: list[str]):
+    """(the overrides that layer the demo's overlay under the user's config, the config they give in the user's state
+    dir): defaults < infra/configs/demo.toml < the user's config file < the user's --set. `cfg` is the user's own
+    config (as `rtrl` loaded it); the demo works in `<its state_dir>/demo` and keeps v0 and the gate's suite in its
+    state dir."""
+    layered = [*overlay_overrides(DEMO_CONFIG, config_path), *overrides]
+    return layered, load_config(config_path, layered).model_copy(update={"state_dir": cfg.state_dir})
+
+
+def core_settings(n: int | None) -> dict[str, str]:
     """Serving's engines on the first half of the cores, the gate's candidate engines (and serving's spares, which
     the candidate stage takes) on the rest: two vLLM workers bound to one core (vLLM's automatic choice is the same
-    core for both) stall each other."""
+    core for both) stall each other. None on a single core."""
     if not n or n < 2:
-        return []
+        return {}
     half = n // 2
     first = "0" if half == 1 else f"0-{half - 1}"
     rest = str(half) if n - half == 1 else f"{half}-{n - 1}"
-    return [f'serving.cpu_cores="{first}"', f'gate.engine_cpu_cores="{rest}"', f'serving.spare_cpu_cores="{rest}"']
+    return {"serving.cpu_cores": first, "gate.engine_cpu_cores": rest, "serving.spare_cpu_cores": rest}
 
 
-def demo_overrides(cfg, state: Path) -> list[str]:
-    """The keys the demo sets on top of the user's config (every other key is the user's)."""
-    from evals.gate_run import default_suite_dir
+def core_split(n: int | None) -> list[str]:
+    """`core_settings(n)` as overrides."""
+    return render_overrides(core_settings(n))
 
-    d = cfg.demo
-    return [*core_split(os.cpu_count()), f'state_dir="{state}"', 'orchestrator.clock="accelerated"', f"orchestrator.interval_s={d.interval_s}",
-            # serving's vLLM worker holds a core: a trainer on both would stall in OpenMP barriers
-            "trainer.threads=1", f"trainer.rows_per_step={d.train_rows_per_step}", f"trainer.lr={d.train_lr}",
-            f"trainer.max_rows={d.train_max_rows}", f"trainer.negative_kinds={json.dumps(d.train_negative_kinds)}",
-            # the gate runs on serving's engines: the champion is loaded there, a promoted candidate is not loaded twice
-            "gate.via_serving=true",
-            # warm spare engines: each candidate stage reloads weights (~0.1 s) instead of starting vLLM (30-70 s).
-            # Two: after c1 both arms' engines stay in use (control v0, treatment the new champion), so c2's
-            # candidate needs the second; from c3 on the retired champion's engine is the spare
-            "serving.spare_engines=2",
-            # the champion was the previous gate's candidate: its episodes are kept, only the candidate's arm runs;
-            # v0's (the same cached bytes in every demo) are kept with the suite by `--prepare` or the first gate
-            "gate.reuse_episodes=true",
-            *user_pace(cfg),
-            f"orchestrator.min_mature_rows={d.min_mature_rows}", "orchestrator.sensor_interval_s=2",
-            # at the end the A/B is measured already: the users' requests still in flight count for nothing, and
-            # serving would wait for them (~10 s of the stop)
-            "serving.shutdown_grace_s=1",
-            # traffic never pauses here: the range ends 3 x this after the log end it saw (6 s at the default 2 s;
-            # the rest of a record batch arrives in one fetch from the local broker)
-            "orchestrator.range_idle_s=0.5",
-            f"gate.suite_tasks={d.gate_tasks}", f"gate.samples_per_task={d.gate_samples}",
-            # 16 episodes in flight: the engine batches their requests (a step of a 2M-parameter model costs
-            # about the same for 8 or 16 sequences on a CPU)
-            "gate.workers=16",
-            # the held-out suite (and its flaky-check verdicts) outlives the demo's state dir, like v0
-            f'gate.suite_dir="{default_suite_dir(demo_suite_cfg(cfg))}"',
-            # v0, like the suite, outlives the demo's state dir: `rtrl bootstrap` keeps it there and reuses it
-            f'policy.cache_dir="{policy_cache(cfg)}"']
+
+def pace_settings(cfg) -> dict[str, list[float]]:
+    """The simulator's think and session-gap times divided by `demo.pace` (to 0.1 s): slower users, so that more of
+    them (the A/B units) make the same requests per second."""
+    s, pace = cfg.simulator, cfg.demo.pace
+    return {"simulator.think_s": [round(x / pace, 1) for x in s.think_s],
+            "simulator.session_gap_s": [round(x / pace, 1) for x in s.session_gap_s]}
 
 
 def user_pace(cfg) -> list[str]:
-    """The simulator keys of `demo.pace` and `demo.start_spread_s`: slower users, so that more of them (the A/B
-    units) make the same requests per second, all starting soon after serving is up."""
-    s, pace = cfg.simulator, cfg.demo.pace
-    think, gap = [x / pace for x in s.think_s], [x / pace for x in s.session_gap_s]
-    return [f"simulator.think_s=[{think[0]:.1f}, {think[1]:.1f}]", f"simulator.session_gap_s=[{gap[0]:.1f}, {gap[1]:.1f}]",
-            f"simulator.start_spread_s={cfg.demo.start_spread_s}"]
+    """`pace_settings(cfg)` as overrides."""
+    return render_overrides(pace_settings(cfg))
 
 
-def demo_suite_cfg(cfg):
-    """The user's config with the demo's suite size: `evals.gate_run.default_suite` of it is the demo's suite."""
-    return cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"suite_tasks": cfg.demo.gate_tasks})})
+def run_time_settings(base, state: Path, experiment: str) -> dict:
+    """The demo's values that depend on this run and machine, set after every other layer: its state dir, its A/B
+    split, the cores (`core_settings`), the users' pace (`pace_settings`), and where the gate's held-out suite and v0
+    are kept (in the user's state dir, outside the demo's fresh one). `base`: the demo's config in the user's state
+    dir (`demo_config`)."""
+    from evals.gate_run import default_suite_dir
+
+    return {**core_settings(os.cpu_count()), "state_dir": str(state), "serving.experiment": experiment,
+            **pace_settings(base), "gate.suite_dir": str(default_suite_dir(base)),
+            "policy.cache_dir": str(policy_cache(base))}
 
 
 def tail_wait_s(demo: DemoConfig, elapsed: float) -> float:
@@ -125,11 +127,11 @@ def experiment_path(state: Path) -> Path:
 
 
 def demo_experiment(cfg, state: Path, resume: bool) -> str:
-    """The demo's A/B split salt: `demo.experiment` when set; on --resume the one the demo in `state` used (its
-    users stay in their arms; `serving.experiment` for a demo that kept none); else a new one,
+    """The demo's A/B split salt: `serving.experiment` without `demo.new_split`; on --resume the one the demo in
+    `state` used (its users stay in their arms; `serving.experiment` for a demo that kept none); else a new one,
     `<serving.experiment>-<8 hex digits>`."""
-    if cfg.demo.experiment:
-        return cfg.demo.experiment
+    if not cfg.demo.new_split:
+        return cfg.serving.experiment
     if resume:
         path = experiment_path(state)
         return path.read_text().strip() if path.is_file() else cfg.serving.experiment
@@ -139,16 +141,17 @@ def demo_experiment(cfg, state: Path, resume: bool) -> str:
 class Demo:
     def __init__(self, cfg, config_path: str | None, overrides: list[str], log: Callable[[str], None] = print,
                  resume: bool = False):
-        self.base = cfg
         self.state = cfg.state_path / "demo"
-        self.v0_cache = policy_cache(cfg)
         self.config_path = config_path
-        self.experiment = demo_experiment(cfg, self.state, resume)
-        self.overrides = [*overrides, *demo_overrides(cfg, self.state), f'serving.experiment="{self.experiment}"']
+        layered, self.base = demo_config(cfg, config_path, overrides)
+        self.v0_cache = policy_cache(self.base)
+        self.experiment = demo_experiment(self.base, self.state, resume)
+        # what every `rtrl` command of the demo runs with, and the demo itself
+        self.overrides = [*layered, *render_overrides(run_time_settings(self.base, self.state, self.experiment))]
         self.cfg = load_config(config_path, self.overrides)
         self.log = log
         self.cli = RtrlCli(config_path, self.overrides, self.state / "orchestrator" / "logs" / "demo",
-                           cfg.orchestrator.step_timeout_s, spawn=warm_spawner(socket_path(self.state)))
+                           self.cfg.orchestrator.step_timeout_s, spawn=warm_spawner(socket_path(self.state)))
         self.t0 = time.monotonic()
         self.interrupted = False
         self._dagster = None      # (instance, cycle job, definitions module, resource): `dagster()`
@@ -175,8 +178,8 @@ class Demo:
 
     def background(self, name: str) -> None:
         """Lower the managed process `name` to `demo.background_nice`: it uses the CPU the cycle's steps and
-        serving leave. The archiver only: the users niced so made a third to half of the traffic while cycles ran,
-        and too few A/B rows (README, "The budget after a promotion, and users that yield the CPU")."""
+        serving leave. The archiver only: niced users make far less traffic while cycles run, and too few A/B
+        rows."""
         from infra.stack.process import ManagedProcess
 
         if self.cfg.demo.background_nice:
@@ -208,7 +211,7 @@ class Demo:
     def ensure_suite(self) -> None:
         from evals.gate_run import default_suite
 
-        default_suite(demo_suite_cfg(self.base), log=self.log)     # made once, at gate.suite_dir
+        default_suite(self.base, log=self.log)     # made once, at gate.suite_dir (in the user's state dir)
 
     def start_serving(self) -> None:
         """`rtrl serve --detach` from this process (a new interpreter would first import for seconds)."""
@@ -242,7 +245,8 @@ class Demo:
         from infra.stack.process import ManagedProcess
 
         proc = ManagedProcess("simulator", self.state)
-        argv = self.cli.argv("--set", f'simulator.start_time="{clock.now().isoformat()}"', "simulate",
+        start = render_overrides({"simulator.start_time": clock.now().isoformat()})[0]
+        argv = self.cli.argv("--set", start, "simulate",
                              "--users", str(d.users), "--speed", str(d.speed), "--duration", str(d.timeout_s))
         proc.start(argv)
         self.log(f"[users] {d.users} simulated users at {d.speed:g}x from {clock.now().isoformat()} "
@@ -337,7 +341,7 @@ class Demo:
         if costs is None:
             return []
         left = cycles - len([r for r in records if r.status in (DONE, BLOCKED)])
-        plan = plan_cycle(costs, d.budget_s - self.elapsed(), left, d, self.cfg.trainer.rows_per_step, d.ab_tail)
+        plan = plan_cycle(costs, d.budget_s - self.elapsed(), left, self.cfg, d.ab_tail)
         self.log(f"[budget] {cycle_id}: {plan.text()} (demo.budget_s = {d.budget_s:.0f})")
         return plan.settings() if plan.reduced else []
 

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from evals.gate.stats import paired_difference
+from infra.config import CONFIGS_DIR, load_config
 from registry.client import Registry
 from tests.conftest import make_config
 
@@ -84,13 +85,14 @@ def _cycle_and_rise(cfg, registry: Registry, v0: Path, v0_held_out, pool, tmp_pa
     table.mkdir(parents=True)
     rows.write_parquet(table / "part-0.parquet")
 
-    # the production trainer job on them, stepped as a demo cycle is (demo.train_rows_per_step, demo.train_lr: 128
-    # rows per step, lr 3e-4): a candidate registered with lineage. At the default 256 rows per step these ~900 rows
-    # make 4 steps, and since the v0 with the skip-bigram head (0.474 here) the rise was 0.0185 [+0.001, ...]; 8
-    # steps of 128 gave 0.0275 (2026-11-26), 15 steps of 64 gave 0.047 [+0.030, ...]
+    # the production trainer job on them, stepped as a demo cycle is (the demo overlay's trainer.rows_per_step and
+    # trainer.lr: 128 rows per step, lr 3e-4): a candidate registered with lineage. At the default 256 rows per
+    # step these ~900 rows make 4 steps, and since the v0 with the skip-bigram head (0.474 here) the rise was
+    # 0.0185 [+0.001, ...]; 8 steps of 128 gave 0.0275 (2026-11-26), 15 steps of 64 gave 0.047 [+0.030, ...]
+    demo = load_config(CONFIGS_DIR / "demo.toml")
     out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"',
-                          "--set", f"trainer.rows_per_step={cfg.demo.train_rows_per_step}",
-                          "--set", f"trainer.lr={cfg.demo.train_lr}", "train",
+                          "--set", f"trainer.rows_per_step={demo.trainer.rows_per_step}",
+                          "--set", f"trainer.lr={demo.trainer.lr}", "train",
                           "--cycle", "offline-1", "--rewards", str(tmp_path / "rewards")],
                          capture_output=True, text=True, cwd=REPO, timeout=1200)
     assert out.returncode == 0, out.stderr[-4000:]

@@ -70,7 +70,12 @@ def test_a_gate_measured_while_one_checkpoint_served_both_arms_costs_more_once_a
 
 @pytest.fixture
 def demo(tmp_path):
-    return make_config(tmp_path).demo      # train_max_rows 1024, train_min_rows 256, gate 4 samples, at least 1
+    """The demo's config: its overlay's trainer.max_rows 1024 and rows_per_step 128, gate.samples_per_task 4;
+    demo.train_min_rows 256, demo.gate_min_samples 1."""
+    from infra.config import overlay_overrides
+    from infra.orchestrator.demo import DEMO_CONFIG
+
+    return make_config(tmp_path, *overlay_overrides(DEMO_CONFIG))
 
 
 COSTS = Costs(fixed_s=40.0, train_s_per_row=0.05, gate_s_per_sample=10.0, measure_s=30.0, samples=4)
@@ -79,7 +84,7 @@ TAIL = 30.0 * TAIL_MARGIN   # the A/B tail's measurement: the longest cycle's, w
 
 def test_the_demos_settings_are_kept_when_they_fit_the_share_of_the_time_left(demo):
     # 2 cycles left, 400 s: share (400 - TAIL - STOP_S) / 2; the demo's cycle is 40 + 1024*0.05 + 40 = 131.2 s
-    plan = plan_cycle(COSTS, 400.0, 2, demo, 128)
+    plan = plan_cycle(COSTS, 400.0, 2, demo)
     assert plan.share_s == pytest.approx((400.0 - TAIL - STOP_S) / 2)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (1024, 4, True, False)
     assert plan.estimate_s == pytest.approx(131.2)
@@ -89,36 +94,37 @@ def test_the_demos_settings_are_kept_when_they_fit_the_share_of_the_time_left(de
 
 def test_rows_shrink_first_then_gate_samples_then_rows_below_the_floor(demo):
     # share 100 s: at 4 samples, 40 + 40 + rows*0.05 <= 100 -> 384 rows
-    plan = plan_cycle(COSTS, 2 * 100.0 + TAIL + STOP_S, 2, demo, 128)
+    plan = plan_cycle(COSTS, 2 * 100.0 + TAIL + STOP_S, 2, demo)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (384, 4, True, True)
     # share 80 s: 4 samples leave too little for 256 rows (92.8 s), 3 samples too (82.8), 2 samples: 384 rows
-    plan = plan_cycle(COSTS, 2 * 80.0 + TAIL + STOP_S, 2, demo, 128)
+    plan = plan_cycle(COSTS, 2 * 80.0 + TAIL + STOP_S, 2, demo)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (384, 2, True)
     # share 67 s: 2 samples leave too little for 256 rows (72.8 s); 1 sample (the least): 256 rows (62.8 s)
-    plan = plan_cycle(COSTS, 67.0 + TAIL + STOP_S, 1, demo, 128)
+    plan = plan_cycle(COSTS, 67.0 + TAIL + STOP_S, 1, demo)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (256, 1, True)
     # share 57 s: at the fewest samples, rows down to one step: 128 rows (56.4 s)
-    plan = plan_cycle(COSTS, 57.0 + TAIL + STOP_S, 1, demo, 128)
+    plan = plan_cycle(COSTS, 57.0 + TAIL + STOP_S, 1, demo)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits) == (128, 1, True)
     assert "sized to the budget" in plan.text()
 
 
 def test_when_nothing_fits_the_smallest_cycle_runs_and_says_it_is_over_the_budget(demo):
-    plan = plan_cycle(COSTS, 50.0, 2, demo, 128)
+    plan = plan_cycle(COSTS, 50.0, 2, demo)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (128, 1, False, True)
     assert "over the budget" in plan.text()
 
 
 def test_gate_samples_never_grow_past_the_last_gates(demo):
     fewer = Costs(fixed_s=40.0, train_s_per_row=0.05, gate_s_per_sample=10.0, measure_s=30.0, samples=2)
-    plan = plan_cycle(fewer, 10_000.0, 1, demo, 128)
+    plan = plan_cycle(fewer, 10_000.0, 1, demo)
     assert (plan.train_max_rows, plan.gate_samples, plan.reduced) == (1024, 2, True)
 
 
 def test_without_the_tail_its_measurement_is_not_reserved(demo):
-    assert plan_cycle(COSTS, 400.0, 2, demo, 128, tail=False).share_s == pytest.approx((400.0 - STOP_S) / 2)
+    assert plan_cycle(COSTS, 400.0, 2, demo, tail=False).share_s == pytest.approx((400.0 - STOP_S) / 2)
 
 
+@pytest.mark.integration      # the registry's MLflow store
 def test_the_demo_keeps_its_settings_on_a_fast_machine_and_sizes_later_cycles_down_on_a_slow_one(tmp_path):
     import time
 

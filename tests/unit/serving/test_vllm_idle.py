@@ -1,5 +1,6 @@
 """serving/vllm_idle.py: vLLM's shared-memory queue readers stop busy-polling after `serving.busy_poll_ms`, and a
-reader that went to sleep is still woken by the next write.
+reader that went to sleep is still woken by the next write. The patch is rtrl's engines' own: off by default, applied
+by the executor `serving.engine` gives an engine when the setting is on, never a plugin of the environment.
 
 Each check runs in a child interpreter: importing vLLM changes Triton's state for the rest of the process (the
 trainer's Triton-interpreter tests then fail), and the plugin patches a vLLM class."""
@@ -54,6 +55,7 @@ def _child(env_value: str | None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.integration      # a child interpreter imports vLLM
 def test_a_reader_busy_polls_for_the_configured_window_and_a_sleeping_one_is_woken_by_the_next_write():
     r = _child("5")
     assert r["patched"] and r["window_before"] == 1 and r["window_after"] == pytest.approx(0.005)
@@ -61,6 +63,42 @@ def test_a_reader_busy_polls_for_the_configured_window_and_a_sleeping_one_is_wok
     assert 0.2 < r["waited_s"] < 5
 
 
+@pytest.mark.integration      # a child interpreter imports vLLM
 def test_without_the_setting_vllms_busy_polling_is_left_alone():
     r = _child(None)
     assert not r["patched"] and r["window_after"] == 1
+
+def test_the_busy_poll_is_off_by_default_and_on_only_through_the_engines_executor():
+    from serving.config import ServingConfig
+    from serving.engine import BUSY_POLL_EXECUTOR, busy_poll_args
+
+    assert ServingConfig().busy_poll_ms == 0 and busy_poll_args(ServingConfig()) == {}
+    assert busy_poll_args(ServingConfig(busy_poll_ms=5)) == {"distributed_executor_backend": BUSY_POLL_EXECUTOR}
+
+
+EXECUTOR = r'''
+import json
+from unittest import mock
+from vllm.utils.import_utils import resolve_obj_by_qualname
+from vllm.v1.executor.multiproc_executor import MultiprocExecutor
+from serving import vllm_idle
+from serving.engine import BUSY_POLL_EXECUTOR
+
+cls = resolve_obj_by_qualname(BUSY_POLL_EXECUTOR)         # how vLLM finds it (Executor.get_class)
+calls = []
+executor = object.__new__(cls)
+with mock.patch.object(vllm_idle, "register", lambda: calls.append("core")), \
+        mock.patch.object(MultiprocExecutor, "_init_executor", lambda self: calls.append("workers started")), \
+        mock.patch.object(cls, "collective_rpc", lambda self, fn: calls.append(fn.__name__)):
+    executor._init_executor()
+    executor._post_init_executor()
+print(json.dumps({"multiproc": issubclass(cls, MultiprocExecutor), "calls": calls}))
+'''
+
+
+@pytest.mark.integration      # a child interpreter imports vLLM
+def test_the_engines_executor_applies_the_patch_in_the_engine_core_then_in_every_worker():
+    out = subprocess.run([sys.executable, "-c", EXECUTOR], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r == {"multiproc": True, "calls": ["core", "workers started", "_register_in_worker"]}
