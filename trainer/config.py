@@ -21,8 +21,8 @@ class TrainerConfig(BaseModel):
     max_tokens: int = Field(default=192, ge=1, le=65536,
                             description="Completion tokens per row in the constant normalizer (Dr. GRPO).")
     # optimizer
-    lr: float = Field(default=2e-4, gt=0, le=1, description="Peak learning rate; 2e-4 suits the default 2M-parameter "
-                      "policy at 256 rows per step (measured); billion-parameter models want ~1e-6.")
+    lr: float = Field(default=2e-4, gt=0, le=1, description="Peak learning rate. 2e-4 suits the default 2M-parameter "
+                      "policy at 256 rows per step; billion-parameter models want ~1e-6.")
     weight_decay: float = Field(default=0.0, ge=0, le=1)
     max_grad_norm: float = Field(default=1.0, gt=0)
     zero_stage: int = Field(default=1, ge=0, le=3, description="DeepSpeed ZeRO stage.")
@@ -41,21 +41,19 @@ class TrainerConfig(BaseModel):
     normalize_std: bool = Field(default=False, description="Divide advantages by the group/stratum std.")
     negative_weight: float = Field(default=0.0, ge=0, le=1,
                                    description="Scale of negative advantages (asymmetric REINFORCE): 1 = symmetric, "
-                                               "0 = only above-baseline rows push (measured: at 1 the default policy "
-                                               "drifts toward malformed tool calls; README, \"Policy improvement, "
-                                               "offline\").")
+                                               "0 = only above-baseline rows push. Pushing down a whole failed "
+                                               "completion also pushes down its well-formed tokens, which can drift a "
+                                               "small policy toward malformed tool calls.")
     negative_tokens: int = Field(default=0, ge=0, le=100_000,
                                  description="Below-baseline rows push down their first N completion tokens with the "
                                              "full negative advantage (negative_weight applies to the rest): the "
                                              "ask-or-edit decision learns from failures, while the tokens whose "
-                                             "push-down drifted the policy to malformed calls do not. 0 = off "
-                                             "(README, \"Why training barely moves dissatisfied follow-ups\").")
+                                             "push-down can drift the policy to malformed calls do not. 0 = off.")
     negative_kinds: list[str] = Field(default_factory=list, description="Response kinds (the reward table's "
                                       "response_kind, e.g. \"question\") whose below-baseline rows push down with "
                                       "the full negative advantage whatever negative_weight says: a needless question "
                                       "is wrong as a whole, so pushing it down teaches when not to ask, while "
-                                      "failed edits stay at negative_weight. [] = off (README, \"Needless "
-                                      "questions across cycles\").")
+                                      "failed edits stay at negative_weight. [] = off.")
     stratify_by: str = Field(default="", description="Reward-table column whose values are the leave-one-out "
                              "strata (e.g. org_id); '' = one stratum. Never the response's own kind: that would "
                              "cancel the signal between an edit and a needless answer.")

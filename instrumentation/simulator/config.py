@@ -38,7 +38,7 @@ class SimulatorConfig(BaseModel):
                                                "(also the spread of the users' first sessions).")
     start_spread_s: float = Field(default=0.0, ge=0, le=7 * 86_400, description="Users' first sessions start "
                                   "spread over this many simulated seconds; 0 = one session gap (session_gap_s max), "
-                                  "as in the steady state. `rtrl demo` starts them sooner.")
+                                  "as in the steady state.")
     privacy_rate: float = Field(default=0.05, ge=0.0, le=1.0, description="Share of users in privacy mode.")
 
     # -- reactions --

@@ -43,8 +43,8 @@ class RewardWeights(BaseModel):
     broken_tool: float = Field(default=1.0, ge=0, le=100, description="Penalty for any broken tool call.")
     unnecessary_question: float = Field(default=1.0, ge=0, le=100, description="Penalty for a needless question: "
                                         "as large as a broken call's, so that a needless question scores below a "
-                                        "typical row (at 0.5 it scored -0.57 against v0's mean -0.63, and "
-                                        "training reinforced it: README).")
+                                        "typical row (a smaller penalty can leave it above the mean, and training "
+                                        "then reinforces it).")
     length: float = Field(default=0.2, ge=0, le=100, description="Scale of the nonlinear length penalty.")
 
 

@@ -45,8 +45,8 @@ class PolicyConfig(BaseModel):
     repair_rate: float = Field(default=0.0, ge=0.0, le=1.0,
                                description="Share of tasks that also give a repair turn: the edit after a failed "
                                            "attempt and the user's complaint (trainer/bootstrap/corpus.py). 0: "
-                                           "v0 answers nearly every such turn with an empty tool call; 0.25 mends "
-                                           "that, but the demo's A/B then showed no effect (README).")
+                                           "v0 answers nearly every such turn with an empty tool call; a positive "
+                                           "share also teaches that repair.")
     # supervised training
     steps: int = Field(default=1200, ge=1, le=10_000_000, description="Most optimizer steps (the LR schedule "
                                                                      "spans them); training usually stops earlier "
@@ -60,15 +60,14 @@ class PolicyConfig(BaseModel):
                                               "sampled accuracy on the evaluation tasks (eval_seed, the v0 "
                                               "evaluation's own first pass) reaches target_accuracy - this too; "
                                               "otherwise training goes on. 100 dev tasks are noisy (SE ~0.05): the "
-                                              "first check over the target can be luck (README, 'v0 on another "
-                                              "CPU'). 1 = no confirmation.")
+                                              "first check over the target can be luck. 1 = no confirmation.")
     check_after: int = Field(default=250, ge=1, le=10_000_000, description="First step the dev accuracy is checked.")
     check_every: int = Field(default=50, ge=1, le=10_000_000, description="Steps between dev accuracy checks.")
     dev_tasks: int = Field(default=100, ge=1, le=1_000_000,
                            description="Fresh tasks (workspaces of seed eval_seed + 1) for the stop check.")
     batch_size: int = Field(default=16, ge=1, le=65536, description="Examples per step.")
-    learning_rate: float = Field(default=1e-3, gt=0, le=1, description="Peak AdamW learning rate (3e-3 erased the "
-                                                                     "copy circuit).")
+    learning_rate: float = Field(default=1e-3, gt=0, le=1, description="Peak AdamW learning rate (much higher "
+                                                                     "rates overwrite the copy-circuit start).")
     warmup_steps: int = Field(default=30, ge=0, le=10_000_000)
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1, description="Cosine decay ends at this fraction of the peak.")
     weight_decay: float = Field(default=0.1, ge=0, le=10)
