@@ -15,5 +15,23 @@ def wait_for(check, timeout_s: float, what, interval_s: float = 0.5):
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{what() if callable(what) else what}: not within {timeout_s:g}s")
+            raise _timed_out(what, timeout_s)
         time.sleep(max(0.0, min(interval_s, deadline - time.monotonic())))
+
+
+async def wait_for_async(check, timeout_s: float, what, interval_s: float = 0.01):
+    """`wait_for` inside an event loop: polls with `asyncio.sleep`, so the loop runs what the condition waits on."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise _timed_out(what, timeout_s)
+        await asyncio.sleep(max(0.0, min(interval_s, deadline - time.monotonic())))
+
+
+def _timed_out(what, timeout_s: float) -> AssertionError:
+    return AssertionError(f"{what() if callable(what) else what}: not within {timeout_s:g}s")

@@ -9,6 +9,7 @@ import pytest
 
 from instrumentation.collector.producer import GroupProducer
 from instrumentation.transport import Record, TransportError
+from tests.waiting import wait_for_async
 
 
 class GatedTransport:
@@ -40,7 +41,7 @@ async def _produce_while_first_send_blocks(producer, transport, later: list[list
     first = asyncio.ensure_future(producer.produce(_batch("a", 2)))
     await asyncio.to_thread(transport.entered.wait, 10)  # send #1 is in flight
     others = [asyncio.ensure_future(producer.produce(b)) for b in later]
-    await asyncio.sleep(0.05)  # let them reach the queue
+    await wait_for_async(lambda: producer._queue.qsize() == len(later), 10, "the later batches queued")
     transport.gate.set()
     return await asyncio.gather(first, *others, return_exceptions=True)
 

@@ -51,7 +51,7 @@ class FakeEngine:
         assert not self.shut_down, "a request reached an engine that was shut down"
         self.calls.append({"prompt_ids": prompt_ids, "max_tokens": max_tokens, "seed": seed})
         if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+            await asyncio.sleep(self.delay_s)  # a slow generation (the behaviour under test): requests stay in flight
         text = self.reply[:max_tokens]
         return Generation(token_ids=[ord(c) % 500 for c in text], logprobs=[math.log(0.5)] * len(text),
                           tokens=list(text), text=text, finish_reason="stop" if len(text) < max_tokens else "length")
@@ -94,7 +94,7 @@ class FakeLoader:
         self.most_loading = max(self.most_loading, self.loading)
         try:
             if self.load_delay_s:
-                time.sleep(self.load_delay_s)
+                time.sleep(self.load_delay_s)  # a slow load (the behaviour under test), in the loader's thread
         finally:
             self.loading -= 1
         if version in self.fail:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from serving.affinity import descendants, parse_cores, pin_threads, thread_affinities
+from tests.waiting import wait_for
 
 THREADS = """
 import subprocess, sys, threading, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # processes to move, idle
 for _ in range(3):
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 print(child.pid, flush=True)
@@ -36,13 +36,11 @@ def test_every_thread_of_a_process_and_its_children_moves_to_the_given_cores():
     proc = subprocess.Popen([sys.executable, "-c", THREADS], stdout=subprocess.PIPE, text=True)
     try:
         child = int(proc.stdout.readline())
-        deadline = time.monotonic() + 10
-        while len(thread_affinities(proc.pid)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: len(thread_affinities(proc.pid)) == 4, 10, "the main thread and 3 sleepers", interval_s=0.05)
         assert descendants(proc.pid) == [child]
         assert thread_affinities(child)[child] == os.sched_getaffinity(0) != {0}
         moved = pin_threads([proc.pid, *descendants(proc.pid)], {0})
-        assert moved >= 5                                       # the main thread, 3 sleepers, the child
+        assert moved == 5                                       # the main thread, 3 sleepers, the child
         for pid in (proc.pid, child):
             assert set(map(frozenset, thread_affinities(pid).values())) == {frozenset({0})}
     finally:

@@ -10,6 +10,7 @@ import pytest
 from serving.arms import Fleet
 from serving.config import ServingConfig
 from tests.unit.serving.fakes import FakeLoader, FakeRegistry
+from tests.waiting import wait_for_async
 
 
 def fleet(aliases, **kw) -> tuple[Fleet, FakeRegistry, FakeLoader]:
@@ -30,7 +31,7 @@ def test_alias_move_switches_new_requests_and_in_flight_ones_finish_on_the_old_e
         assert len(loader.engines) == 1  # both arms on v1: one engine
         old = loader.engines[0]
         in_flight = [asyncio.create_task(request(f, "treatment")) for _ in range(5)]
-        await asyncio.sleep(0.05)
+        await wait_for_async(lambda: len(old.calls) == 5, 5, "5 requests generating on v1")
         reg.aliases["champion"] = "2"
         swaps = await f.poll_once()
         assert [(s.alias, s.from_version, s.to_version, s.arms) for s in swaps] == [("champion", "1", "2",
@@ -53,7 +54,7 @@ def test_the_old_engine_is_shut_down_only_after_its_last_request():
         await f.start()
         old = loader.engines[0]
         slow = [asyncio.create_task(request(f, arm)) for arm in ("control", "treatment") for _ in range(3)]
-        await asyncio.sleep(0.05)
+        await wait_for_async(lambda: len(old.calls) == 6, 5, "6 requests generating on v1")
         reg.aliases.update(control="2", champion="2")
         swaps = await f.poll_once()
         assert [s.to_version for s in swaps] == ["2", "2"] and len(loader.engines) == 2  # v2 loaded once
@@ -61,11 +62,9 @@ def test_the_old_engine_is_shut_down_only_after_its_last_request():
                                                   "cpu_cores": ""}
         results = await asyncio.gather(*slow)  # FakeEngine asserts it is not shut down while generating
         assert all(r.startswith("1:") for r in results)
-        for _ in range(250):      # the record says so once the shutdown (in a thread) has returned
-            if old.shut_down and swaps[-1].old_engine_shut_down:
-                break
-            await asyncio.sleep(0.02)
-        assert old.shut_down and swaps[-1].old_engine_shut_down and swaps[-1].drain_s is not None
+        # the record says so once the shutdown (in a thread) has returned
+        await wait_for_async(lambda: old.shut_down and swaps[-1].old_engine_shut_down, 5, "v1's engine shut down")
+        assert swaps[-1].drain_s is not None
         assert [e["version"] for e in f.status()["engines"]] == ["2"]
         await f.close()
 
@@ -79,11 +78,12 @@ def test_requests_keep_flowing_while_the_new_engine_loads():
         loader.load_delay_s = 0.5  # loads run in a thread: the event loop keeps serving
         reg.aliases["champion"] = "2"
         poll = asyncio.create_task(f.poll_once())
-        served = []
+        served = []  # (answer, whether the load was still running when it came)
         while not poll.done():
-            served.append(await request(f, "treatment"))
-            await asyncio.sleep(0.01)
-        assert len(served) > 10 and all(s.startswith("1:") for s in served)
+            served.append((await request(f, "treatment"), loader.loading))
+            await asyncio.sleep(0.01)  # paces the requests (the workload)
+        assert all(s.startswith("1:") for s, _ in served)
+        assert sum(loading for _, loading in served) >= 2, served  # answered while the load ran in its thread
         assert (await poll)[0].load_s >= 0.5
         assert (await request(f, "treatment")).startswith("2:")
         await f.close()
@@ -128,10 +128,7 @@ def test_the_poller_swaps_on_its_own():
         await f.start()
         f.start_polling()
         reg.aliases["champion"] = "3"
-        for _ in range(200):
-            if f.arm_versions()["treatment"] == "3":
-                break
-            await asyncio.sleep(0.01)
+        await wait_for_async(lambda: f.arm_versions()["treatment"] == "3", 5, "the poller's swap to v3")
         assert f.arm_versions() == {"control": "1", "treatment": "3"} and f.swaps[0].to_version == "3"
         await f.close()
 

@@ -9,14 +9,11 @@ import asyncio
 
 from serving.arms import Fleet
 from tests.unit.serving.fakes import fake_fleet
+from tests.waiting import wait_for_async
 
 
 async def until(check, timeout_s: float = 5.0) -> None:
-    for _ in range(int(timeout_s / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met in time")
+    await wait_for_async(check, timeout_s, "condition", interval_s=0.01)
 
 
 async def answer(f: Fleet, version: str) -> str:
@@ -93,12 +90,13 @@ def test_a_promoted_stage_is_switched_in_and_the_drained_old_champion_becomes_th
         await f.stage("3")
         reg.aliases["champion"] = "3"
         (swap,) = await f.poll_once()
-        assert swap.load_s >= 0 and f.arm_versions() == {"control": "1", "treatment": "3"}
+        assert (swap.from_version, swap.to_version, len(loader.engines)) == ("2", "3", 3)  # the staged engine: no load
+        assert f.arm_versions() == {"control": "1", "treatment": "3"}
         await until(lambda: swap.old_engine_kept_spare)
         assert not old_champion.shut_down and not swap.old_engine_shut_down
         await f.unstage("3")                                               # deploy: the alias holds it now
-        await asyncio.sleep(0.05)
-        assert len(loader.engines) == 3                                    # pool full: no new spare started
+        # pool full: no new spare started (a start would be a task begun at once: Spares.replenish) nor made
+        assert not f.spares.status()["loading"] and len(loader.engines) == 3
         await f.stage("4")
         assert old_champion.reloads == ["4"] and await answer(f, "4") == "answer from v4"
         await f.close()

@@ -12,13 +12,16 @@ from serving.app import EVAL_ARM, Gateway, create_app
 from serving.arms import Fleet
 from serving.config import ServingConfig
 from tests.unit.serving.fakes import FakeLoader, FakeRegistry, fake_fleet
+from tests.waiting import wait_for_async
 
 
 def test_a_staged_version_is_promoted_by_a_switch_without_loading_again():
     async def scenario():
         f, reg, loader = fake_fleet({"control": "1", "champion": "1"})
         await f.start()
-        assert await f.stage("2", cpu_cores="1") >= 0
+        loader.load_delay_s = 0.05
+        assert await f.stage("2", cpu_cores="1") >= 0.05                   # the seconds it took, the load's included
+        loader.load_delay_s = 0.0
         assert [e.version for e in loader.engines] == ["1", "2"] and loader.cpu_cores["2"] == "1"
         assert f.arm_versions() == {"control": "1", "treatment": "1"}      # no arm serves a staged version
         with f.lease_version("2") as slot:
@@ -45,11 +48,8 @@ def test_unstaging_a_rejected_candidate_shuts_its_engine_down_and_staging_twice_
         assert len(loader.engines) == 2
         assert await f.unstage("3") is True and await f.unstage("3") is False
         assert await f.unstage("1") is True
-        for _ in range(100):
-            if loader.engines[1].shut_down:
-                break
-            await asyncio.sleep(0.01)
-        assert loader.engines[1].shut_down and not loader.engines[0].shut_down
+        await wait_for_async(lambda: loader.engines[1].shut_down, 5, "v3's engine shut down")
+        assert not loader.engines[0].shut_down
         assert f.staged == []
         try:
             with f.lease_version("3"):
@@ -66,14 +66,10 @@ def test_a_stage_no_alias_took_expires_after_its_ttl():
         f, reg, loader = fake_fleet({"control": "1", "champion": "1"}, stage_ttl_s=0.05)
         await f.start()
         await f.stage("4")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # wall time past the 0.05 s TTL (the fleet reads time.monotonic: no clock to inject)
         await f.poll_once()
         assert f.staged == []
-        for _ in range(100):
-            if loader.engines[1].shut_down:
-                break
-            await asyncio.sleep(0.01)
-        assert loader.engines[1].shut_down
+        await wait_for_async(lambda: loader.engines[1].shut_down, 5, "the expired stage's engine shut down")
         await f.close()
 
     asyncio.run(scenario())

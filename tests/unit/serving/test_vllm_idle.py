@@ -24,6 +24,7 @@ import json, sys, threading, time
 import zmq
 from vllm.distributed.device_communicators import shm_broadcast as shm
 from serving import vllm_idle
+from tests.waiting import wait_for
 
 original = shm.SpinCondition.wait
 vllm_idle.register()
@@ -33,13 +34,18 @@ reader = shm.SpinCondition(is_reader=True, context=ctx, notify_address="inproc:/
 out = {"patched": shm.SpinCondition.wait is not original, "window_before": reader.busy_loop_s}
 reader.wait(timeout_ms=1)
 out["window_after"] = reader.busy_loop_s
-time.sleep(0.3)                      # the SUB socket's subscription reaches the PUB side
+# the SUB socket's subscription has reached the PUB side once a write's wake-up gets through (then drained)
+wait_for(lambda: (writer.notify(), reader.local_notify_socket.poll(10))[1], 30, "the subscription", interval_s=0)
+reader.local_notify_socket.recv()
 reader.record_read()
-time.sleep(0.05)                     # past a 5 ms window: the next wait blocks on the wake-up socket
-threading.Timer(0.3, writer.notify).start()
-t0 = time.monotonic()
-reader.wait(timeout_ms=10000)
-out["waited_s"] = time.monotonic() - t0
+# past the busy window: the next wait blocks on the wake-up socket
+wait_for(lambda: time.monotonic() > reader.last_read + reader.busy_loop_s, 30, "the busy window over", interval_s=0.001)
+write = threading.Timer(0.3, writer.notify)  # the write comes while the reader waits
+write.start()
+reader.wait(timeout_ms=None)         # no timeout: a sleeping reader returns only when the write wakes it
+write.join()
+# a sleeping reader took the write's wake-up off its socket; a spinning one returned without reading it
+out["wake_up_taken"] = reader.local_notify_socket.poll(200) == 0
 ctx.destroy(linger=0)
 print(json.dumps(out))
 '''
@@ -59,8 +65,9 @@ def _child(env_value: str | None) -> dict:
 def test_a_reader_busy_polls_for_the_configured_window_and_a_sleeping_one_is_woken_by_the_next_write():
     r = _child("5")
     assert r["patched"] and r["window_before"] == 1 and r["window_after"] == pytest.approx(0.005)
-    # it slept (a spinning reader returns at once) and the write woke it long before the 10 s timeout
-    assert 0.2 < r["waited_s"] < 5
+    # it slept on the wake-up socket (a spinning reader returns at once, leaving the write's wake-up unread) and
+    # the write woke it (it waited without a timeout)
+    assert r["wake_up_taken"] is True
 
 
 @pytest.mark.integration      # a child interpreter imports vLLM
