@@ -1,10 +1,10 @@
 """`ManagedProcess.renice`: a background process of the stack yields the CPU, every thread of it, children too."""
 
 import sys
-import time
 from pathlib import Path
 
 from infra.stack.process import ManagedProcess
+from tests.waiting import wait_for
 
 # a leader with two threads and a child process (with a thread of its own), reporting when all of them run
 FAMILY = ("import subprocess, sys, threading, time\n"
@@ -24,13 +24,10 @@ def _nice_values(pid: int) -> list[int]:
 
 
 def _ready(proc: ManagedProcess) -> int:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        lines = [ln for ln in proc.logfile.read_text().splitlines() if ln.startswith("ready ")]
-        if lines:
-            return int(lines[0].split()[1])
-        time.sleep(0.05)
-    raise AssertionError(f"the process did not start:\n{proc.log_tail()}")
+    """The child's pid, once the leader reports that all of the family runs."""
+    line = wait_for(lambda: next((ln for ln in proc.logfile.read_text().splitlines() if ln.startswith("ready ")), None),
+                    30, lambda: f"the process started; its log:\n{proc.log_tail()}", interval_s=0.05)
+    return int(line.split()[1])
 
 
 def test_renice_lowers_every_thread_of_the_group_its_children_included(tmp_path):
@@ -41,7 +38,7 @@ def test_renice_lowers_every_thread_of_the_group_its_children_included(tmp_path)
         assert set(_nice_values(rec["pid"])) == {0}
         assert proc.renice(7) is True
         leader, kid = _nice_values(rec["pid"]), _nice_values(child)
-        assert len(leader) >= 3 and len(kid) >= 2
+        assert len(leader) == 3 and len(kid) == 2  # the leader's main thread and 2 more; the child's and 1 more
         assert set(leader) == {7} and set(kid) == {7}, (leader, kid)
         group = Path(f"/proc/{rec['pid']}/autogroup")
         if group.exists():     # the session's scheduling group, where the kernel has them

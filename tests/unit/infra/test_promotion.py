@@ -45,7 +45,7 @@ class SlowRegistry(Registry):
 
     def version_of(self, alias):
         v = super().version_of(alias)
-        time.sleep(0.5)
+        time.sleep(0.5)  # the slow read is the behaviour under test: the window a lock must close
         return v
 
 

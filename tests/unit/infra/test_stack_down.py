@@ -1,12 +1,12 @@
 """`rtrl down` stops what a state dir recorded, whatever the config it is given now."""
 
 import sys
-import time
 from pathlib import Path
 
 from infra.stack.broker import Broker
 from infra.stack.config import KafkaConfig
 from infra.stack.process import LEADER_STOPS_GROUP, ManagedProcess, stop_together
+from tests.waiting import wait_for
 
 
 def test_stopping_the_broker_stops_a_recorded_object_store_even_under_memory_storage(tmp_path):
@@ -17,6 +17,7 @@ def test_stopping_the_broker_stops_a_recorded_object_store_even_under_memory_sto
     assert not store.is_running() and store.info() is None
 
 
+# a process that takes a second to stop (its sleep in the SIGTERM handler is the behaviour under test)
 SLOW_STOPPER = ("import signal, sys, time\n"
                 "def stop(*a):\n"
                 "    print('term', time.time(), flush=True); time.sleep(1.0); print('exit', time.time(), flush=True)\n"
@@ -36,9 +37,8 @@ def _started(proc: ManagedProcess, code: str) -> ManagedProcess:
 
 
 def _started_wait(proc: ManagedProcess) -> ManagedProcess:
-    deadline = time.monotonic() + 30
-    while "ready" not in proc.logfile.read_text().splitlines() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: "ready" in proc.logfile.read_text().splitlines(), 30,
+             lambda: f"{proc.name} ready; its log:\n{proc.log_tail()}", interval_s=0.05)
     return proc
 
 
@@ -66,7 +66,7 @@ LEADER_WITH_CHILD = ("import signal, subprocess, sys, time\n"
                      "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])\n"
                      "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
                      "def stop(*a):\n"
-                     "    time.sleep(0.3)\n"
+                     "    time.sleep(0.3)\n"  # the leader's own stop takes a while: its child must be alive throughout
                      "    print('child-alive-at-leader-stop', child.poll() is None, child.pid, flush=True)\n"
                      "    sys.exit(0)\n"
                      "signal.signal(signal.SIGTERM, stop)\n"
@@ -89,8 +89,6 @@ def test_a_leader_that_stops_its_group_itself_alone_gets_sigterm_and_what_it_lea
     line = next(ln for ln in proc.logfile.read_text().splitlines() if ln.startswith("child-alive-at-leader-stop "))
     _, alive, child = line.split()
     assert alive == "True", "the child was not signalled while its leader stopped"
-    deadline = time.monotonic() + 10
-    while not _gone(int(child)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _gone(int(child)), ("what the leader left behind is stopped after it",
-                               Path(f"/proc/{child}/status").read_text()[:900])
+    wait_for(lambda: _gone(int(child)), 10,
+             lambda: f"what the leader left behind stopped after it; {Path(f'/proc/{child}/status').read_text()[:900]}",
+             interval_s=0.05)

@@ -11,13 +11,13 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
 from infra.orchestrator.warm_process import WarmProcess, warm_spawner
+from tests.waiting import wait_for
 
 REPO = Path(__file__).parents[3]
 
@@ -35,10 +35,11 @@ FAKE_CLI = textwrap.dedent("""
             return 3
         if cmd == "sleep":
             open(os.environ["WARM_PIDFILE"], "w").write(str(os.getpid()))
-            time.sleep(60)
+            time.sleep(60)  # a command that runs until it is stopped
             return 0
         if cmd == "exit-handlers":
             atexit.register(lambda: print("atexit ran", flush=True))
+            # a thread still running when main returns: the interpreter's exit must wait for it
             t = threading.Thread(target=lambda: (time.sleep(0.3), print("thread finished", flush=True)))
             t.start()
             print(json.dumps({"started": True}))
@@ -61,10 +62,12 @@ def runner(tmp_path_factory):
     log = open(tmp_path_factory.mktemp("warm") / "runner.log", "w")
     proc = subprocess.Popen([sys.executable, "-c", FAKE_CLI, str(sock)], cwd=REPO, stdout=log,
                             stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while not sock.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the warm runner did not start listening"
-        time.sleep(0.1)
+
+    def listening() -> bool:
+        assert proc.poll() is None, "the warm runner exited before it listened"
+        return sock.exists()
+
+    wait_for(listening, 120, "the warm runner listening", interval_s=0.1)
     yield sock, proc
     proc.terminate()
     proc.wait(timeout=30)
@@ -117,10 +120,8 @@ def test_a_client_that_goes_away_takes_its_command_with_it(runner, tmp_path):
     sock, _ = runner
     pidfile = tmp_path / "pid"
     proc = WarmProcess.start(sock, ["sleep"], {**os.environ, "WARM_PIDFILE": str(pidfile)}, REPO)
-    deadline = time.monotonic() + 30
-    while not pidfile.exists() or not pidfile.read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(lambda: pidfile.exists() and pidfile.read_text(), 30, "the command running (its pid file)",
+             interval_s=0.05)
     proc.conn.shutdown(socket.SHUT_RDWR)
     proc.conn.close()
     _gone(proc.pid)
@@ -139,15 +140,18 @@ def test_without_a_runner_the_command_starts_a_new_interpreter(tmp_path):
 
 
 def _gone(pid: int, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def gone() -> bool:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-    pytest.fail(f"pid {pid} still running")
+            return True
+        return False
+
+    try:
+        wait_for(gone, timeout_s, f"pid {pid} stopped", interval_s=0.05)
+    except AssertionError:
+        os.kill(pid, signal.SIGKILL)
+        raise
 
 
 @pytest.mark.parametrize("cpu_only", [True, False])

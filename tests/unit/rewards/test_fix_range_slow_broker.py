@@ -45,7 +45,7 @@ class SlowConsumer:
         return {tp: len(self.logs[(tp.topic, tp.partition)]) for tp in tps}
 
     def poll(self, timeout_ms=0):
-        time.sleep(timeout_ms / 1000 / 4)
+        time.sleep(timeout_ms / 1000 / 4)  # a poll blocks a while, like a broker's (fix_range has no clock to inject)
         out = {}
         for tp in self.tps:
             k = (tp.topic, tp.partition)
