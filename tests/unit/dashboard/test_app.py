@@ -55,8 +55,12 @@ def test_experiment_page_shows_the_stored_table(monkeypatch, demo_state):
     assert list(shown.columns)[:5] == ["metric", "control", "treatment", "change", "95% interval"]
     assert shown.to_dict("records") == expected
     assert at.selectbox(key="cycle").value == latest.cycle_id
-    assert len(at.get("arrow_vega_lite_chart")) + len(at.get("vega_lite_chart")) >= 2   # forest charts
-    assert at.success or at.error                                                      # the SRM verdict
+    assert _charts(at) == 2                          # the forest charts: the cycle's metrics, the default metric by org
+    srm = latest.srm                                 # the SRM verdict: red when flagged, else green, with the counts
+    verdicts = [(kind, e.value) for kind, shown in (("error", at.error), ("success", at.success)) for e in shown
+                if e.value.startswith(("Sample-ratio mismatch", "Sample ratio ok"))]
+    assert [kind for kind, _ in verdicts] == ["error" if srm.get("flagged") else "success"], verdicts
+    assert f"users {srm['observed']}" in verdicts[0][1]
     at.selectbox(key="cycle").select("c2").run()
     assert at.table[0].value.to_dict("records") == table_rows(MetricsStore.for_state_dir(demo_state).read("c2"))
 

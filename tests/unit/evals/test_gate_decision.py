@@ -93,7 +93,7 @@ def test_too_few_tasks_keep_the_champion_even_when_every_pair_agrees():
 
 def test_identical_arms_on_a_large_suite_are_promoted_with_no_reason():
     r = decide(suite(np.random.default_rng(1), 200, tau=0.0, shift=0.0), CFG)
-    assert r.primary.verdict == "non_inferior" or r.primary.lower > -CFG.margin
+    assert r.primary.verdict == "non_inferior" and r.primary.lower > -CFG.margin
     assert (r.decision, r.reasons) == ("promote", [])
 
 

@@ -3,6 +3,7 @@
 import logging
 import threading
 import uuid
+from datetime import datetime, timezone
 
 from instrumentation.sdk import keep_threshold
 from schemas.events import FollowupMessage
@@ -173,11 +174,13 @@ def test_received_time_is_stamped_only_for_transports_that_ask(make_client, tmp_
         stamps_received_time = True
 
     direct, plain = Direct(), FakeTransport()
+    before = datetime.now(timezone.utc)
     for n, t in enumerate((direct, plain)):
         c = make_client(transport=t, spool_dir=tmp_path / f"s{n}")
         c.emit(edit(1))
         assert c.flush(5)
-    assert direct.events()[0]["received_time"] is not None
+    after = datetime.now(timezone.utc)
+    assert before <= datetime.fromisoformat(direct.events()[0]["received_time"]) <= after  # stamped when sent
     assert plain.events()[0]["received_time"] is None
 
 
