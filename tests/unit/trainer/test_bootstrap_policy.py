@@ -34,13 +34,17 @@ def tokenizer(corpus):
 
 
 def _train(corpus, tokenizer, seed=0, steps=3):
-    torch.set_num_threads(1)
-    data, _ = sft.encode(tokenizer, corpus, TINY.max_position_embeddings)
-    model = build_model(TINY, tokenizer, seed, copy_circuit=False)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    result = sft.train(model, data, steps=steps, batch_size=4, lr=1e-2, warmup_steps=1, min_lr_ratio=0.1,
-                       weight_decay=0.1, grad_clip=1.0, seed=seed, pad_id=tokenizer.pad_token_id, log_every=1,
-                       log=lambda _: None)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # for this training only: later tests get the process's thread count back
+    try:
+        data, _ = sft.encode(tokenizer, corpus, TINY.max_position_embeddings)
+        model = build_model(TINY, tokenizer, seed, copy_circuit=False)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        result = sft.train(model, data, steps=steps, batch_size=4, lr=1e-2, warmup_steps=1, min_lr_ratio=0.1,
+                           weight_decay=0.1, grad_clip=1.0, seed=seed, pad_id=tokenizer.pad_token_id, log_every=1,
+                           log=lambda _: None)
+    finally:
+        torch.set_num_threads(threads)
     return before, model.state_dict(), result
 
 

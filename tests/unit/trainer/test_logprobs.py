@@ -1,15 +1,29 @@
 """Per-token log-probs and entropy: the chunked torch path and the Triton kernel (interpreter on CPU) match the
 naive log_softmax reference in values and gradients."""
 
-import os
-
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # must be set before the kernel module is imported
+from trainer.logprobs import chunked_token_logprobs, naive_token_logprobs, token_logprobs
 
-from trainer.logprobs import chunked_token_logprobs, naive_token_logprobs, token_logprobs  # noqa: E402
+INTERPRET = not torch.cuda.is_available()  # without CUDA the kernel runs in Triton's interpreter
+if INTERPRET:
+    # Triton reads TRITON_INTERPRET when it defines a function (its own in triton.language, and the kernel's): set
+    # while they are imported, here at collection, before any test imports Triton (test_decode imports
+    # transformers, which imports it, at run time); then again while this module's tests run (below). Left set,
+    # it would reach every other test and every process they start.
+    with pytest.MonkeyPatch.context() as _mp:
+        _mp.setenv("TRITON_INTERPRET", "1")
+        import trainer.kernels.fused_logprobs  # noqa: F401
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _triton_interpreter():
+    """TRITON_INTERPRET=1 (without CUDA) while this module's tests run: Triton also reads it as kernels run."""
+    with pytest.MonkeyPatch.context() as mp:
+        if INTERPRET:
+            mp.setenv("TRITON_INTERPRET", "1")
+        yield
 
 
 def _case(n=37, v=1500, seed=0, dtype=torch.float32):
