@@ -23,6 +23,7 @@ from pipelines.archive.manifest import load_manifests
 from pipelines.archive.reader import archived_event_ids, event_table_schema, read_dead_letters, read_events
 from schemas import DEAD_LETTER_TOPIC, EVENT_TYPES, Event, to_wire, topic_for
 from tests.unit.archive.helpers import make_event
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).parents[2]
@@ -51,7 +52,7 @@ def produce(bootstrap: str, events: list[Event], chunk: int = 0, pause_s: float 
             for f in futures:
                 f.get(timeout=30)
             if pause_s:
-                time.sleep(pause_s)
+                time.sleep(pause_s)  # paces the production (the workload): events keep arriving over time
     finally:
         producer.close()
 
@@ -102,12 +103,11 @@ def test_sigkill_mid_batch_and_restart_loses_and_duplicates_nothing(private_stac
         for delay in (0.0, 0.07, 0.15, 0.26, 0.4):
             proc = _start_archiver(cfg, root, log_path)
             seen = _manifest_count(root)
-            deadline = time.monotonic() + 60
-            while _manifest_count(root) == seen and time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.02)
+            wait_for(lambda: _manifest_count(root) > seen or proc.poll() is not None, 60,
+                     lambda: "archiver made no progress:\n" + log_path.read_text()[-3000:], interval_s=0.02)
             assert proc.poll() is None, log_path.read_text()[-3000:]
             assert _manifest_count(root) > seen, "archiver made no progress:\n" + log_path.read_text()[-3000:]
-            time.sleep(delay)
+            time.sleep(delay)  # the kill's moment within the archiver's next batch is what varies here
             proc.send_signal(signal.SIGKILL)
             proc.wait()
     finally:
@@ -166,13 +166,16 @@ def test_malformed_message_goes_to_dead_letter_outputs_and_archiving_goes_on(sta
         tps = [TopicPartition(DEAD_LETTER_TOPIC, p) for p in consumer.partitions_for_topic(DEAD_LETTER_TOPIC)]
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
-        found, deadline = [], time.monotonic() + 20
-        while not found and time.monotonic() < deadline:
+        found = []
+
+        def poll() -> list:
             for recs in consumer.poll(timeout_ms=500).values():
-                found += [r for r in recs if r.value == bad]
+                found.extend(r for r in recs if r.value == bad)
+            return found
+
+        wait_for(poll, 20, "the malformed message on the dead-letter topic", interval_s=0)
     finally:
         consumer.close()
-    assert found, "the malformed message never reached the dead-letter topic"
     headers = {k: v.decode() for k, v in found[0].headers}
     assert headers["rtrl.dlq.reason"] == "invalid_json"
     assert headers["rtrl.dlq.source_topic"] == "telemetry.tools"
@@ -198,10 +201,8 @@ def test_detached_archiver_runs_in_the_background_and_down_stops_it_cleanly(stac
 
     events = marked_events(21, org)
     produce(stack.cfg.kafka.bootstrap(), events)
-    deadline = time.monotonic() + 60
-    while not archived_event_ids(root) >= {e.event_id for e in events} and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert archived_event_ids(root) >= {e.event_id for e in events}, proc.log_tail()
+    wait_for(lambda: archived_event_ids(root) >= {e.event_id for e in events}, 60,
+             lambda: f"the events archived by the detached archiver; its log:\n{proc.log_tail()}", interval_s=0.2)
 
     down = subprocess.run(argv + ["down"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert down.returncode == 0 and "archiver" in down.stdout

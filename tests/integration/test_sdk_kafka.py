@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from datetime import datetime, timezone
 
 import pytest
 
@@ -16,6 +17,7 @@ from schemas import EVENT_TYPES, topic_for
 from schemas.topics import EVENT_TOPICS
 from tests.conftest import make_config
 from tests.unit.instrumentation.factories import edit, followup, snapshot, tool_result, trajectory
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +32,8 @@ def sdk_config(tmp_path, *overrides: str):
 
 def consume(bootstrap: str, partitions: dict[str, int], wanted: set[str], deadline_s: float = 30.0) -> list[dict]:
     """Every message on the event topics whose event_id is in `wanted`, read from the beginning by manual
-    assignment (no consumer group). Polls until all of `wanted` is seen or the deadline passes; the broker's
-    end offsets are not trusted (Tansu under-reports the high watermark)."""
+    assignment (no consumer group). Polls until all of `wanted` is seen (AssertionError after `deadline_s`); the
+    broker's end offsets are not trusted (Tansu under-reports the high watermark)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
@@ -41,8 +43,8 @@ def consume(bootstrap: str, partitions: dict[str, int], wanted: set[str], deadli
         consumer.seek_to_beginning()
         found: list[dict] = []
         seen: set[str] = set()
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline and not wanted <= seen:
+
+        def poll() -> bool:
             for tp, records in consumer.poll(timeout_ms=200).items():
                 for r in records:
                     try:  # the shared broker also carries other tests' messages, malformed ones included
@@ -52,6 +54,10 @@ def consume(bootstrap: str, partitions: dict[str, int], wanted: set[str], deadli
                     if isinstance(d, dict) and d.get("event_id") in wanted:
                         found.append({**d, "_topic": tp.topic, "_key": r.key})
                         seen.add(d["event_id"])
+            return wanted <= seen
+
+        wait_for(poll, deadline_s, lambda: f"all {len(wanted)} events on the broker ({len(wanted - seen)} missing)",
+                 interval_s=0)
         return found
     finally:
         consumer.close()
@@ -76,10 +82,12 @@ def test_events_of_every_type_arrive_with_their_ids_redacted_and_private(stack, 
                    fresh(trajectory, tool_error=f'bad args: {{"password": "hunter2-{i}"}}')]
     private = [fresh(followup, "this is my private code", privacy_mode=False) for _ in range(10)]
     private = [e.model_copy(update={"privacy_mode": True}) for e in private]
+    before = datetime.now(timezone.utc)
     for e in events + private:
         assert client.emit(e)
     assert client.flush(30)
     client.close()
+    after = datetime.now(timezone.utc)
 
     by_id = {e.event_id: e for e in events + private}
     got = consume(stack.cfg.kafka.bootstrap(), partitions_of(stack), set(by_id))
@@ -89,7 +97,8 @@ def test_events_of_every_type_arrive_with_their_ids_redacted_and_private(stack, 
     for d in got:
         assert d["_topic"] == topic_for(d["event_type"]) and d["_key"] == b"user-1"
         EVENT_TYPES[d["event_type"]].model_validate({k: v for k, v in d.items() if not k.startswith("_")})
-        assert d["received_time"] is not None  # stamped by the sender: no collector on this path
+        # stamped by the sender when it sent the event (no collector on this path)
+        assert before <= datetime.fromisoformat(d["received_time"]) <= after
     wire = json.dumps([{k: v for k, v in d.items() if k != "_key"} for d in got])
     assert AWS_KEY not in wire and GH_TOKEN not in wire and "hunter2-" not in wire
     assert wire.count("[REDACTED:") == 3 * 60
@@ -113,32 +122,31 @@ def test_events_emitted_while_the_broker_is_down_are_delivered_after_it_restarts
             emitted.append(e.event_id)
             assert client.emit(e)
             i += 1
-            time.sleep(0.002)
+            time.sleep(0.002)  # paces the stream of emits (the workload), not a wait for anything
 
     emitter = threading.Thread(target=emit_continuously)
     emitter.start()
     try:
-        time.sleep(1.0)
+        wait_for(lambda: client.stats()["sent"] > 0, 30, "events delivered before the outage", interval_s=0.05)
         # Stop the broker process only: its log lives in the object store process, which keeps running, so
         # acknowledged messages survive (Broker.stop() would stop the object store too and lose the log).
         private_stack.broker.proc.stop()
         during_outage = len(emitted)
-        deadline = time.monotonic() + 20  # the first failing send takes up to send_timeout_s to give up
-        while client.stats()["spooled"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.5)  # a few more batches go to the spool behind the failed one
+        # the first failing send takes up to send_timeout_s to give up
+        first = wait_for(lambda: client.stats()["spooled"], 20, "a failed send spooled", interval_s=0.1)
+        wait_for(lambda: client.stats()["spooled"] >= first + 2 * cfg.batch_size, 20,
+                 "more batches spooled behind the failed one", interval_s=0.05)
         outage_stats = client.stats()
         private_stack.broker.start()
-        time.sleep(1.0)
+        # the emitter goes on while the spool is replayed to the restarted broker
+        wait_for(lambda: client.stats()["resent"] > 0, 45, "spooled events resent after the restart", interval_s=0.1)
     finally:
         stop.set()
         emitter.join()
     assert len(emitted) > during_outage + 100  # emit kept accepting while the broker was down
     assert outage_stats["spooled"] > 0 and outage_stats["spooling"]
 
-    deadline = time.monotonic() + 45
-    while not client.flush(10) and time.monotonic() < deadline:
-        pass  # each flush retries the spool once
+    wait_for(lambda: client.flush(10), 45, "the spool drained", interval_s=0)  # each flush retries the spool once
     stats = client.stats()
     client.close()
     assert stats["spool_bytes"] == 0 and not stats["spooling"] and stats["dropped"] == {}
