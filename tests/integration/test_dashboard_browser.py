@@ -11,13 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import free_port, make_config
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -32,17 +32,16 @@ def _need_browser():
 
 
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"rtrl dashboard exited with {proc.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
+                return r.status == 200
         except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer within {timeout} s")
+            return False
+
+    wait_for(answers, timeout, f"{url} answering 200")
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -193,9 +192,10 @@ def test_trends_and_health_render(dashboard, browser, tmp_path):
     url, _ = dashboard
     browser.get(f"{url}/?page=trends")
     _wait(browser, '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg')
-    # Streamlit renders the page's charts one by one: wait for all of them, then count (two per default metric)
+    # Streamlit renders the page's charts one by one: wait for all of them, then count (two per default metric:
+    # edit persistence, dissatisfied follow-ups, latency p50)
     charts = _wait_count(browser, '[data-testid="stVegaLiteChart"]', 6)
-    assert len(charts) >= 6, f"{len(charts)} trend charts rendered"
+    assert len(charts) == 6, f"{len(charts)} trend charts rendered"
     _shot(browser, "dashboard-trends.png", tmp_path)
     browser.get(f"{url}/?page=health")
     lag = _wait(browser, '[data-testid="stMetric"]', text="Reward-job lag")

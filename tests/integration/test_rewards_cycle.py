@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -18,11 +17,13 @@ from infra.stack.stack import Stack
 from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.classifiers import get_classifier
 from pipelines.rewards.frames import frames_from_events
+from pipelines.rewards.kafka_range import cluster_id
 from schemas.reward_table import read_reward_table
 from pipelines.rewards.spec import RewardSpec
 from schemas import to_wire, topic_for
 from tests.conftest import make_config
 from tests.unit.rewards.builders import applied, followup, rejected, snapshot, tool_result, trajectory
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).parents[2]
@@ -46,16 +47,18 @@ def part(first: int, last: int, extra=()):
     return ev
 
 
-def produce(bootstrap: str, events, raw: tuple[tuple[str, bytes], ...] = ()) -> None:
+def produce(bootstrap: str, events, raw: tuple[tuple[str, bytes], ...] = ()) -> list:
+    """Produce `events`, then the `raw` (topic, value) messages; the raw messages' RecordMetadata (partition,
+    offset)."""
     from kafka import KafkaProducer
 
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     for e in events:
         p.send(topic_for(e.event_type), key=e.user_id.encode(), value=to_wire(e))
-    for topic, value in raw:
-        p.send(topic, value=value)
+    raw_sent = [p.send(topic, value=value) for topic, value in raw]
     p.flush()
     p.close()
+    return [f.get(timeout=30) for f in raw_sent]
 
 
 def cli(cfg, *args) -> list[str]:
@@ -75,13 +78,11 @@ def test_cycle_killed_mid_way_and_rerun_then_next_cycle_emits_each_request_exact
     cfg = broker.cfg
     a = part(0, 12)
     b = part(12, 24, extra=[snapshot(600 * 11 + 1000, "abcd", user_id="u3", workspace_id="ws3", session_id="s3")])
-    produce(cfg.kafka.bootstrap(), a, raw=((topic_for("followup_message"), b'{"event_type": "followup'),))
+    [broken] = produce(cfg.kafka.bootstrap(), a, raw=((topic_for("followup_message"), b'{"event_type": "followup'),))
     manifest = cfg.state_path / "rewards" / "cycles" / "c1.json"
     proc = subprocess.Popen(cli(cfg, "rewards", "--cycle", "c1", "--idle", "1", "--shards", "3"), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not manifest.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.02)
+    wait_for(lambda: manifest.exists() or proc.poll() is not None, 120, "the cycle's manifest", interval_s=0.02)
     proc.send_signal(signal.SIGKILL)          # mid-way: the range is fixed, the Beam job has not finished
     proc.wait()
     assert json.loads(manifest.read_text())["status"] == "started"
@@ -96,7 +97,9 @@ def test_cycle_killed_mid_way_and_rerun_then_next_cycle_emits_each_request_exact
     dead = pq.read_table(cfg.state_path / "rewards" / "dead_letter" / "c1.parquet").to_pylist()
     assert [(d["reason"], d["topic"], d["value"]) for d in dead] == [
         ("invalid_json", topic_for("followup_message"), b'{"event_type": "followup')]
-    assert dead[0]["offset"] >= 0 and dead[0]["cluster_id"] and c1["dead_letters"] == {"invalid_json": 1}
+    assert (dead[0]["partition"], dead[0]["offset"]) == (broken.partition, broken.offset)
+    assert dead[0]["cluster_id"] == cluster_id(cfg.kafka.bootstrap()) != ""
+    assert c1["dead_letters"] == {"invalid_json": 1}
     assert run("c1")["rows"] == c1["rows"]    # a done cycle is not run twice
     produce(cfg.kafka.bootstrap(), b)
     c2 = run("c2")
