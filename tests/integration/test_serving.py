@@ -127,7 +127,7 @@ def test_logprobs_equal_transformers_teacher_forcing_and_the_trajectory_reaches_
     assert worst < LOGPROB_TOLERANCE, f"max |serving - transformers| = {worst:.2e}"
 
 
-def test_hot_swap_under_concurrent_load_fails_no_request(served):
+def test_hot_swap_under_concurrent_load_fails_no_request(served, monkeypatch):
     cfg, gateway, url, registry, versions, _ = served
     a, b = versions
     treatment = users_of(gateway, "treatment", 6)
@@ -135,6 +135,10 @@ def test_hot_swap_under_concurrent_load_fails_no_request(served):
     results: list[dict] = []
     lock = threading.Lock()
     stop = threading.Event()
+    loads: list[str] = []  # every engine the fleet builds from here on (no spares in this config)
+    load = gateway.fleet.loader
+    monkeypatch.setattr(gateway.fleet, "loader", lambda version, *args, **kw: (loads.append(version),
+                                                                               load(version, *args, **kw))[1])
 
     def hammer(user: str):
         client = openai_client(url)
@@ -145,7 +149,7 @@ def test_hot_swap_under_concurrent_load_fails_no_request(served):
                 rec = {"ok": True, "version": r.model_extra["policy_version"], "arm": r.model_extra["arm"]}
             except Exception as e:  # noqa: BLE001 -- every failure is counted, none may happen
                 rec = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-            rec.update(start=t0, end=time.monotonic())
+            rec.update(user=user, start=t0, end=time.monotonic())
             with lock:
                 results.append(rec)
 
@@ -153,33 +157,32 @@ def test_hot_swap_under_concurrent_load_fails_no_request(served):
     for t in threads:
         t.start()
 
-    def treatment_answered(started_after: float) -> bool:
+    def finished(users: list[str], started_after: float) -> bool:
+        """Whether one of `users` has a request done (answered or failed) that it started after `started_after`."""
         with lock:
-            return any(r.get("arm") == "treatment" and r["start"] > started_after for r in results)
+            return any(r["user"] in users and r["start"] > started_after for r in results)
+
+    def swap(match):
+        return next((s for s in gateway.fleet.swaps if match(s)), None)
 
     try:
-        time.sleep(2.0)
-        # a cold engine's first answers can take longer than that
-        wait_for(lambda: treatment_answered(float("-inf")), 300, "a first answer from treatment")
+        # a cold engine's first answers can take long
+        wait_for(lambda: finished(treatment, float("-inf")), 300, "a first answer from treatment")
         t_move = time.monotonic()
         registry.set_alias("champion", b)  # promotion: treatment moves to B, control stays on A (shared engine)
-        deadline = time.monotonic() + 300
-        while not any(s.to_version == b for s in gateway.fleet.swaps) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        first = next(s for s in gateway.fleet.swaps if s.to_version == b)
+        first = wait_for(lambda: swap(lambda s: s.to_version == b), 300, "treatment's swap to B", interval_s=0.2)
         t_switched = time.monotonic()
-        time.sleep(2.0)
-        registry.set_alias("control", b)  # now nobody uses A: its engine drains and shuts down
-        while not any(s.alias == "control" for s in gateway.fleet.swaps) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        t_control_switched = time.monotonic()
-        while not any(s.alias == "control" and s.old_engine_shut_down for s in gateway.fleet.swaps) \
-                and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1.0)
         # on a loaded machine one request can outlast the whole switch: go on until treatment has answered one it
         # started after the switch, so that the version check below has something to check
-        wait_for(lambda: treatment_answered(t_switched), 300, "treatment's answer to a request after the switch")
+        wait_for(lambda: finished(treatment, t_switched), 300, "treatment's answer to a request after the switch")
+        registry.set_alias("control", b)  # now nobody uses A: its engine drains and shuts down
+        second = wait_for(lambda: swap(lambda s: s.alias == "control"), 300, "control's swap to B", interval_s=0.05)
+        t_control_switched = time.monotonic()
+        wait_for(lambda: second.old_engine_shut_down, 300, "A's engine shut down after draining", interval_s=0.2)
+        t_shut_down = time.monotonic()
+        # both arms still answer once A's engine is gone (and control's version check has requests to check)
+        wait_for(lambda: finished(control, t_shut_down) and finished(treatment, t_shut_down), 300,
+                 "both arms' answers to requests started after A's engine shut down")
     finally:
         stop.set()
         for t in threads:
@@ -187,9 +190,9 @@ def test_hot_swap_under_concurrent_load_fails_no_request(served):
 
     failures = [r for r in results if not r["ok"]]
     assert failures == [], failures[:3]
-    second = next(s for s in gateway.fleet.swaps if s.alias == "control")
     assert first.from_version == a and first.arms == ["treatment"] and first.load_s > 0
-    assert second.load_s < first.load_s and second.old_engine_shut_down  # B was already loaded: no new engine
+    assert (second.from_version, second.arms) == (a, ["control"]) and second.old_engine_shut_down
+    assert loads == [b]  # one engine built, for treatment's swap; control's swap found B loaded: no new engine
     treat = [r for r in results if r.get("arm") == "treatment"]
     assert {r["version"] for r in treat if r["end"] < t_move} == {a}
     assert {r["version"] for r in treat if r["start"] > t_switched} == {b}
