@@ -46,9 +46,18 @@ def test_v0_is_registered_with_champion_and_control(bootstrapped):
         assert "sft step" in stderr and "eval sampled" in stderr  # progress lines
 
 
-def test_v0_lands_in_the_band_on_fresh_tasks(bootstrapped):
-    """Independent of the bootstrap's own evaluation: the registered folder, new workspaces, a new sampling seed."""
+@pytest.fixture
+def torch_threads():
+    """Sets torch's thread count for the test (`torch_threads(n)`); the process's count is back after it."""
     import torch
+
+    threads = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(threads)
+
+
+def test_v0_lands_in_the_band_on_fresh_tasks(bootstrapped, torch_threads):
+    """Independent of the bootstrap's own evaluation: the registered folder, new workspaces, a new sampling seed."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer.bootstrap.corpus import generate_tasks
@@ -56,7 +65,7 @@ def test_v0_lands_in_the_band_on_fresh_tasks(bootstrapped):
 
     state, summary, _ = bootstrapped
     folder = _registry(state).local_path("1")
-    torch.set_num_threads(2)
+    torch_threads(2)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     tasks = generate_tasks(seed=4242, workspaces=100, tasks_per_workspace=4, orgs=16)  # ~40 ambiguous
