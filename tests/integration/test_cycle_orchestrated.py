@@ -32,6 +32,7 @@ from infra.orchestrator.warm_runner import socket_path, start_background
 from registry.client import Registry
 from schemas.reward_table import read_reward_table
 from tests.conftest import free_port, free_port_pair
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 REPO = Path(__file__).parents[2]
@@ -131,11 +132,12 @@ def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_on
     assert rec.result("deploy")["deployed"] and set(rec.result("deploy")["arms"].values()) == {candidate}
     health = loop.health()
     assert health["arms"]["treatment"]["version"] == candidate and health["arms"]["control"]["version"] == "1"
-    # the gate staged the candidate on serving: the swap was a switch, no second load; nothing stays staged
-    (swap,) = [s for s in health["swaps"] if s["to_version"] == candidate]
-    assert swap["load_s"] < 5.0, swap
+    # the gate staged the candidate on serving's spare engine (one reload) and the swap was a switch to it, no
+    # second load (a stage gone before the swap would have retired into the pool and been reloaded for it);
+    # nothing stays staged
+    assert [s["from_version"] for s in health["swaps"] if s["to_version"] == candidate] == ["1"]
     assert health["staged"] == []
-    assert health["spares"]["reloads"] >= 1, "the candidate's stage reloaded serving's spare engine"
+    assert (health["spares"]["reloads"], health["spares"]["kept_retired"]) == (1, 0), health["spares"]
     assert (loop.state / "ab" / "cycles" / "c1" / "result.json").exists()
     runner_log = (loop.state / "logs" / "steps.log").read_text()
     for command in ("rewards --cycle c1", "quality", "train --cycle c1", "gate"):
@@ -173,15 +175,18 @@ def test_the_replay_job_over_a_cycles_window_reproduces_its_reward_rows(loop):
     end = cycle_rows["request_time"].max() + timedelta(microseconds=1)
     out = loop.state / "replay-c1"
     resource = definitions.RtrlResource(overrides=loop.overrides)
-    for _ in range(4):   # the archiver flushes every couple of seconds: replay once it holds the whole window
+
+    def replayed_whole_window() -> bool:
         result = definitions.replay_job.execute_in_process(
             run_config={"ops": {"replay_window": {"config": {"start": start.isoformat(), "end": end.isoformat(),
                                                              "out": str(out)}}}},
             resources={"rtrl": resource}, instance=dg.DagsterInstance.ephemeral())
         assert result.success
-        if read_reward_table(out)["request_id"].is_in(cycle_rows["request_id"].implode()).sum() == cycle_rows.height:
-            break
-        time.sleep(5)
+        return read_reward_table(out)["request_id"].is_in(cycle_rows["request_id"].implode()).sum() == \
+            cycle_rows.height
+
+    # the archiver flushes every couple of seconds: replay until it holds the whole window
+    wait_for(replayed_whole_window, 120, "a replay over the whole archived window", interval_s=5)
     replayed = read_reward_table(out).filter(pl.col("request_id").is_in(cycle_rows["request_id"].implode()))
     assert replayed.height == cycle_rows.height
     cols = [c for c in cycle_rows.columns]
