@@ -7,6 +7,7 @@ services whatever a test's author forgot."""
 from __future__ import annotations
 
 import os
+import platform
 import socket
 from pathlib import Path
 
@@ -97,6 +98,7 @@ def _unmarked_tests_start_no_process(request, monkeypatch):
     service (a listening socket) fails in a test without a spawning mark."""
     if SPAWNING_MARKS & {m.name for m in request.node.iter_markers()}:
         return
+    platform.processor()   # libraries ask once (`uname -p`, cached): not the test's own process
     import _posixsubprocess
     import subprocess
 

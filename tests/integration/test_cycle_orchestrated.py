@@ -106,17 +106,39 @@ def _versions_of_cycle(registry, cycle: str) -> list[str]:
             if (mv.tags or {}).get("cycle") == cycle]
 
 
-def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_once(loop, monkeypatch):
+@pytest.fixture(scope="module")
+def cycle_c1(loop):
+    """Cycle c1 on fresh traffic, crashed after every step in turn and resumed each time, then run to the end:
+    (the traffic, the ledger record after each crash, the final record). Every test that builds on c1 asks for
+    it, so no test depends on another having run first."""
     traffic = loop.traffic(30, seed=1)
+    crashed = []
+    with pytest.MonkeyPatch.context() as mp:
+        for step in steps.STEPS:                   # crash after every step in turn; each rerun resumes
+            mp.setenv(steps.FAIL_AFTER_ENV, step)
+            with pytest.raises(steps.InjectedFailure):
+                loop.cycle("c1")
+            crashed.append((step, Ledger(loop.state).load("c1")))
+    return traffic, crashed, loop.cycle("c1")
+
+
+@pytest.fixture(scope="module")
+def cycle_c2(loop, cycle_c1):
+    """Cycle c2 after c1, on new traffic, with a gate that cannot pass (too few tasks for its decision):
+    (the champion and the serving swaps before it, its record)."""
+    registry = Registry.from_config(loop.cfg)
+    champion = registry.version_of("champion")
+    swaps = len(loop.health().get("swaps", []))
+    loop.traffic(20, seed=2)
+    return champion, swaps, loop.cycle("c2", ["gate.min_tasks=1000"])     # fail closed
+
+
+def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_once(loop, cycle_c1):
+    traffic, crashed, rec = cycle_c1
     assert traffic["requests"] > 40
-    for step in steps.STEPS:                       # crash after every step in turn; each rerun resumes
-        monkeypatch.setenv(steps.FAIL_AFTER_ENV, step)
-        with pytest.raises(steps.InjectedFailure):
-            loop.cycle("c1")
-        rec = Ledger(loop.state).load("c1")
-        assert rec.status == "failed" and not rec.done(step)
-    monkeypatch.delenv(steps.FAIL_AFTER_ENV)
-    rec = loop.cycle("c1")
+    assert [step for step, _ in crashed] == list(steps.STEPS)
+    for step, failed in crashed:
+        assert failed.status == "failed" and not failed.done(step), step
     assert rec.status == DONE, rec.error
 
     registry = Registry.from_config(loop.cfg)
@@ -144,12 +166,9 @@ def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_on
         assert f" {command}" in runner_log, f"`rtrl {command}` was forked from the warm runner"
 
 
-def test_a_candidate_that_fails_the_gate_leaves_champion_and_serving_unchanged(loop):
+def test_a_candidate_that_fails_the_gate_leaves_champion_and_serving_unchanged(loop, cycle_c2):
     registry = Registry.from_config(loop.cfg)
-    champion = registry.version_of("champion")
-    swaps = len(loop.health().get("swaps", []))
-    loop.traffic(20, seed=2)
-    rec = loop.cycle("c2", ["gate.min_tasks=1000"])     # fail closed: too few tasks for the decision
+    champion, swaps, rec = cycle_c2
     assert rec.status == DONE, rec.error
     assert rec.result("evaluate")["decision"] == "keep_champion"
     # the champion was c1's candidate: its episodes from c1's gate were read, only the candidate's arm ran
@@ -165,7 +184,7 @@ def test_a_candidate_that_fails_the_gate_leaves_champion_and_serving_unchanged(l
     assert registry.info(candidate).tags["gate.decision"] == "keep_champion"
 
 
-def test_the_replay_job_over_a_cycles_window_reproduces_its_reward_rows(loop):
+def test_the_replay_job_over_a_cycles_window_reproduces_its_reward_rows(loop, cycle_c1):
     import dagster as dg
 
     from infra.orchestrator import definitions
@@ -198,7 +217,7 @@ def test_the_replay_job_over_a_cycles_window_reproduces_its_reward_rows(loop):
             resources={"rtrl": resource}, instance=dg.DagsterInstance.ephemeral())
 
 
-def test_the_cadence_sensor_skips_with_reasons_then_starts_a_cycle(loop):
+def test_the_cadence_sensor_skips_with_reasons_then_starts_a_cycle(loop, cycle_c2):
     import dagster as dg
 
     from infra.orchestrator import definitions
@@ -237,7 +256,7 @@ def test_the_cadence_sensor_skips_with_reasons_then_starts_a_cycle(loop):
     assert reasons[-1]["cycle_id"] == "c3" and reasons[-1]["mature_rows"] >= 5
 
 
-def test_the_measure_steps_alone_measure_the_next_range_and_leave_its_cycle_to_be_resumed(loop):
+def test_the_measure_steps_alone_measure_the_next_range_and_leave_its_cycle_to_be_resumed(loop, cycle_c2):
     """`rtrl demo`'s A/B tail: the cycle job with MEASURE_SELECTION runs collect..measure of the next cycle; the
     cycle stays running, the cadence resumes it once its runner is gone, and the resumed run does not redo them."""
     import dagster as dg

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import hashlib
 import json
 import subprocess
@@ -40,6 +42,7 @@ def test_bad_client_id_exits_2_with_the_reason(tmp_path, capsys):
     assert "client id" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_key_management_imports_neither_the_web_stack_nor_kafka(tmp_path):
     code = (f"import sys; from infra.cli import main; main(['--set', 'state_dir=\"{tmp_path}\"', 'collector', "
             "'--keys-new', 'web']); print([m for m in ('starlette', 'uvicorn', 'kafka', 'httpx') if m in sys.modules],"

@@ -7,6 +7,8 @@ never for a version without a digest."""
 
 from __future__ import annotations
 
+import pytest
+
 from evals.episode_cache import EpisodeCache, cache_key
 from evals.gate_run import reused_champion
 from evals.records import Episode
@@ -81,6 +83,7 @@ def test_the_key_changes_when_the_episode_record_gains_a_field(tmp_path, monkeyp
     assert cache_key(tmp_path, ["a"], 0, ServingConfig()) != base, "old entries would read the field as default"
 
 
+@pytest.mark.integration
 def test_the_champion_is_reused_only_when_reuse_is_on(tmp_path):
     from evals.tasks.spec import Task
 

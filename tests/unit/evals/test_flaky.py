@@ -49,6 +49,7 @@ def test_runs_below_two_cannot_see_flakiness(user_task_dir):
         check_flaky([load_task(user_task_dir)], runs=1)
 
 
+@pytest.mark.integration
 @needs_bwrap
 def test_check_quarantines_random_and_mis_specified_tasks_and_keeps_sound_ones(tmp_path):
     good = generate_suite(tmp_path / "gen", 4, seed=11)
@@ -72,6 +73,7 @@ def test_check_quarantines_random_and_mis_specified_tasks_and_keeps_sound_ones(t
     assert "no reference solution" in quarantined["no-solution"]
 
 
+@pytest.mark.integration
 @needs_bwrap
 def test_cached_verdicts_are_reused_until_a_task_changes(tmp_path):
     sound = load_task(write_task(tmp_path / "suite", "sound"))

@@ -71,6 +71,7 @@ def test_ambiguous_tasks_carry_the_users_clarification(tmp_path):
         assert t.spec.category in ("change_constant", "add_parameter")
 
 
+@pytest.mark.integration
 @needs_bwrap
 def test_every_fail_to_pass_test_fails_on_the_snapshot_and_passes_on_the_solution(suite, tmp_path):
     for t in load_suite(suite):
@@ -82,6 +83,7 @@ def test_every_fail_to_pass_test_fails_on_the_snapshot_and_passes_on_the_solutio
         assert after.resolved, (t.id, after.messages)
 
 
+@pytest.mark.integration
 @needs_bwrap
 def test_a_wrong_edit_does_not_resolve_the_task(suite, tmp_path):
     """The tests pin the requested value, not just "something changed"."""

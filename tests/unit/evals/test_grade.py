@@ -3,6 +3,8 @@ passes, and the code under test can neither fake results nor read the hidden tes
 
 from __future__ import annotations
 
+import pytest
+
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,6 +18,7 @@ from tests.unit.evals.task_folders import CALC, TOML, needs_bwrap, write_task
 pytestmark = needs_bwrap
 
 
+@pytest.mark.integration
 def test_snapshot_is_unresolved_and_the_solution_resolved(user_task_dir, tmp_path):
     task = load_task(user_task_dir)
     before = grade(task, task.repo_dir)
@@ -28,6 +31,7 @@ def test_snapshot_is_unresolved_and_the_solution_resolved(user_task_dir, tmp_pat
     assert after.resolved and set(after.outcomes.values()) == {"passed"} and after.messages == {}
 
 
+@pytest.mark.integration
 def test_grading_does_not_change_the_work_dir(user_task_dir, tmp_path):
     task = load_task(user_task_dir)
     work = prepare_workdir(task, tmp_path / "work")
@@ -35,6 +39,7 @@ def test_grading_does_not_change_the_work_dir(user_task_dir, tmp_path):
     assert sorted(p.name for p in work.rglob("*")) == ["calc.py"] and (work / "calc.py").read_text() == CALC
 
 
+@pytest.mark.integration
 def test_broken_import_makes_every_test_an_error(user_task_dir, tmp_path):
     task = load_task(user_task_dir)
     work = prepare_workdir(task, tmp_path / "work")
@@ -43,6 +48,7 @@ def test_broken_import_makes_every_test_an_error(user_task_dir, tmp_path):
     assert not g.resolved and set(g.outcomes.values()) == {"error"}
 
 
+@pytest.mark.integration
 def test_code_that_kills_the_runner_leaves_its_tests_missing_not_passed(user_task_dir, tmp_path):
     task = load_task(user_task_dir)
     work = prepare_workdir(task, tmp_path / "work")
@@ -51,6 +57,7 @@ def test_code_that_kills_the_runner_leaves_its_tests_missing_not_passed(user_tas
     assert g.outcomes["tests/test_calc.py::test_add_adds"] == "missing" and not g.resolved
 
 
+@pytest.mark.integration
 def test_printed_fake_results_do_not_count(user_task_dir, tmp_path):
     task = load_task(user_task_dir)
     work = prepare_workdir(task, tmp_path / "work")
@@ -61,6 +68,7 @@ def test_printed_fake_results_do_not_count(user_task_dir, tmp_path):
     assert grade(task, work).outcomes["tests/test_calc.py::test_add_adds"] == "failed"
 
 
+@pytest.mark.integration
 def test_code_under_test_cannot_read_the_hidden_tests_or_the_solution(tmp_path):
     suite = Path(tempfile.mkdtemp(prefix="rtrl-suite-", dir="/var/tmp"))   # outside the sandbox's private /tmp
     try:
@@ -81,6 +89,7 @@ def test_code_under_test_cannot_read_the_hidden_tests_or_the_solution(tmp_path):
         shutil.rmtree(suite)
 
 
+@pytest.mark.integration
 def test_a_hanging_test_times_out_and_the_next_one_still_runs(tmp_path):
     tests = ("import time\n\ndef test_add_adds():\n    while True:\n        time.sleep(0.01)\n\n"
              "def test_sub_subtracts():\n    pass\n")
@@ -92,6 +101,7 @@ def test_a_hanging_test_times_out_and_the_next_one_still_runs(tmp_path):
     assert "timed out" in g.messages["tests/test_calc.py::test_add_adds"]
 
 
+@pytest.mark.integration
 def test_grading_stopped_by_the_wall_clock_is_the_models_failure(tmp_path):
     calc = "import time\nwhile True:\n    time.sleep(0.01)\n"
     d = write_task(tmp_path, calc=calc, toml=TOML + "grade_timeout_seconds = 1\n")

@@ -4,6 +4,8 @@ from the model's, the same seeds for both arms."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import threading
 
@@ -46,6 +48,7 @@ def test_opening_message_is_the_focus_file_then_the_request(user_task_dir):
     assert first_message(task, task.repo_dir) == f"calc.py\n```\n{CALC}```\nadd is broken"
 
 
+@pytest.mark.integration
 def test_an_edit_then_a_plain_answer_resolves_the_task(user_task_dir):
     task = load_task(user_task_dir)
     endpoint = Scripted(FIX, "Done: add now adds.")
@@ -59,12 +62,14 @@ def test_an_edit_then_a_plain_answer_resolves_the_task(user_task_dir):
     assert ep.notes["tests"]["tests/test_calc.py::test_add_adds"] == "passed"
 
 
+@pytest.mark.integration
 def test_a_plain_answer_without_an_edit_is_unresolved(user_task_dir):
     ep = run_episode(load_task(user_task_dir), Scripted("Looks fine to me."), arm="candidate", sample=0)
     assert ep.valid and not ep.resolved and not ep.edited and ep.turns == 1
     assert "failures" in ep.notes
 
 
+@pytest.mark.integration
 def test_end_on_edit_stops_at_the_first_applied_edit(tmp_path):
     d = write_task(tmp_path / "suite", toml=TOML + "end_on_edit = true\n")
     endpoint = Scripted(FIX, "never asked")
@@ -72,6 +77,7 @@ def test_end_on_edit_stops_at_the_first_applied_edit(tmp_path):
     assert ep.resolved and ep.turns == 1 and len(endpoint.requests) == 1
 
 
+@pytest.mark.integration
 def test_a_question_gets_the_tasks_clarification_and_counts_as_asked(tmp_path):
     d = write_task(tmp_path / "suite", toml=TOML + 'ambiguous = true\nclarification = "make add return a + b"\n')
     endpoint = Scripted("Which function do you mean?", FIX, "Done.")
@@ -87,6 +93,7 @@ def test_a_question_without_a_clarification_gets_the_stock_answer(user_task_dir)
     assert not ep.ambiguous and ep.needless_question      # the task was clear: the question was needless
 
 
+@pytest.mark.integration
 def test_broken_calls_are_counted_and_the_reason_is_sent_back(user_task_dir):
     malformed = '<tool_call>\n{"name": "edit_file", "arguments": {"path": "calc.py"\n</tool_call>'
     missing = ToolCall("edit_file", {"path": "calc.py", "old": "not in the file", "new": "x"}).text()
@@ -99,6 +106,7 @@ def test_broken_calls_are_counted_and_the_reason_is_sent_back(user_task_dir):
     assert endpoint.requests[2].messages[-1]["content"].startswith("error: edit_file calc.py")
 
 
+@pytest.mark.integration
 def test_max_turns_bounds_the_episode(tmp_path):
     d = write_task(tmp_path / "suite", toml=TOML + "max_turns = 3\n")
     endpoint = Scripted(ToolCall("read_file", {"path": "calc.py"}).text())
@@ -112,12 +120,14 @@ def test_an_unreachable_endpoint_is_an_infrastructure_failure(user_task_dir):
     assert not ep.valid and ep.infra_error.startswith("endpoint:") and not ep.resolved
 
 
+@pytest.mark.integration
 def test_a_conversation_refused_with_400_is_the_models_failure(user_task_dir):
     ep = run_episode(load_task(user_task_dir), Scripted(error=PolicyError("BadRequestError: too long", 400)),
                      arm="candidate", sample=0)
     assert ep.valid and not ep.resolved and "refused" in ep.notes["stopped"]
 
 
+@pytest.mark.integration
 def test_commands_cannot_read_the_hidden_tests(user_task_dir):
     task = load_task(user_task_dir)
     peek = ToolCall("run_terminal", {"command": f"cat {task.dir}/tests/test_calc.py; ls {task.dir}"}).text()

@@ -95,12 +95,14 @@ def test_search_lists_matching_lines_with_positions(work):
     assert not r.failed
 
 
+@pytest.mark.integration
 @needs_bwrap
 def test_run_terminal_reports_output_and_exit_status_without_counting_a_nonzero_exit_as_broken(work):
     r = ToolExecutor(work).execute(call("run_terminal", command="cat app/util.py | head -1; exit 2"))
     assert not r.failed and "LIMIT = 3" in r.text and "[exit code 2]" in r.text
 
 
+@pytest.mark.integration
 @needs_bwrap
 def test_run_terminal_runs_in_the_sandbox(work):
     ex = ToolExecutor(work)   # the host path is under /tmp, private inside the sandbox
@@ -109,12 +111,14 @@ def test_run_terminal_runs_in_the_sandbox(work):
     assert "Read-only file system" in ex.execute(call("run_terminal", command="touch /etc/rtrl-probe")).text
 
 
+@pytest.mark.integration
 @needs_bwrap
 def test_run_terminal_that_hits_the_wall_clock_is_a_broken_call(work):
     r = ToolExecutor(work, Limits(wall_seconds=0.5)).execute(call("run_terminal", command="sleep 30"))
     assert r.failed and r.error_kind is ToolErrorKind.timeout and "killed after" in r.text
 
 
+@pytest.mark.integration
 @needs_bwrap
 def test_lint_passes_clean_code_and_reports_a_syntax_error(work):
     ex = ToolExecutor(work)

@@ -22,6 +22,7 @@ def _params():
         yield pytest.param(name, marks=marks, id=name)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", list(_params()))
 def test_every_generated_case_is_accepted_well_formed_or_rejected_with_a_reason_and_none_crashes(name):
     result = run_target(name, CI_CASES[name], seed=1)

@@ -1,3 +1,4 @@
+import pytest
 """`rtrl bench decode` measures trainer.decode against transformers on the same model and says whether both made
 the same tokens (its exit status depends on it)."""
 
@@ -23,6 +24,7 @@ def test_both_decoders_are_timed_on_the_same_tokens_and_logits():
     assert (r["layers"], r["hidden"], r["batch"]) == (2, 32, 4)
 
 
+@pytest.mark.integration
 def test_the_command_prints_one_json_object_and_exits_0(tmp_path):
     out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{tmp_path}"',
                           "--set", "policy.hidden_size=32", "--set", "policy.intermediate_size=64",

@@ -23,6 +23,7 @@ def test_a_held_port_cannot_be_bound_by_another_process_until_it_is_closed():
         other.bind(("127.0.0.1", port))
 
 
+@pytest.mark.integration
 def test_holding_a_taken_port_names_the_port():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

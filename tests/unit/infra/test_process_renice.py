@@ -1,3 +1,4 @@
+import pytest
 """`ManagedProcess.renice`: a background process of the stack yields the CPU, every thread of it, children too."""
 
 import sys
@@ -30,6 +31,7 @@ def _ready(proc: ManagedProcess) -> int:
     return int(line.split()[1])
 
 
+@pytest.mark.integration
 def test_renice_lowers_every_thread_of_the_group_its_children_included(tmp_path):
     proc = ManagedProcess("family", tmp_path)
     rec = proc.start([sys.executable, "-c", FAMILY])

@@ -59,6 +59,7 @@ def _race(root: str, version: str, barrier, out):
         out.put((version, "refused", str(e)))
 
 
+@pytest.mark.integration
 def test_concurrent_promoters_against_the_same_champion_exactly_one_wins(setup, tmp_path):
     reg, lock, v1 = setup
     v2, v3 = gated(reg, v1), gated(reg, v1)
@@ -153,6 +154,7 @@ def test_the_lock_times_out_with_a_refusal(tmp_path):
                 pass
 
 
+@pytest.mark.integration
 def test_cli_promote_and_rollback_print_json_and_refuse_with_exit_3(tmp_path):
     from tests.conftest import make_config
 

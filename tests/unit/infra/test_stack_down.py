@@ -1,3 +1,4 @@
+import pytest
 """`rtrl down` stops what a state dir recorded, whatever the config it is given now."""
 
 import sys
@@ -9,6 +10,7 @@ from infra.stack.process import LEADER_STOPS_GROUP, ManagedProcess, stop_togethe
 from tests.waiting import wait_for
 
 
+@pytest.mark.integration
 def test_stopping_the_broker_stops_a_recorded_object_store_even_under_memory_storage(tmp_path):
     store = ManagedProcess("objectstore", tmp_path)
     store.start([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -42,6 +44,7 @@ def _started_wait(proc: ManagedProcess) -> ManagedProcess:
     return proc
 
 
+@pytest.mark.integration
 def test_processes_stopped_together_shut_down_at_once_not_one_after_the_other(tmp_path):
     procs = [_started(ManagedProcess(f"slow{i}", tmp_path), SLOW_STOPPER) for i in range(3)]
     assert stop_together([*procs, ManagedProcess("never-started", tmp_path)], timeout_s=20) == [
@@ -51,6 +54,7 @@ def test_processes_stopped_together_shut_down_at_once_not_one_after_the_other(tm
     assert max(_stamp(p, "term") for p in procs) < min(_stamp(p, "exit") for p in procs)
 
 
+@pytest.mark.integration
 def test_a_process_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path):
     stubborn = _started(ManagedProcess("stubborn", tmp_path),
                         "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -81,6 +85,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.integration
 def test_a_leader_that_stops_its_group_itself_alone_gets_sigterm_and_what_it_leaves_is_stopped_after_it(tmp_path):
     proc = ManagedProcess("gateway", tmp_path)
     proc.start([sys.executable, "-c", LEADER_WITH_CHILD], extra={LEADER_STOPS_GROUP: True})

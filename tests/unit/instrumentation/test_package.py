@@ -1,3 +1,4 @@
+import pytest
 """The package's public names, imported lazily so that loading the config (the CLI) stays light."""
 
 import subprocess
@@ -14,6 +15,7 @@ def test_public_api_names_resolve():
         assert callable(getattr(instrumentation, name)), name
 
 
+@pytest.mark.integration
 def test_importing_the_package_and_its_config_imports_no_schemas_or_arrow():
     code = ("import sys, instrumentation, instrumentation.config; "
             "print([m for m in ('schemas', 'pyarrow', 'kafka') if m in sys.modules])")

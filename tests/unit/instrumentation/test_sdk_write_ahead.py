@@ -36,6 +36,7 @@ def run_killed_emitter(tmp_path: Path, flushed: int, emitted: int, acked_sends: 
     return ack_file.read_text().split()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("write_ahead", [True, False], ids=["next_client_writes_ahead", "next_client_does_not"])
 def test_every_event_emitted_before_a_sigkill_is_delivered_by_the_next_client(tmp_path, make_client, write_ahead):
     acked = run_killed_emitter(tmp_path, flushed=0, emitted=1000, acked_sends=2)
@@ -53,6 +54,7 @@ def test_every_event_emitted_before_a_sigkill_is_delivered_by_the_next_client(tm
     assert client.stats()["recovered"] == len(resent)
 
 
+@pytest.mark.integration
 def test_a_restart_resends_only_the_unretired_tail_never_what_was_acknowledged(tmp_path, make_client):
     acked = run_killed_emitter(tmp_path, flushed=300, emitted=200, acked_sends=0)
     assert acked == [event_id(i) for i in range(300)]

@@ -75,6 +75,7 @@ def test_cursor_survives_reopen_so_sent_records_are_not_resent(tmp_path):
     assert drain(again) == [rec(i) for i in range(12, 20)]
 
 
+@pytest.mark.integration
 def test_appended_records_survive_a_process_crash(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys

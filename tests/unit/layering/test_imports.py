@@ -6,6 +6,7 @@ Read from the source with `ast` (nothing is imported), so a lazy import inside a
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,8 @@ DEMO_IMPORTERS = {"infra/commands/demo.py", "infra/orchestrator/demo.py", "infra
                   "infra/orchestrator/demo_definitions.py"}
 
 
-def _imports(path: Path) -> list[str]:
+@lru_cache(maxsize=None)
+def _imports(path: Path) -> tuple[str, ...]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     out: list[str] = []
     for node in ast.walk(tree):
@@ -47,7 +49,7 @@ def _imports(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.append(node.module)
             out += [f"{node.module}.{a.name}" for a in node.names]
-    return out
+    return tuple(out)
 
 
 def _modules() -> list[Path]:

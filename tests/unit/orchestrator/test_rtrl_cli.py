@@ -25,6 +25,7 @@ class Script(RtrlCli):
         return [sys.executable, "-c", NOISY, *args]
 
 
+@pytest.mark.integration
 def test_every_stderr_line_reaches_the_log_and_the_echo_and_the_json_comes_from_stdout(tmp_path):
     echoed: list[str] = []
     code, out = Script(None, [], tmp_path, 60).run("0", step="evaluate", echo=echoed.append)
@@ -34,6 +35,7 @@ def test_every_stderr_line_reaches_the_log_and_the_echo_and_the_json_comes_from_
     assert (tmp_path / "evaluate.log").read_text().splitlines() == ["$ rtrl 0", *expected]
 
 
+@pytest.mark.integration
 def test_an_unexpected_exit_code_fails_the_step_with_the_log_tail(tmp_path):
     with pytest.raises(StepFailed, match="exited 4") as e:
         Script(None, [], tmp_path, 60).run("4", step="train")

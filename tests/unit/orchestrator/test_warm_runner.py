@@ -127,6 +127,7 @@ def test_a_client_that_goes_away_takes_its_command_with_it(runner, tmp_path):
     _gone(proc.pid)
 
 
+@pytest.mark.integration
 def test_without_a_runner_the_command_starts_a_new_interpreter(tmp_path):
     missing = tmp_path / "no-runner.sock"
     c = RtrlCli(None, [f'state_dir="{tmp_path}"'], tmp_path / "logs", 120, spawn=warm_spawner(missing))

@@ -4,6 +4,8 @@ collector, serving, orchestrator UI, dashboard)."""
 
 from __future__ import annotations
 
+import pytest
+
 import ipaddress
 import tomllib
 from pathlib import Path
@@ -35,6 +37,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
+@pytest.mark.integration
 def test_every_bind_host_in_the_checked_in_config_is_loopback():
     hosts = _hosts(load_config(TOML, []))
     assert {"kafka.host", "mlflow.ui_host", "collector.host", "serving.host"} <= set(hosts)

@@ -30,6 +30,7 @@ def test_core_lists_parse_like_vllms_bind_lists():
         parse_cores("3-1")
 
 
+@pytest.mark.integration
 def test_every_thread_of_a_process_and_its_children_moves_to_the_given_cores():
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one core: every thread is on core 0 already")

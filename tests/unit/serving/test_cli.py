@@ -26,6 +26,7 @@ def test_serve_without_registered_policy_says_to_run_bootstrap(tmp_path):
     assert "run `rtrl bootstrap`" in out.stderr
 
 
+@pytest.mark.integration
 def test_serve_on_a_taken_port_names_the_port_and_the_setting(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -36,6 +37,7 @@ def test_serve_on_a_taken_port_names_the_port_and_the_setting(tmp_path):
     assert f"port {port} on 127.0.0.1 is taken" in out.stderr and "--set serving.port=PORT" in out.stderr
 
 
+@pytest.mark.integration
 def test_serve_and_bench_serving_parse_without_heavy_imports():
     code = ("import sys; from infra.cli import _parser; "
             "a = _parser().parse_args(['serve', '--detach']); b = _parser().parse_args(['bench', 'serving', "

@@ -14,6 +14,7 @@ from serving.router import Router, unit_hash
 ARMS = [ArmConfig(name="control", alias="control", share=0.5), ArmConfig(name="treatment", alias="champion", share=0.5)]
 
 
+@pytest.mark.integration
 def test_assignment_is_sticky_and_the_same_in_another_process():
     r = Router("exp-1", ARMS)
     users = [f"user-{i}" for i in range(200)]

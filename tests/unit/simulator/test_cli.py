@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import socket
 
 from infra.cli import main
@@ -21,6 +23,7 @@ def test_an_unreachable_endpoint_is_a_clear_error(capsys, tmp_path):
     assert rc == 1 and f"the policy endpoint {url} is not reachable" in err and "start serving first" in err
 
 
+@pytest.mark.integration
 def test_an_unreachable_broker_is_a_clear_error(capsys, tmp_path):
     with MockServing() as serving:
         rc = main(["--set", f'state_dir="{tmp_path}"', "--set", f"kafka.port={_closed_port()}", "simulate",
