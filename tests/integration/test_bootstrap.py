@@ -56,6 +56,7 @@ def torch_threads():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.full   # 400 fresh tasks, greedy and sampled: minutes
 def test_v0_lands_in_the_band_on_fresh_tasks(bootstrapped, torch_threads):
     """Independent of the bootstrap's own evaluation: the registered folder, new workspaces, a new sampling seed."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

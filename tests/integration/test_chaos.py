@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from infra.argv import rtrl_argv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -32,16 +33,24 @@ def _v0(request, into: Path) -> None:
     shutil.copytree(registry.local_path(registry.version_of("champion")), into)
 
 
-def test_chaos_run_with_eight_faults_loses_and_duplicates_no_reward(request, tmp_path):
+# (faults, fault types it must cover, allowed lateness in wall seconds): the default tier's run draws three cheap
+# faults (no serving restart, no trainer kill) and, being short, allows less lateness so that its requests mature
+# before it ends; the full run covers every cheap type and one expensive one
+SIZES = [pytest.param(3, 3, 20, id="three-faults"),
+         pytest.param(FAULTS, 7, 60, id="eight-faults", marks=pytest.mark.full)]
+
+
+@pytest.mark.parametrize("faults,types,lateness", SIZES)
+def test_chaos_run_with_injected_faults_loses_and_duplicates_no_reward(request, tmp_path, faults, types, lateness):
     _v0(request, tmp_path / "policy-v0")
-    out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{tmp_path}"', "chaos",
-                          "--faults", str(FAULTS), "--seed", "3", "--json", "--users", "8", "--warmup", "10",
-                          "--cycle-every", "3"],
+    out = subprocess.run(rtrl_argv("chaos", "--faults", str(faults), "--seed", "3", "--json", "--users", "8",
+                                   "--warmup", "10", "--cycle-every", "3", "--lateness", str(lateness),
+                                   overrides=[f'state_dir="{tmp_path}"']),
                          capture_output=True, text=True, cwd=REPO, timeout=1100)
     assert out.stdout.strip(), out.stderr[-4000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["faults_injected"] >= FAULTS, report["faults"]
-    assert len(report["faults_by_type"]) >= 7
+    assert report["faults_injected"] >= faults, report["faults"]
+    assert len(report["faults_by_type"]) >= types, report["faults_by_type"]
     assert report["requests_served"] > 0 and report["rewards_expected"] > 0, report
     assert report["rewards_lost"] == 0, report["audit"]
     assert report["rewards_duplicated"] == 0, report["audit"]

@@ -31,7 +31,7 @@ HELD_OUT_WORKSPACES = 500   # x 4 tasks: 2,000 edit turns (paired standard error
 MARGIN = 0.02          # absolute rise in the share of right edits (v0 is at 0.40-0.48 on these tasks)
 
 
-def _held_out(folder: Path, threads: int) -> tuple[dict, list[tuple[str, int]]]:
+def _held_out(folder: Path, threads: int, workspaces: int) -> tuple[dict, list[tuple[str, int]]]:
     """Sampled (T=1, seeded) metrics on the held-out tasks and the per-task right-edit outcomes (run in a process
     of its own, on `threads` torch threads)."""
     import torch
@@ -43,14 +43,21 @@ def _held_out(folder: Path, threads: int) -> tuple[dict, list[tuple[str, int]]]:
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    turns = turns_of(generate_tasks(seed=HELD_OUT_SEED, workspaces=HELD_OUT_WORKSPACES, tasks_per_workspace=4,
+    turns = turns_of(generate_tasks(seed=HELD_OUT_SEED, workspaces=workspaces, tasks_per_workspace=4,
                                     orgs=16))
     texts, counts = generate(model, tokenizer, prompts_of(turns, tokenizer), sample=True, max_new_tokens=192,
                              batch_size=50, seed=HELD_OUT_SEED)
     return score(turns, texts, counts).__dict__, right_edits(turns, texts)
 
 
-def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapped, tmp_path):
+# Held-out workspaces (x 4 tasks): the default tier measures half the tasks and asks for a rise (paired standard
+# error ~1.3 points against a rise of ~3-5); the full run asks for MARGIN with a one-sided 95 % bound above zero.
+SIZES = [pytest.param(HELD_OUT_WORKSPACES // 2, False, id="1000-tasks"),
+         pytest.param(HELD_OUT_WORKSPACES, True, id="2000-tasks", marks=pytest.mark.full)]
+
+
+@pytest.mark.parametrize("workspaces,strict", SIZES)
+def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapped, tmp_path, workspaces, strict):
     state, _, _ = bootstrapped
     cfg = make_config(state)
     registry = Registry.from_config(cfg)
@@ -59,12 +66,14 @@ def test_one_cycle_on_v0s_own_traffic_raises_the_share_of_right_edits(bootstrapp
     # v0 on the held-out tasks, in a process of its own on one core while the cycle below runs on the other
     pool = multiprocessing.get_context("spawn").Pool(2)
     try:
-        _cycle_and_rise(cfg, registry, v0, pool.apply_async(_held_out, (v0, 1)), pool, tmp_path)
+        _cycle_and_rise(cfg, registry, v0, pool.apply_async(_held_out, (v0, 1, workspaces)), pool, tmp_path,
+                        workspaces, strict)
     finally:
         pool.terminate()   # a failed assertion leaves no evaluation running into the next test
 
 
-def _cycle_and_rise(cfg, registry: Registry, v0: Path, v0_held_out, pool, tmp_path: Path) -> None:
+def _cycle_and_rise(cfg, registry: Registry, v0: Path, v0_held_out, pool, tmp_path: Path, workspaces: int,
+                    strict: bool) -> None:
     from infra.offline_cycle import LocalPolicy, reward_rows, simulate_traffic
     from instrumentation.simulator.config import SimulatorConfig
     from pipelines.rewards.spec import RewardSpec
@@ -101,15 +110,18 @@ def _cycle_and_rise(cfg, registry: Registry, v0: Path, v0_held_out, pool, tmp_pa
     candidate = registry.local_path(result["candidate"])
     assert registry.info(result["candidate"]).tags["candidate"] == "true"
 
-    (before, units_v0), (after, units_cand) = v0_held_out.get(), pool.apply(_held_out, (candidate, 2))
+    (before, units_v0), (after, units_cand) = v0_held_out.get(), pool.apply(_held_out, (candidate, 2, workspaces))
     assert [t for t, _ in units_v0] == [t for t, _ in units_cand]
     _, workspace = np.unique([t.rsplit("-", 1)[0] for t, _ in units_v0], return_inverse=True)   # the cluster
     rise = paired_difference(np.array([r for _, r in units_cand]), np.array([r for _, r in units_v0]), workspace,
                              confidence=0.95)
     print(json.dumps({"rows": rows.height, "reward_mean": float(rows["reward"].mean()), "train": result,
                       "v0": before, "candidate": after, "rise": rise.__dict__}, default=str))
-    assert rise.n_pairs == 2000 and rise.estimate == pytest.approx(after["edit_accuracy"] - before["edit_accuracy"],
-                                                                   abs=1e-3)
-    assert rise.estimate >= MARGIN and rise.lower > 0, (rise, before, after)
+    assert rise.n_pairs == 4 * workspaces
+    assert rise.estimate == pytest.approx(after["edit_accuracy"] - before["edit_accuracy"], abs=1e-3)
+    if strict:
+        assert rise.estimate >= MARGIN and rise.lower > 0, (rise, before, after)
+    else:
+        assert rise.estimate > 0, (rise, before, after)
     assert after["broken_rate"] <= before["broken_rate"] + 0.02, (before, after)
     assert after["malformed_rate"] <= before["malformed_rate"] + 0.02, (before, after)

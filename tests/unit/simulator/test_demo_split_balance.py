@@ -26,7 +26,7 @@ from instrumentation.simulator.population import Population
 from schemas.tool_protocol import parse_response
 from serving.router import Router
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]   # two demo populations measured: minutes
 
 V0_LIKE = ErrorRates(wrong=0.12, broken=0.30, malformed=0.05, needless=0.02, guess=0.6)
 SEEDS = range(12)
