@@ -55,6 +55,7 @@ def fixed(outcomes, **kw):
 CFG = GateConfig(margin=0.1, bootstrap_resamples=100)
 
 
+@pytest.mark.slow
 def test_equal_candidate_is_promoted_at_the_power_the_helper_states():
     disc, icc = truth()
     n_tasks = tasks_needed(0.8, K, CFG.margin, CFG.confidence, disc, 0.0, icc)

@@ -13,6 +13,7 @@ TINY = PolicyConfig(hidden_size=32, intermediate_size=64, layers=2, heads=2, max
                     copy_circuit=False)
 
 
+@pytest.mark.slow
 def test_both_decoders_are_timed_on_the_same_tokens_and_logits():
     from infra.bench.decode import run
 

@@ -13,6 +13,8 @@ import pytest
 from registry.promotion import PromotionRefused, lock_path_for, promote, rollback
 from registry.client import Registry
 
+pytestmark = pytest.mark.slow   # an MLflow store per test: seconds each
+
 REPO = Path(__file__).parents[3]
 
 

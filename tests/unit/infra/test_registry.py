@@ -6,6 +6,8 @@ import pytest
 
 from registry.client import Registry
 
+pytestmark = pytest.mark.slow   # an MLflow store per test: seconds each
+
 
 def _checkpoint(d, marker: str):
     d.mkdir(parents=True)

@@ -81,6 +81,7 @@ def _peeking(true_rel: float, sims: int, looks: int, rng) -> tuple[float, float]
     return seq_miss / sims, fixed_miss / sims
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("true_rel", [0.0, 0.05])
 def test_sequential_interval_keeps_coverage_under_peeking(true_rel):
     rng = np.random.default_rng(11 + int(true_rel * 100))
