@@ -20,7 +20,7 @@ case $tier in
 esac
 if [ $tier != fast ]; then
   echo "[test] docs: mkdocs build --strict" >&2
-  .venv/bin/mkdocs build --strict -q -d "$(mktemp -d)" || { echo "[test] the docs build failed" >&2; exit 1; }
+  NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -q -d "$(mktemp -d)" || { echo "[test] the docs build failed" >&2; exit 1; }
 fi
 echo "[test] tier: $tier" >&2
 .venv/bin/python -m pytest --durations=20 "${marks[@]}" "$@"
