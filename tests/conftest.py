@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra.bench.ports import free_ports
-from infra.config import RtrlConfig, load_config
+from infra.config import RtrlConfig, load_config, render_overrides
 
 
 def free_port_pair() -> int:
@@ -28,7 +28,7 @@ def free_port() -> int:
 
 def make_config(state_dir: Path, *overrides: str) -> RtrlConfig:
     """The default config with an isolated state dir and free ports, plus `key=value` overrides."""
-    return load_config(None, [f"state_dir={str(state_dir)!r}".replace("'", '"'), f"kafka.port={free_port_pair()}",
+    return load_config(None, [*render_overrides({"state_dir": state_dir}), f"kafka.port={free_port_pair()}",
                               f"collector.port={free_port()}", f"mlflow.ui_port={free_port()}", *overrides])
 
 

@@ -86,22 +86,12 @@ def core_settings(n: int | None) -> dict[str, str]:
     return {"serving.cpu_cores": first, "gate.engine_cpu_cores": rest, "serving.spare_cpu_cores": rest}
 
 
-def core_split(n: int | None) -> list[str]:
-    """`core_settings(n)` as overrides."""
-    return render_overrides(core_settings(n))
-
-
 def pace_settings(cfg) -> dict[str, list[float]]:
     """The simulator's think and session-gap times divided by `demo.pace` (to 0.1 s): slower users, so that more of
     them (the A/B units) make the same requests per second."""
     s, pace = cfg.simulator, cfg.demo.pace
     return {"simulator.think_s": [round(x / pace, 1) for x in s.think_s],
             "simulator.session_gap_s": [round(x / pace, 1) for x in s.session_gap_s]}
-
-
-def user_pace(cfg) -> list[str]:
-    """`pace_settings(cfg)` as overrides."""
-    return render_overrides(pace_settings(cfg))
 
 
 def run_time_settings(base, state: Path, experiment: str) -> dict:

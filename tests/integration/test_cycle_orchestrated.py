@@ -21,10 +21,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from infra.config import load_config
+from infra.config import load_config, render_overrides
 from infra.orchestrator import steps
 from infra.orchestrator.clock import AcceleratedClock, clock_path
-from infra.orchestrator.demo import core_split
+from infra.orchestrator.demo import core_settings
 from infra.orchestrator.ledger import DONE, Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli
 from infra.orchestrator.warm_process import warm_spawner
@@ -50,7 +50,8 @@ class Loop:
                           f'policy.base_checkpoint="{v0}"', "trainer.min_rows=16", "trainer.rows_per_step=64",
                           'orchestrator.clock="accelerated"', "orchestrator.min_mature_rows=5",
                           "orchestrator.interval_s=7200", "orchestrator.deploy_timeout_s=300",
-                          "simulator.privacy_rate=0.0", "trainer.threads=1", *core_split(os.cpu_count()),
+                          "simulator.privacy_rate=0.0", "trainer.threads=1",
+                          *render_overrides(core_settings(os.cpu_count())),
                           "gate.via_serving=true",          # as `rtrl demo`: the gate runs on serving's engines,
                           "serving.spare_engines=1",        # its candidates take serving's warm spare engine
                           "gate.reuse_episodes=true",       # and a champion's episodes are measured once

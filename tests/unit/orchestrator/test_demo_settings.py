@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from infra.orchestrator.demo import Demo, core_split
+from infra.config import render_overrides
+from infra.orchestrator.demo import Demo, core_settings
 from infra.orchestrator.replay import output_for
 from tests.conftest import make_config
 
@@ -18,11 +19,11 @@ from tests.conftest import make_config
     (8, ['serving.cpu_cores="0-3"', 'gate.engine_cpu_cores="4-7"', 'serving.spare_cpu_cores="4-7"']),
 ])
 def test_serving_and_gate_engines_get_disjoint_cores(cores, expected):
-    assert core_split(cores) == expected
+    assert render_overrides(core_settings(cores)) == expected
 
 
 def test_every_core_split_is_a_valid_config(tmp_path):
-    cfg = make_config(tmp_path, *core_split(8))
+    cfg = make_config(tmp_path, *render_overrides(core_settings(8)))
     assert (cfg.serving.cpu_cores, cfg.gate.engine_cpu_cores, cfg.serving.spare_cpu_cores) == ("0-3", "4-7", "4-7")
 
 

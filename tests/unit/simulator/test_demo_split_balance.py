@@ -18,8 +18,8 @@ from functools import partial
 
 import pytest
 
-from infra.config import load_config, overlay_overrides
-from infra.orchestrator.demo import DEMO_CONFIG, user_pace
+from infra.config import load_config, overlay_overrides, render_overrides
+from infra.orchestrator.demo import DEMO_CONFIG, pace_settings
 from instrumentation.simulator.clock import StepClock
 from codetasks.policy import ErrorRates, ReferencePolicy, flawed_edit
 from instrumentation.simulator.population import Population
@@ -62,7 +62,8 @@ class Nowhere:
 
 def arm_differences(policy_seed: int, treatment_errors: ErrorRates = V0_LIKE) -> tuple[float, float]:
     """(edit persistence, dissatisfied follow-ups) of treatment − control in points, in the A/B's window."""
-    cfg = load_config(None, [*overlay_overrides(DEMO_CONFIG), *user_pace(load_config(None, []))])
+    pace = render_overrides(pace_settings(load_config(None, [])))
+    cfg = load_config(None, [*overlay_overrides(DEMO_CONFIG), *pace])
     sim = cfg.simulator.model_copy(update={"users": cfg.demo.users})
     router = Router(cfg.serving.experiment, cfg.serving.arms)
     policy = ByArm(router, {"control": V0Like(policy_seed, V0_LIKE),
