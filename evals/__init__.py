@@ -1,1 +1,1 @@
-"""CursorBench-style evaluation gate and registry promotion. Built in issue 6; see DESIGN.md §6."""
+"""CursorBench-style evaluation gate and registry promotion. Built in issue 6; see docs/gate.md."""

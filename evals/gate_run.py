@@ -3,7 +3,7 @@
     run = run_gate(cfg, candidate="7")            # champion: the version alias `champion` points to now
     run.result.decision                            # "promote" | "keep_champion"
 
-Steps (DESIGN.md §6):
+Steps (docs/gate.md):
   1. the suite: `gate.suite_dir`, or the generated held-out suite (`gate.suite_tasks` tasks, `gate.suite_seed`),
      made once under the state dir;
   2. the flaky-task check grades every task's snapshot and reference solution `gate.flaky_runs` times and

@@ -1,4 +1,4 @@
-"""Run one command inside bubblewrap: the only way eval code touches a model's work (DESIGN.md §6).
+"""Run one command inside bubblewrap: the only way eval code touches a model's work (docs/gate.md).
 
 Containment, per call:
     network      none (a fresh network namespace with only a down loopback)

@@ -1,4 +1,4 @@
-"""Helpers clients use to describe code without sending it (DESIGN.md §3: hunks and snapshots carry hashes).
+"""Helpers clients use to describe code without sending it (docs/events.md: hunks and snapshots carry hashes).
 
 A line's fingerprint is the 64-bit BLAKE2b of the line with its whitespace normalized (leading and trailing
 whitespace stripped, every internal run collapsed to one space), as 16 hex characters: re-indenting or

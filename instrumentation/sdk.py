@@ -1,4 +1,4 @@
-"""`TelemetryClient`: the SDK object an editor, agent or harness holds to emit events (DESIGN.md §2).
+"""`TelemetryClient`: the SDK object an editor, agent or harness holds to emit events (docs/ingest.md).
 
     client = TelemetryClient(KafkaTransport("127.0.0.1:19092"), cfg.sdk, spool_dir)
     client.emit(event)          # never waits for I/O: sampling, a bounded in-memory queue, return

@@ -1,4 +1,4 @@
-"""The envelope every event carries (DESIGN.md §3) and the error raised on bad input."""
+"""The envelope every event carries (docs/events.md) and the error raised on bad input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every event type of DESIGN.md §3, at its current schema version.
+"""Every event type (docs/events.md), at its current schema version.
 
 Each class says who produces it (`PRODUCERS`) and who consumes it (`CONSUMERS`); `rtrl schemas export` writes
 this into the JSON Schema description. Older versions are upgraded by `schemas.compat` before validation.

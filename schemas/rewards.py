@@ -1,4 +1,4 @@
-"""The reward table: one row per served request, emitted by the reward job when mature (DESIGN.md §4).
+"""The reward table: one row per served request, emitted by the reward job when mature (docs/rewards.md).
 
 Produced by: the Beam reward job (`pipelines/rewards`). Consumed by: the data-quality suite, the trainer (token
 ids, behaviour log-probs, reward, policy_version) and the A/B metrics (components, arm). Keyed by `request_id`:

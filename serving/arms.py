@@ -1,4 +1,4 @@
-"""A/B arms → registry aliases → engines, and hot swaps when an alias moves (DESIGN.md §6, §7).
+"""A/B arms → registry aliases → engines, and hot swaps when an alias moves (docs/serving.md).
 
 Every arm serves the version its alias (`serving.arms[i].alias`) points to; arms whose aliases point to the same
 version share one engine. A poller reads the aliases every `registry_poll_s`. When one moves (promotion moved
@@ -14,7 +14,7 @@ Nothing fails or waits during a swap; `swaps` records how long each took (`load_
 serving; `drain_s`: old engine's last request finished). A version that fails to load is logged, the arm keeps
 its old engine, and the load is retried after `RETRY_FAILED_S`.
 
-Staging (the gate, DESIGN.md §6): `stage(version)` loads a version beside the arms' engines without giving it to
+Staging (the gate, docs/gate.md): `stage(version)` loads a version beside the arms' engines without giving it to
 any arm; requests pinned to it (`lease_version`) reach it, none is routed to it. The gate evaluates a candidate
 through the engine serving will use, and when the candidate is promoted the alias moves to an engine that is
 already loaded: the swap is a switch, no load. `unstage(version)` retires it unless an alias holds it; a staged

@@ -6,7 +6,7 @@
     gen.token_ids, gen.logprobs, gen.text, gen.finish_reason
     engine.shutdown()
 
-Behaviour logprobs (DESIGN.md §5): vLLM returns *raw* log-probs by default (log-softmax of the logits before
+Behaviour logprobs (docs/serving.md): vLLM returns *raw* log-probs by default (log-softmax of the logits before
 temperature, top-k/top-p). The engine runs with `logprobs_mode="processed_logprobs"`: the log-prob of each
 sampled token under the distribution it was actually drawn from (after temperature and truncation). At the
 default temperature 1, top_p 1, top_k -1 the two are the same numbers, the model's own log-softmax, which is

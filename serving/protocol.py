@@ -3,7 +3,7 @@
 Request: an OpenAI chat-completions body. Required: `messages` and `user` (the pseudonymous user id that picks
 the A/B arm). Optional `metadata` (OpenAI's free-form object) may carry `session_id`, `workspace_id`, `org_id`,
 `request_id`, `privacy_mode`, `client_version` and `event_time` (ISO 8601 with a zone: the simulated clock of
-DESIGN.md §8; default now). `max_tokens` / `max_completion_tokens` and `seed` are honoured. The sampling
+docs/simulator.md; default now). `max_tokens` / `max_completion_tokens` and `seed` are honoured. The sampling
 distribution is the server's (`serving.temperature`, top_p 1, untruncated top_k), the one training traffic must
 come from: a request's `temperature`/`top_p` are ignored, and the response and the trajectory say what was used.
 Refused with 400: `stream: true`, `n` > 1, `top_logprobs` > 0, a missing `user`, malformed messages or metadata.

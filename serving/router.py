@@ -1,4 +1,4 @@
-"""Sticky A/B assignment: a user always lands in the same arm of an experiment (DESIGN.md §7).
+"""Sticky A/B assignment: a user always lands in the same arm of an experiment (docs/serving.md).
 
 The point u = BLAKE2b-64(experiment + NUL + user_id) / 2^64 in [0, 1) falls into one arm's slice of the
 cumulative shares, in the order the arms are configured. It depends on nothing but the two strings (no

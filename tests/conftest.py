@@ -65,16 +65,15 @@ def bootstrapped(tmp_path_factory):
     state dir; else one is trained here (minutes) and kept in the session's own cache."""
     import json
     import subprocess
-    import sys
 
+    from infra.argv import rtrl_argv
     from trainer.bootstrap.bootstrap import stale_reason
 
     repo = Path(__file__).parents[1]
     state = tmp_path_factory.mktemp("bootstrap-state")
     setup_cache = repo / ".rtrl" / "policy-v0"
     cache = setup_cache if not stale_reason(setup_cache, load_config(None, []).policy) else state.parent / "policy-v0"
-    out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"', "--set",
-                          f'policy.cache_dir="{cache}"', "bootstrap"],
+    out = subprocess.run(rtrl_argv("bootstrap", overrides=[f'state_dir="{state}"', f'policy.cache_dir="{cache}"']),
                          capture_output=True, text=True, cwd=repo, timeout=1500)
     assert out.returncode == 0, out.stderr[-4000:]
     return state, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr

@@ -1,1 +1,1 @@
-"""On-policy policy-gradient trainer (torch + DeepSpeed, Triton kernels). Built in issue 5; see DESIGN.md §5."""
+"""On-policy policy-gradient trainer (torch + DeepSpeed, Triton kernels). Built in issue 5; see docs/trainer.md."""

@@ -1,4 +1,4 @@
-"""Policy-gradient losses, one small function per variant, chosen by name from config (DESIGN.md §5).
+"""Policy-gradient losses, one small function per variant, chosen by name from config (docs/trainer.md).
 
 Notation, per sample i (a served request) and completion token t (mask m_it = 1 on real tokens):
     R_i            the reward row's scalar reward

@@ -1,4 +1,4 @@
-"""Which reward rows a training run may use (DESIGN.md §5): on-policy first, stale rows only within a bound.
+"""Which reward rows a training run may use (docs/trainer.md): on-policy first, stale rows only within a bound.
 
 Rules, in order (each dropped row is counted under its reason):
   1. refuse the whole run if any row is immature (mature_time after the cycle's as_of) or carries no trainable

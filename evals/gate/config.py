@@ -1,4 +1,4 @@
-"""`[gate]`: how a candidate checkpoint is compared with the champion before it may be promoted (DESIGN.md §6).
+"""`[gate]`: how a candidate checkpoint is compared with the champion before it may be promoted (docs/gate.md).
 
 Every threshold of the decision lives here; `evals/gate/decision.py` reads nothing else. Differences are
 candidate − champion in absolute rate points (0.05 = five percentage points) except the token guardrail, which is

@@ -1,7 +1,7 @@
 """The gate's decision: `decide(episodes, cfg) -> GateResult`, promote or keep the champion, with every number
 behind it (JSON-serializable) for the report, MLflow and the promotion audit.
 
-Promote only when all of these hold (fail closed, DESIGN.md §6):
+Promote only when all of these hold (fail closed, docs/gate.md):
   - at most `max_infra_failure_rate` of the (task, sample) pairs were lost to infrastructure failures or missing
     episodes (else reason "infra_failures");
   - at least `min_pairs` valid pairs from `min_tasks` tasks (else "too_few_pairs");

@@ -1,4 +1,4 @@
-"""Sizing the demo's later cycles to its time budget (`demo.budget_s`, DESIGN.md §8).
+"""Sizing the demo's later cycles to its time budget (`demo.budget_s`, docs/orchestrator.md).
 
 The demo's settings (its overlay: `trainer.max_rows` rows, `gate.samples_per_task` samples per task) fit its time
 budget on the machine they were sized on; on a machine half as fast the same cycles take about twice as long. So

@@ -1,6 +1,6 @@
-"""When the next cycle starts (DESIGN.md §1): a true interval measured from the last cycle's START, one cycle at a
-time, and only with enough mature traffic. `decide` is the whole rule, with no I/O; the Dagster sensor and `rtrl
-demo` call it with the ledger, the orchestrator's clock and a lazy count of mature requests.
+"""When the next cycle starts (docs/orchestrator.md): a true interval measured from the last cycle's START, one
+cycle at a time, and only with enough mature traffic. `decide` is the whole rule, with no I/O; the Dagster sensor
+and `rtrl demo` call it with the ledger, the orchestrator's clock and a lazy count of mature requests.
 
     d = decide(now, ledger.all(), lambda: count_mature_requests(cfg, now), interval_s=5 * 3600, min_rows=200)
     d.start, d.cycle_id, d.reason     # True, "c4", "5.0 h since c3 started, 1,204 mature requests"

@@ -1,4 +1,4 @@
-"""`[orchestrator]` and `[demo]`: the cycle's cadence and steps, and the `rtrl demo` loop (DESIGN.md §1, §8).
+"""`[orchestrator]` and `[demo]`: the cycle's cadence and steps, and the `rtrl demo` loop (docs/orchestrator.md).
 
 Times are in the orchestrator's clock: wall time in production, the simulated clock in the demo and tests (the
 same clock the simulated users stamp event times with, so "every five hours" means five hours of event time).

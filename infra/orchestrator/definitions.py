@@ -1,4 +1,4 @@
-"""Dagster definitions of the cycle, its cadence sensor and the replay jobs (DESIGN.md §1, §8).
+"""Dagster definitions of the cycle, its cadence sensor and the replay jobs (docs/orchestrator.md).
 
     rtrl orchestrator                                   # Dagster UI + daemon (the sensor starts cycles)
     dagster dev -m infra.orchestrator.definitions      # the same, by hand (RTRL_CONFIG / RTRL_SET name the config)

@@ -1,4 +1,4 @@
-"""`rtrl demo`: the whole loop on one machine, from nothing (DESIGN.md §1, §8).
+"""`rtrl demo`: the whole loop on one machine, from nothing (docs/orchestrator.md).
 
     demo = Demo(cfg, config_path, overrides, log)
     summary = demo.run(cycles=3)          # -> the summary dict (also written to --summary PATH)

@@ -1,4 +1,4 @@
-"""Replay for data engineers (DESIGN.md §1): a time range of the archived event log through the same reward job,
+"""Replay for data engineers (docs/rewards.md): a time range of the archived event log through the same reward job,
 into a table of its own. The production table (`<state_dir>/rewards/table`) is never a replay's output: an `out`
 inside it is refused, and the default is `<state_dir>/replay/<start>--<end>`.
 

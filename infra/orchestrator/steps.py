@@ -1,4 +1,4 @@
-"""One cycle's steps, each idempotent by cycle id (DESIGN.md §1):
+"""One cycle's steps, each idempotent by cycle id (docs/orchestrator.md):
 
     collect   fix the Kafka offset range since the last cycle (the reward job's manifest) and the champion that
               served it

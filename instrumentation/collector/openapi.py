@@ -27,7 +27,7 @@ def _event_schemas() -> dict[str, Any]:
     schemas = dict(defs.get("$defs", {}))
     names = {event_type: cls.__name__ for event_type, cls in EVENT_TYPES.items()}
     schemas["Event"] = {
-        "description": "One event, any type of DESIGN.md §3; `event_type` selects the schema. Older "
+        "description": "One event of any type (docs/events.md); `event_type` selects the schema. Older "
                        "`schema_version`s are accepted and upgraded. `received_time` is overwritten by the collector.",
         "oneOf": [_ref(n) for n in names.values()],
         "discriminator": {"propertyName": "event_type",

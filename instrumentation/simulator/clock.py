@@ -1,4 +1,4 @@
-"""The simulated clock (DESIGN.md §8): event times in simulated time, so horizons and windows (all in event time)
+"""The simulated clock (docs/simulator.md): event times in simulated time, so horizons and windows (all in event time)
 behave as in production while a five-hour cycle takes minutes.
 
 Two clocks, one interface:

@@ -19,7 +19,7 @@ class SimulatorConfig(BaseModel):
     users: int = Field(default=8, ge=1, le=10_000, description="Simulated users (`rtrl simulate --users`).")
     files_per_workspace: int = Field(default=5, ge=1, le=15, description="Python files in each user's workspace.")
 
-    # -- the clock (DESIGN.md §8) --
+    # -- the clock (docs/simulator.md) --
     speed: float = Field(default=600.0, gt=0, le=1_000_000, description="Simulated seconds per wall second "
                          "(600: a five-hour cycle takes 30 s). A policy call's latency counts 1:1.")
     start_time: str = Field(default="", description="Simulated instant the run starts at (ISO 8601 with zone). "

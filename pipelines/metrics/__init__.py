@@ -1,4 +1,4 @@
-"""A/B metrics between checkpoints, per cycle (DESIGN.md §7): polars over the reward table.
+"""A/B metrics between checkpoints, per cycle (docs/ab-dashboard.md): polars over the reward table.
 
 Arms are checkpoints: control is a frozen one, treatment the real-time RL lineage, whose checkpoint changes
 every cycle; users are assigned sticky by user hash. For each cycle this package computes, treatment vs control:
@@ -28,7 +28,7 @@ The contract (what the orchestrator calls after a cycle's rewards are written)::
 - `rewards`: a polars LazyFrame or DataFrame of reward rows (schemas/rewards.py RewardRow; only the columns in
   `rates.INPUT_COLUMNS` are read). Pass the rows *of this cycle* (those the reward job emitted for it:
   `scan_cycle(table, cycle_id)` reads `policy_version=*/window=<cycle_id>/`); earlier cycles come from the store.
-- `cycle_id`: letters, digits, '.', '_', '-'. A cycle is the unit of time of the loop (DESIGN.md §1): its rows
+- `cycle_id`: letters, digits, '.', '_', '-'. A cycle is the unit of time of the loop (docs/architecture.md): its rows
   were served by that cycle's checkpoints. Cycles are ordered by when they were first stored; recomputing a
   cycle replaces it in place.
 - `control_arm`, `treatment_arm`: values of the rows' `arm` column (default `[ab]` in rtrl.toml); rows of any

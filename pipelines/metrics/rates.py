@@ -10,7 +10,7 @@ few thousand unit rows, never from the rows again; they are also what the store 
 
 `DEFINITIONS` numbers the per-row terms below; a cycle's stored result records it, and a cycle is not accumulated
 with earlier cycles measured under other definitions (`cycle.py`). Version 2 (2026-11-26) closed the two escapes
-Cursor reported as reward hacks (DESIGN.md §4) in the A/B's own metrics:
+Cursor reported as reward hacks (docs/ab-dashboard.md) in the A/B's own metrics:
   * edit persistence counts every edit attempt whose outcome is known: a response whose tool call broke changed
     nothing and persists 0, as a rejected edit does. Version 1 counted shown edits only (`shown_edit_persistence_
     rate` now), so a checkpoint that turned broken calls into real edits on hard tasks read lower: a one-cycle

@@ -1,4 +1,4 @@
-"""Data-quality suites that gate training (DESIGN.md §2: reward table -> data-quality suite -> trainer).
+"""Data-quality suites that gate training (docs/architecture.md: reward table -> data-quality suite -> trainer).
 
 Primary API (the orchestrator calls these; `rtrl quality` is a thin wrapper):
     check_rewards(rewards, spec, trajectories=..., privacy_request_ids=..., cfg=...) -> SuiteResult

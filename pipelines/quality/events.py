@@ -1,4 +1,4 @@
-"""The events suite: is an archived event log fit to compute rewards from? (DESIGN.md §3)
+"""The events suite: is an archived event log fit to compute rewards from? (docs/rewards.md)
 
 Runs on the frame of one event type or on the all-types frame of `pipelines.archive.reader.read_events` (columns
 a type does not have are null there). Rules that read columns the frame does not have (e.g. trajectory rules on

@@ -1,4 +1,4 @@
-"""The reward-table suite: may the trainer learn from these rows? (DESIGN.md §4, `schemas.rewards.RewardRow`)
+"""The reward-table suite: may the trainer learn from these rows? (docs/rewards.md, `schemas.rewards.RewardRow`)
 
 Checked against the `RewardSpec` the rows claim to come from: the clip, the sum of the components, the maturity
 delay, the weights' signs. A failure blocks the cycle's training. Privacy-mode requests must never have a row:

@@ -1,1 +1,1 @@
-"""The reward job (DESIGN.md §4): raw telemetry -> one mature, exactly-once reward row per served request."""
+"""The reward job (docs/rewards.md): raw telemetry -> one mature, exactly-once reward row per served request."""

@@ -1,4 +1,5 @@
-"""AssembleRewardsFn: the keyed, stateful, event-time join of DESIGN.md §4 (Beam state + watermark timers).
+"""AssembleRewardsFn: the keyed, stateful, event-time join of the reward job (docs/rewards.md), with Beam state and
+watermark timers.
 
 Keyed by shard (a group of workspaces). Buffers event batches; keeps an event-time timer at the earliest maturity
 time of a pending request; when the watermark passes it, computes the rows of every request that became mature

@@ -1,4 +1,4 @@
-"""Measure a follow-up classifier on the labelled set shipped in pipelines/rewards/data/ (DESIGN.md §4).
+"""Measure a follow-up classifier on the labelled set shipped in pipelines/rewards/data/ (docs/rewards.md).
 
 The set (followups_labelled.jsonl) holds hand-written follow-up messages, one JSON object a line:
   {"text": str, "dissatisfied": bool, "question_unnecessary": bool, "split": "dev" | "test"}

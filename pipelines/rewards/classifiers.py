@@ -1,4 +1,4 @@
-"""Pluggable follow-up classifiers (DESIGN.md §4: the follow-up and clarification-deferral components).
+"""Pluggable follow-up classifiers (docs/rewards.md: the follow-up and clarification-deferral components).
 
 A follow-up classifier reads the user's next message after a response and says, per message,
   dissatisfied          the user is unhappy with the response: it is wrong, broke something, ignored the

@@ -1,4 +1,5 @@
-"""The reward spec (`[rewards]` in rtrl.toml): every window, weight and clip of DESIGN.md §4 is configuration.
+"""The reward spec (`[rewards]` in rtrl.toml; docs/rewards.md): every window, weight and clip of the reward is
+configuration.
 
 Per served request r (request time t = the trajectory's event_time), all in event time:
   broken tool calls   b = #trajectory tool calls whose status is not ok

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -16,6 +15,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from infra.argv import rtrl_argv
 from infra.config import load_config
 from pipelines.archive.archiver import Archiver
 from pipelines.archive.durable import is_temp
@@ -79,11 +79,10 @@ def test_every_produced_event_is_archived_once_with_its_arrow_types(stack, tmp_p
 
 
 def _start_archiver(cfg, root: Path, log_path: Path, *args: str) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "infra.cli"]
-    for o in overrides(cfg, root, "archive.batch_max_events=40", "archive.batch_max_seconds=0.2"):
-        argv += ["--set", o]
+    argv = rtrl_argv("archive", *args,
+                     overrides=overrides(cfg, root, "archive.batch_max_events=40", "archive.batch_max_seconds=0.2"))
     with open(log_path, "ab") as log:
-        return subprocess.Popen(argv + ["archive", *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _manifest_count(root: Path) -> int:
@@ -112,9 +111,8 @@ def test_sigkill_mid_batch_and_restart_loses_and_duplicates_nothing(private_stac
             proc.wait()
     finally:
         producer.join()
-    final = subprocess.run(
-        [sys.executable, "-m", "infra.cli", *[a for o in overrides(cfg, root) for a in ("--set", o)],
-         "archive", "--until-idle", "3"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    final = subprocess.run(rtrl_argv("archive", "--until-idle", "3", overrides=overrides(cfg, root)),
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert final.returncode == 0, final.stderr + final.stdout[-3000:]
     summary = json.loads(final.stdout.strip().splitlines()[-1])["archive"]
 
@@ -191,8 +189,8 @@ def test_detached_archiver_runs_in_the_background_and_down_stops_it_cleanly(stac
     # Its own state dir (so `down` stops only this archiver, never the shared broker), the shared broker's port.
     sets = [f'state_dir="{tmp_path / "state"}"', f"kafka.port={stack.cfg.kafka.port}", f'archive.output_dir="{root}"',
             "archive.batch_max_seconds=0.2"]
-    argv = [sys.executable, "-m", "infra.cli", *[a for o in sets for a in ("--set", o)]]
-    started = subprocess.run(argv + ["archive", "--detach"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    started = subprocess.run(rtrl_argv("archive", "--detach", overrides=sets), cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
     assert started.returncode == 0, started.stderr
     info = json.loads(started.stdout.strip().splitlines()[-1])
     assert info["archiver"] == "started"
@@ -204,7 +202,7 @@ def test_detached_archiver_runs_in_the_background_and_down_stops_it_cleanly(stac
     wait_for(lambda: archived_event_ids(root) >= {e.event_id for e in events}, 60,
              lambda: f"the events archived by the detached archiver; its log:\n{proc.log_tail()}", interval_s=0.2)
 
-    down = subprocess.run(argv + ["down"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    down = subprocess.run(rtrl_argv("down", overrides=sets), cwd=REPO, capture_output=True, text=True, timeout=60)
     assert down.returncode == 0 and "archiver" in down.stdout
     assert not proc.is_running()
     assert "SIGTERM: committing the batch in flight" in proc.logfile.read_text()  # stopped by signal, not killed

@@ -3,11 +3,11 @@ in the accuracy band on fresh tasks, and a rerun does nothing; a base checkpoint
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from infra.argv import rtrl_argv
 from registry.client import Registry
 from tests.conftest import make_config
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).parents[2]
 
 
 def _rtrl(state: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"', *args],
+    return subprocess.run(rtrl_argv(*args, overrides=[f'state_dir="{state}"']),
                           capture_output=True, text=True, cwd=REPO, timeout=timeout)
 
 

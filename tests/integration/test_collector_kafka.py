@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from infra.argv import rtrl_argv
 from infra.config import RtrlConfig
 from instrumentation.collector.app import KAFKA_RETRY_AFTER_S
 from instrumentation.collector.auth import signature
@@ -210,9 +210,8 @@ def test_unreachable_kafka_is_503_and_the_client_keeps_the_batch(tmp_path):
 
 
 def _cli(state: Path, bootstrap: str, port: int, *args: str, **kw):
-    argv = [sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"', "--set",
-            f'kafka.bootstrap_servers="{bootstrap}"', "--set", f"collector.port={port}", *args]
-    return argv
+    return rtrl_argv(*args, overrides=[f'state_dir="{state}"', f'kafka.bootstrap_servers="{bootstrap}"',
+                                       f"collector.port={port}"])
 
 
 def test_detached_collector_serves_until_rtrl_down(stack, tmp_path):

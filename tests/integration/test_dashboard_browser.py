@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from infra.argv import rtrl_argv
 from tests.conftest import free_port, make_config
 from tests.waiting import wait_for
 
@@ -66,11 +66,8 @@ def dashboard(tmp_path_factory):
     overrides = [f'state_dir="{state}"', f"dashboard.port={port}", f"mlflow.ui_port={free_port()}"]
     cfg = make_config(state, f"dashboard.port={port}")
     write_demo_state(state, cycles=6, rows_per_cycle=6000, users=400, registry_cfg=cfg, hacking=True)
-    argv = [sys.executable, "-m", "infra.cli"]
-    for o in overrides:
-        argv += ["--set", o]
     log = open(state / "dashboard.log", "w")
-    proc = subprocess.Popen(argv + ["dashboard"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(rtrl_argv("dashboard", overrides=overrides), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
         _wait_http(f"http://127.0.0.1:{port}/_stcore/health", proc)
@@ -170,9 +167,8 @@ def test_monitors_turn_red_and_lineage_renders(dashboard, browser, tmp_path):
 def test_empty_state_says_run_demo(browser, tmp_path_factory):
     state = tmp_path_factory.mktemp("empty-state")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"', "--set",
-                             f"dashboard.port={port}", "dashboard"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(rtrl_argv("dashboard", overrides=[f'state_dir="{state}"', f"dashboard.port={port}"]),
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         _wait_http(f"http://127.0.0.1:{port}/_stcore/health", proc)
         browser.get(f"http://127.0.0.1:{port}/")

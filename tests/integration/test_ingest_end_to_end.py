@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from infra.argv import rtrl_argv
 from instrumentation import KafkaTransport, TelemetryClient
 from instrumentation.collector.keys import KeyStore
 from instrumentation.collector_client import CollectorTransport
@@ -26,7 +26,7 @@ REPO = Path(__file__).parents[2]
 def cli_argv(cfg, *args: str) -> list[str]:
     overrides = [f'state_dir="{cfg.state_dir}"', f"kafka.port={cfg.kafka.port}", f"collector.port={cfg.collector.port}",
                  f"kafka.storage_engine={cfg.kafka.storage_engine}", "archive.batch_max_seconds=0.5"]
-    return [sys.executable, "-m", "infra.cli"] + [a for o in overrides for a in ("--set", o)] + list(args)
+    return rtrl_argv(*args, overrides=overrides)
 
 
 def emit_until(client: TelemetryClient, events: list, stop: threading.Event, emitted: list) -> None:

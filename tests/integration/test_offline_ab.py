@@ -5,10 +5,11 @@ user's own spread)."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from infra.argv import rtrl_argv
 
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(900)]
 
@@ -17,8 +18,9 @@ REPO = Path(__file__).parents[2]
 
 def test_offline_ab_splits_every_row_and_repeats_itself_on_the_same_population(bootstrapped):
     state, _, _ = bootstrapped
-    out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"', "offline-ab", "1", "1",
-                          "--users", "24", "--hours", "1.5"],   # both at once, a process and a thread each
+    # `1 1`: both at once, a process and a thread each.
+    out = subprocess.run(rtrl_argv("offline-ab", "1", "1", "--users", "24", "--hours", "1.5",
+                                   overrides=[f'state_dir="{state}"']),
                          capture_output=True, text=True, cwd=REPO, timeout=800)
     assert out.returncode == 0, out.stderr[-4000:]
     result = json.loads(out.stdout)

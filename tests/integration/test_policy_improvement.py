@@ -11,7 +11,6 @@ the margin must hold for a v0 anywhere in that band."""
 import json
 import multiprocessing
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ import pytest
 import torch
 
 from evals.gate.stats import paired_difference
+from infra.argv import rtrl_argv
 from infra.config import CONFIGS_DIR, load_config
 from registry.client import Registry
 from tests.conftest import make_config
@@ -99,10 +99,10 @@ def _cycle_and_rise(cfg, registry: Registry, v0: Path, v0_held_out, pool, tmp_pa
     # step these ~900 rows make 4 steps, and since the v0 with the skip-bigram head (0.474 here) the rise was
     # 0.0185 [+0.001, ...]; 8 steps of 128 gave 0.0275 (2026-11-26), 15 steps of 64 gave 0.047 [+0.030, ...]
     demo = load_config(CONFIGS_DIR / "demo.toml")
-    out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"',
-                          "--set", f"trainer.rows_per_step={demo.trainer.rows_per_step}",
-                          "--set", f"trainer.lr={demo.trainer.lr}", "train",
-                          "--cycle", "offline-1", "--rewards", str(tmp_path / "rewards")],
+    sets = [f'state_dir="{state}"', f"trainer.rows_per_step={demo.trainer.rows_per_step}",
+            f"trainer.lr={demo.trainer.lr}"]
+    out = subprocess.run(rtrl_argv("train", "--cycle", "offline-1", "--rewards", str(tmp_path / "rewards"),
+                                   overrides=sets),
                          capture_output=True, text=True, cwd=REPO, timeout=1200)
     assert out.returncode == 0, out.stderr[-4000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])["train"]

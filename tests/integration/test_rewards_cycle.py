@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from infra.argv import rtrl_argv
 from infra.stack.stack import Stack
 from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.classifiers import get_classifier
@@ -63,7 +63,7 @@ def produce(bootstrap: str, events, raw: tuple[tuple[str, bytes], ...] = ()) -> 
 
 def cli(cfg, *args) -> list[str]:
     sets = [f'state_dir="{cfg.state_dir}"', f"kafka.port={cfg.kafka.port}"]
-    return [sys.executable, "-m", "infra.cli", *[a for s in sets for a in ("--set", s)], *args]
+    return rtrl_argv(*args, overrides=sets)
 
 
 @pytest.fixture

@@ -84,7 +84,7 @@ def test_bad_requests_are_refused_with_400(served):
 
 
 def test_logprobs_equal_transformers_teacher_forcing_and_the_trajectory_reaches_kafka(served):
-    """The serving contract (DESIGN.md §5): the behaviour logprobs serving logs are the log-probs the trainer
+    """The serving contract (docs/serving.md): the behaviour logprobs serving logs are the log-probs the trainer
     computes for the same prompt + completion (temperature 1, untruncated)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from infra.argv import rtrl_argv
 from tests.integration.kafka_read import read_json_records
 from tests.integration.test_sdk_kafka import partitions_of
 from tests.unit.simulator.mock_server import MockServing
@@ -34,9 +34,9 @@ def test_simulate_drives_the_endpoint_and_its_events_reach_kafka(stack, tmp_path
     cfg = stack.cfg
     sets = [f'state_dir="{cfg.state_dir}"', f"kafka.port={cfg.kafka.port}", "simulator.privacy_rate=0.0"]
     with MockServing() as serving:
-        out = subprocess.run([sys.executable, "-m", "infra.cli", *[a for s in sets for a in ("--set", s)],
-                              "simulate", "--users", "4", "--duration", "4", "--speed", "3000", "--seed", "11",
-                              "--endpoint", serving.url], cwd=REPO, capture_output=True, text=True, timeout=180)
+        out = subprocess.run(rtrl_argv("simulate", "--users", "4", "--duration", "4", "--speed", "3000", "--seed", "11",
+                                       "--endpoint", serving.url, overrides=sets),
+                             cwd=REPO, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)["simulate"]
     assert "simulate · requests" in out.stderr

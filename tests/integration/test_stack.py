@@ -2,11 +2,11 @@
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from infra.argv import rtrl_argv
 from infra.stack.process import StackError
 from infra.stack.stack import Stack
 from schemas import TOPICS
@@ -19,7 +19,7 @@ REPO = Path(__file__).parents[2]
 def cli(cfg, *args: str) -> subprocess.CompletedProcess:
     overrides = [f"state_dir={cfg.state_dir}", f"kafka.port={cfg.kafka.port}", f"mlflow.ui_port={cfg.mlflow.ui_port}",
                  f"kafka.storage_engine={cfg.kafka.storage_engine}"]
-    argv = [sys.executable, "-m", "infra.cli"] + [a for o in overrides for a in ("--set", o)] + list(args)
+    argv = rtrl_argv(*args, overrides=overrides)
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=180)
 
 

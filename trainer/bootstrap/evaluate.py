@@ -7,8 +7,8 @@ Turns evaluated per task: its first turn; for an ambiguous task also the turn af
     edit_accuracy            right edits / turns where an edit is the right response (clear first turns and
                              clarified turns)
     broken_rate              responses graded "broken" / all responses: a call that does not parse or validate,
-                             or an edit that cannot apply (old text missing or not unique) - DESIGN §4's hard
-                             negatives
+                             or an edit that cannot apply (old text missing or not unique) - the reward's hard
+                             negatives (docs/rewards.md)
     malformed_rate           responses with a call that does not parse or validate (the protocol alone)
     question_rate_ambiguous  first turns of ambiguous tasks answered with a question (the right move)
     question_rate_clear      first turns of clear tasks answered with a question (needless)

@@ -1,4 +1,4 @@
-"""Supervised fine-tuning on demonstrations, in plain torch (the RL trainer of DESIGN §5 is a separate module).
+"""Supervised fine-tuning on demonstrations, in plain torch (the RL trainer, docs/trainer.md, is a separate module).
 
 Loss: token-level cross-entropy on completion tokens only (the prompt and padding carry no loss), averaged over
 the completion tokens of the batch. AdamW, linear warmup then cosine decay to `min_lr_ratio` of the peak, gradient

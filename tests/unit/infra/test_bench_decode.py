@@ -4,9 +4,9 @@ the same tokens (its exit status depends on it)."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+from infra.argv import rtrl_argv
 from trainer.bootstrap.config import PolicyConfig
 
 TINY = PolicyConfig(hidden_size=32, intermediate_size=64, layers=2, heads=2, max_position_embeddings=128,
@@ -27,10 +27,10 @@ def test_both_decoders_are_timed_on_the_same_tokens_and_logits():
 
 @pytest.mark.integration
 def test_the_command_prints_one_json_object_and_exits_0(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{tmp_path}"',
-                          "--set", "policy.hidden_size=32", "--set", "policy.intermediate_size=64",
-                          "--set", "policy.layers=2", "--set", "policy.heads=2", "--set", "policy.copy_circuit=false",
-                          "bench", "decode", "--json", "--prompt-tokens", "16", "--new-tokens", "4", "--batch", "3"],
+    sets = [f'state_dir="{tmp_path}"', "policy.hidden_size=32", "policy.intermediate_size=64", "policy.layers=2",
+            "policy.heads=2", "policy.copy_circuit=false"]
+    out = subprocess.run(rtrl_argv("bench", "decode", "--json", "--prompt-tokens", "16", "--new-tokens", "4",
+                                   "--batch", "3", overrides=sets),
                          capture_output=True, text=True, cwd=Path(__file__).parents[3], timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)

@@ -2,14 +2,15 @@ import pytest
 """`rtrl offline-ab` argument checks (the comparison itself: tests/integration/test_offline_ab.py)."""
 
 import subprocess
-import sys
 from pathlib import Path
+
+from infra.argv import rtrl_argv
 
 REPO = Path(__file__).parents[3]
 
 
 def _run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{tmp_path}"', "offline-ab", *args],
+    return subprocess.run(rtrl_argv("offline-ab", *args, overrides=[f'state_dir="{tmp_path}"']),
                           capture_output=True, text=True, cwd=REPO, timeout=120)
 
 

@@ -4,12 +4,12 @@ separate processes, a champion that moved since the eval, the gate check and --f
 import json
 import multiprocessing as mp
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from infra.argv import rtrl_argv
 from registry.promotion import PromotionRefused, lock_path_for, promote, rollback
 from registry.client import Registry
 
@@ -167,7 +167,7 @@ def test_cli_promote_and_rollback_print_json_and_refuse_with_exit_3(tmp_path):
     v2, v3 = gated(reg, v1), gated(reg, v1, decision="keep_champion")
 
     def rtrl(*args):
-        out = subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{state}"', *args],
+        out = subprocess.run(rtrl_argv(*args, overrides=[f'state_dir="{state}"']),
                              capture_output=True, text=True, cwd=REPO, timeout=120)
         return out.returncode, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 

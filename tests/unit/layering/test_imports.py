@@ -1,4 +1,4 @@
-"""Package boundaries (DESIGN.md §2, §10): each top-level package imports only the packages below it. A new upward
+"""Package boundaries (docs/architecture.md): each top-level package imports only the packages below it. A new upward
 or sideways import fails here; the few edges that are truly needed are listed in ALLOWED_EDGES with their reason.
 
 Read from the source with `ast` (nothing is imported), so a lazy import inside a function counts too."""

@@ -1,4 +1,4 @@
-"""The follow-up classifier (DESIGN.md §4): the default rules, the registry, and its measured quality."""
+"""The follow-up classifier (docs/rewards.md): the default rules, the registry, and its measured quality."""
 
 from __future__ import annotations
 

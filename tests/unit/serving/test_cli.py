@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.argv import rtrl_argv
 from tests.conftest import free_port
 
 REPO = Path(__file__).parents[3]
@@ -14,7 +15,7 @@ HEAVY = ("torch", "vllm", "transformers", "mlflow", "starlette", "uvicorn", "kaf
 
 
 def rtrl(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "infra.cli", "--set", f'state_dir="{tmp_path}"', *args],
+    return subprocess.run(rtrl_argv(*args, overrides=[f'state_dir="{tmp_path}"']),
                           capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
