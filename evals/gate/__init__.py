@@ -1,5 +1,5 @@
 """The evaluation gate: paired statistics over `evals.records.Episode`s, the promote/keep decision, its report
-and its MLflow record (docs/gate.md). Promotion itself is infra/promotion.py.
+and its MLflow record (docs/gate.md). Promotion itself is registry/promotion.py.
 
     from evals.gate import decide, GateConfig
     result = decide(episodes, GateConfig())      # result.decision: "promote" | "keep_champion"

@@ -1,10 +1,11 @@
-import pytest
 """`rtrl bench decode` measures trainer.decode against transformers on the same model and says whether both made
 the same tokens (its exit status depends on it)."""
 
 import json
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from infra.argv import rtrl_argv
 from trainer.bootstrap.config import PolicyConfig

@@ -28,7 +28,6 @@ def test_rtrl_argv_puts_the_config_and_every_override_before_the_command():
     assert rtrl_args("down", config=None, overrides=("state_dir=/x",)) == ["--set", "state_dir=/x", "down"]
 
 
-@pytest.mark.integration
 @pytest.mark.integration  # `python -m infra.cli` as a program
 def test_help_lists_every_subcommand():
     out = run("--help")
@@ -37,7 +36,6 @@ def test_help_lists_every_subcommand():
         assert name in out.stdout
 
 
-@pytest.mark.integration
 @pytest.mark.integration  # a fresh interpreter, to see what parsing imports
 def test_parsing_and_config_loading_import_no_heavy_module():
     code = ("import sys; from infra.cli import build_parser; build_parser().parse_args(['status']); "
@@ -71,7 +69,6 @@ def test_the_deepspeed_launchers_local_rank_argument_is_accepted_before_the_comm
     assert args.command == "train" and args.cycle == "c1"
 
 
-@pytest.mark.integration
 @pytest.mark.integration  # `rtrl demo` in a process of its own: nothing of the demo is imported here
 def test_demo_prepare_refuses_the_options_of_a_demo_run(tmp_path):
     out = run("--set", f'state_dir="{tmp_path}"', "demo", "--prepare", "--summary", str(tmp_path / "out.json"))

@@ -1,8 +1,9 @@
-import pytest
 """`rtrl offline-ab` argument checks (the comparison itself: tests/integration/test_offline_ab.py)."""
 
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from infra.argv import rtrl_argv
 
