@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # rtrl's tests, in three tiers (docs/testing.md):
-#   ./infra/test.sh --fast   unit tests only: no processes, no services (about 3 minutes on 2 cores)
-#   ./infra/test.sh          the default tier, the README's and CI's: unit + integration + the docs build,
-#                            everything but the long end-to-end runs (`full`) (about 20 minutes on 2 cores)
+#   ./infra/test.sh --fast   unit tests only: no processes, no services (about 1.5 minutes on 2 cores)
+#   ./infra/test.sh          the default tier, the README's and CI's: the docs build, then everything but the long
+#                            end-to-end runs (`full`) (about 20 minutes on 2 cores)
 #   ./infra/test.sh --full   everything, the long end-to-end runs included
+# Two phases: first every test but the `exclusive` ones on every core (pytest-xdist, one test file per worker at a
+# time, each worker with ports of its own; RTRL_TEST_WORKERS=N sets the count, 0 runs them in this process), then
+# the `exclusive` ones (whole loops paced by wall-clock time, hot swaps under load) one at a time, each with the
+# machine to itself.
 # Further arguments go to pytest, e.g. ./infra/test.sh --fast tests/unit/trainer -x.
 # pytest's exit 5 ("no tests collected") is a failure here, never a silent pass.
 set -uo pipefail
@@ -14,16 +18,25 @@ case "${1:-}" in
   --full) tier=full; shift ;;
 esac
 case $tier in
-  fast) marks=(-m "not integration and not slow and not full") ;;
-  default) marks=(-m "not full") ;;
-  full) marks=() ;;
+  fast) parallel="not integration and not slow and not full"; alone="" ;;
+  default) parallel="not full and not exclusive"; alone="exclusive and not full" ;;
+  full) parallel="not full and not exclusive"; alone="exclusive or full" ;;
 esac
 if [ $tier != fast ]; then
   echo "[test] docs: mkdocs build --strict" >&2
   NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -q -d "$(mktemp -d)" || { echo "[test] the docs build failed" >&2; exit 1; }
 fi
-echo "[test] tier: $tier" >&2
-.venv/bin/python -m pytest --durations=20 "${marks[@]}" "$@"
+workers=${RTRL_TEST_WORKERS:-auto}
+ran=0
+echo "[test] tier: $tier; all but the exclusive tests, on $workers workers" >&2
+.venv/bin/python -m pytest --durations=20 -n "$workers" --dist loadfile -m "$parallel" "$@"
 rc=$?
-if [ $rc -eq 5 ]; then echo "[test] pytest collected no tests: failing" >&2; exit 1; fi
-exit $rc
+if [ $rc -eq 0 ]; then ran=1; elif [ $rc -ne 5 ]; then exit $rc; fi
+if [ -n "$alone" ]; then
+  echo "[test] tier: $tier; the exclusive tests and the long runs, one at a time" >&2
+  .venv/bin/python -m pytest --durations=20 -m "$alone" "$@"
+  rc=$?
+  if [ $rc -eq 0 ]; then ran=1; elif [ $rc -ne 5 ]; then exit $rc; fi
+fi
+if [ $ran -eq 0 ]; then echo "[test] pytest collected no tests: failing" >&2; exit 1; fi
+exit 0

@@ -110,8 +110,30 @@ def _unmarked_tests_start_no_process(request, monkeypatch):
     monkeypatch.setattr(socket.socket, "listen", _refuse(request.node.nodeid, "listens on a socket"))
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (infra/test.sh runs unit and light integration tests on every core), each worker and the
+    processes it starts pick free ports from a slice of their own, so two workers never race for one port."""
+    from infra.bench.ports import RANGE_ENV, port_range
+
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not worker.startswith("gw") or not count.isdigit() or os.environ.get(RANGE_ENV):
+        return
+    low, high = port_range()
+    width = (high - low) // int(count)
+    start = low + int(worker[2:]) * width
+    os.environ[RANGE_ENV] = f"{start}-{start + width}"
+
+
+def _long(item) -> bool:
+    return item.get_closest_marker("integration") is not None and item.get_closest_marker("slow") is not None
+
+
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests are skipped where torch sees no GPU (never an error on the CPU machines)."""
+    """Files holding long integration tests (`integration` and `slow`) first, in their own order: the parallel
+    phase of infra/test.sh then starts them at once instead of ending on one of them while the other workers idle.
+    `gpu` tests are skipped where torch sees no GPU (never an error on the CPU machines)."""
+    long_files = {item.path for item in items if _long(item)}
+    items.sort(key=lambda item: item.path not in long_files)     # stable: the order within each group stays
     gpu_items = [i for i in items if i.get_closest_marker("gpu")]
     if not gpu_items:
         return

@@ -13,7 +13,7 @@ import pytest
 
 from infra.argv import rtrl_argv
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = 8
@@ -33,24 +33,25 @@ def _v0(request, into: Path) -> None:
     shutil.copytree(registry.local_path(registry.version_of("champion")), into)
 
 
-# (faults, fault types it must cover, allowed lateness in wall seconds): the default tier's run draws three cheap
-# faults (no serving restart, no trainer kill) and, being short, allows less lateness so that its requests mature
-# before it ends; the full run covers every cheap type and one expensive one
-SIZES = [pytest.param(3, 3, 20, id="three-faults"),
-         pytest.param(FAULTS, 7, 60, id="eight-faults", marks=pytest.mark.full)]
+# Every cheap fault type and one expensive one (about 8 minutes on 2 cores): in --full only. The default tier proves
+# exactly-once under each kind of fault at a smaller size, one component at a time: the archiver SIGKILLed
+# mid-batch (test_archive_kafka), the broker restarted under the SDK and the collector (test_ingest_end_to_end,
+# test_sdk_kafka), the reward job killed mid-cycle and rerun (test_rewards_cycle), a cycle crashed after each step
+# and resumed (test_cycle_orchestrated), hostile and replayed messages (tests/unit/fuzz).
+LATENESS_WALL_S = 60
 
 
-@pytest.mark.parametrize("faults,types,lateness", SIZES)
-def test_chaos_run_with_injected_faults_loses_and_duplicates_no_reward(request, tmp_path, faults, types, lateness):
+@pytest.mark.full
+def test_chaos_run_with_injected_faults_loses_and_duplicates_no_reward(request, tmp_path):
     _v0(request, tmp_path / "policy-v0")
-    out = subprocess.run(rtrl_argv("chaos", "--faults", str(faults), "--seed", "3", "--json", "--users", "8",
-                                   "--warmup", "10", "--cycle-every", "3", "--lateness", str(lateness),
+    out = subprocess.run(rtrl_argv("chaos", "--faults", str(FAULTS), "--seed", "3", "--json", "--users", "8",
+                                   "--warmup", "10", "--cycle-every", "3", "--lateness", str(LATENESS_WALL_S),
                                    overrides=[f'state_dir="{tmp_path}"']),
                          capture_output=True, text=True, cwd=REPO, timeout=1100)
     assert out.stdout.strip(), out.stderr[-4000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["faults_injected"] >= faults, report["faults"]
-    assert len(report["faults_by_type"]) >= types, report["faults_by_type"]
+    assert report["faults_injected"] >= FAULTS, report["faults"]
+    assert len(report["faults_by_type"]) >= 7, report["faults_by_type"]
     assert report["requests_served"] > 0 and report["rewards_expected"] > 0, report
     assert report["rewards_lost"] == 0, report["audit"]
     assert report["rewards_duplicated"] == 0, report["audit"]

@@ -34,7 +34,7 @@ from schemas.reward_table import read_reward_table
 from tests.conftest import free_port, free_port_pair
 from tests.waiting import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive, pytest.mark.timeout(1800)]
 REPO = Path(__file__).parents[2]
 SPEED = 600.0
 GATE_PASSES = ["gate.margin=0.5", "gate.min_tasks=2", "gate.min_pairs=2", "gate.suite_tasks=10",
@@ -167,6 +167,7 @@ def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_on
         assert f" {command}" in runner_log, f"`rtrl {command}` was forked from the warm runner"
 
 
+@pytest.mark.full   # a whole second cycle; the default tier's gate rejection is tests/integration/test_gate_end_to_end
 def test_a_candidate_that_fails_the_gate_leaves_champion_and_serving_unchanged(loop, cycle_c2):
     registry = Registry.from_config(loop.cfg)
     champion, swaps, rec = cycle_c2
@@ -218,7 +219,7 @@ def test_the_replay_job_over_a_cycles_window_reproduces_its_reward_rows(loop, cy
             resources={"rtrl": resource}, instance=dg.DagsterInstance.ephemeral())
 
 
-def test_the_cadence_sensor_skips_with_reasons_then_starts_a_cycle(loop, cycle_c2):
+def test_the_cadence_sensor_skips_with_reasons_then_starts_a_cycle(loop, cycle_c1):
     import dagster as dg
 
     from infra.orchestrator import definitions
@@ -231,19 +232,19 @@ def test_the_cadence_sensor_skips_with_reasons_then_starts_a_cycle(loop, cycle_c
         return definitions.cadence_sensor(dg.build_sensor_context(instance=instance, resources={"rtrl": resource}))
 
     ledger = Ledger(loop.state)
-    last = ledger.load("c2")
-    # too early: the clock sits just after c2 started
+    last, nxt = ledger.all()[-1], ledger.next_id()     # c1 (c2 too in the full tier) and the one after it
+    # too early: the clock sits just after the last cycle started
     AcceleratedClock(last.started_at, time.time(), 0.0).save(clock_path(loop.state))
     assert isinstance(r := tick(), dg.SkipReason) and r.skip_message.startswith("too early")
     # previous still running: a running record whose runner (this process) is alive
     later = datetime.fromisoformat(last.started_at) + timedelta(hours=3)
     AcceleratedClock(later.isoformat(), time.time(), 0.0).save(clock_path(loop.state))
-    ledger.save(CycleRecord("c3", 3, later.isoformat(), time.time(), runner_pid=os.getpid()))
-    assert isinstance(r := tick(), dg.SkipReason) and "c3 is still running" in r.skip_message
-    (ledger.root / "c3.json").unlink()
-    # too few mature rows: no traffic since c2's range
+    ledger.save(CycleRecord(nxt, last.seq + 1, later.isoformat(), time.time(), runner_pid=os.getpid()))
+    assert isinstance(r := tick(), dg.SkipReason) and f"{nxt} is still running" in r.skip_message
+    (ledger.root / f"{nxt}.json").unlink()
+    # too few mature rows: no traffic since the last cycle's range
     assert isinstance(r := tick(), dg.SkipReason) and r.skip_message.startswith("too few mature rows: 0")
-    # new mature traffic: start c3
+    # new mature traffic: start the next cycle
     AcceleratedClock.load(clock_path(loop.state))
     loop.clock = AcceleratedClock(later.isoformat(), time.time(), SPEED)
     loop.clock.save(clock_path(loop.state))
@@ -251,12 +252,13 @@ def test_the_cadence_sensor_skips_with_reasons_then_starts_a_cycle(loop, cycle_c
     far = loop.clock.now() + timedelta(hours=2)
     AcceleratedClock(far.isoformat(), time.time(), 0.0).save(clock_path(loop.state))
     r = tick()
-    assert isinstance(r, dg.SensorResult) and [q.partition_key for q in r.run_requests] == ["c3"]
+    assert isinstance(r, dg.SensorResult) and [q.partition_key for q in r.run_requests] == [nxt]
     reasons = [json.loads(line) for line in (loop.state / "orchestrator" / "cadence.jsonl").read_text().splitlines()]
     assert [x["start"] for x in reasons[-4:]] == [False, False, False, True]
-    assert reasons[-1]["cycle_id"] == "c3" and reasons[-1]["mature_rows"] >= 5
+    assert reasons[-1]["cycle_id"] == nxt and reasons[-1]["mature_rows"] >= 5
 
 
+@pytest.mark.full   # a second cycle then a third: the demo runs this tail every cycle
 def test_the_measure_steps_alone_measure_the_next_range_and_leave_its_cycle_to_be_resumed(loop, cycle_c2):
     """`rtrl demo`'s A/B tail: the cycle job with MEASURE_SELECTION runs collect..measure of the next cycle; the
     cycle stays running, the cadence resumes it once its runner is gone, and the resumed run does not redo them."""

@@ -18,7 +18,7 @@ from tests.conftest import free_port
 from tests.integration.gateway import openai_client, running_gateway, teacher_forced_logprobs, trajectories, users_of
 from tests.waiting import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
 
 LOGPROB_TOLERANCE = 1e-3  # absolute, vLLM CPU fp32 vs transformers fp32 (measured differences are ~1e-5)
 

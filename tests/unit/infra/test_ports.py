@@ -38,3 +38,15 @@ def test_the_picked_free_ports_lie_below_the_kernels_ephemeral_range():
     from tests.conftest import free_port_pair
 
     assert all(20000 <= p < ephemeral_low() for p in (free_port(), free_port_pair() + 1))
+
+
+def test_rtrl_port_range_narrows_the_picked_ports_to_its_slice_and_a_bad_one_is_refused(monkeypatch):
+    from infra.bench.ports import RANGE_ENV, free_ports, port_range
+
+    monkeypatch.setenv(RANGE_ENV, "21000-21010")
+    assert port_range() == (21000, 21010)
+    assert all(21000 <= p and p + 1 < 21010 for p in (free_ports(2) for _ in range(3)))
+    for bad in ("21000", "21010-21000", "100-200", "a-b"):
+        monkeypatch.setenv(RANGE_ENV, bad)
+        with pytest.raises(ValueError, match=RANGE_ENV):
+            port_range()
