@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # rtrl's tests, in three tiers (docs/testing.md):
-#   ./infra/test.sh --fast   unit tests only: no processes, no services (about 1.5 minutes on 2 cores)
+#   ./infra/test.sh --fast   unit tests only: no processes, no services (about 2 minutes on 2 cores)
 #   ./infra/test.sh          the default tier, the README's and CI's: the docs build, then everything but the long
-#                            end-to-end runs (`full`) (about 20 minutes on 2 cores)
+#                            end-to-end runs (`full`) (about 17 minutes on 2 cores)
 #   ./infra/test.sh --full   everything, the long end-to-end runs included
 # Two phases: first every test but the `exclusive` ones on every core (pytest-xdist, one test file per worker at a
 # time, each worker with ports of its own; RTRL_TEST_WORKERS=N sets the count, 0 runs them in this process), then
@@ -29,7 +29,7 @@ fi
 workers=${RTRL_TEST_WORKERS:-auto}
 ran=0
 echo "[test] tier: $tier; all but the exclusive tests, on $workers workers" >&2
-.venv/bin/python -m pytest --durations=20 -n "$workers" --dist loadfile -m "$parallel" "$@"
+.venv/bin/python -m pytest --durations=20 -n "$workers" --dist loadfile --no-loadscope-reorder -m "$parallel" "$@"
 rc=$?
 if [ $rc -eq 0 ]; then ran=1; elif [ $rc -ne 5 ]; then exit $rc; fi
 if [ -n "$alone" ]; then
