@@ -111,8 +111,9 @@ def _unmarked_tests_start_no_process(request, monkeypatch):
 
 
 def pytest_configure(config):
-    """Under pytest-xdist (infra/test.sh runs unit and light integration tests on every core), each worker and the
-    processes it starts pick free ports from a slice of their own, so two workers never race for one port."""
+    """Under pytest-xdist (infra/test.sh runs every test but the `exclusive` ones on every core), each worker and
+    the processes it starts pick free ports from a slice of their own, so two workers never race for one port
+    (unless RTRL_PORT_RANGE is set already: then every worker uses that range)."""
     from infra.bench.ports import RANGE_ENV, port_range
 
     worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
