@@ -45,6 +45,12 @@ class GateConfig(BaseModel):
                               description="One-sided confidence of the non-inferiority test and of every guardrail; "
                                           "the reported two-sided interval has level 2·confidence − 1 (its ends are "
                                           "the two one-sided bounds).")
+    anchor_margin: float = Field(default=0.05, ge=0, le=0.5,
+                                 description="Non-inferiority margin on resolved rate against the lineage's fixed "
+                                             "anchor (e.g. v0), when the gate has an anchor arm: the candidate must "
+                                             "also be shown above anchor − anchor_margin. Spent once over the "
+                                             "lineage, not per cycle: losses that each pass against the parent "
+                                             "cannot add up past it.")
     guardrails: GuardrailMargins = Field(default_factory=GuardrailMargins)
     # fail-closed conditions
     max_infra_failure_rate: float = Field(

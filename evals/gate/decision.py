@@ -8,7 +8,10 @@ Promote only when all of these hold (fail closed, docs/gate.md):
   - the one-sided non-inferiority test on resolved rate passes: the lower bound of candidate − champion at
     `confidence` is above −margin. Otherwise the reason is "inferior" when the candidate is significantly worse
     (the upper bound is below 0) and "inconclusive" when neither was shown;
-  - no guardrail trips (reason "guardrail:<name>", guardrails.py).
+  - no guardrail trips (reason "guardrail:<name>", guardrails.py);
+  - with an anchor arm (the lineage's fixed reference, e.g. v0): the same non-inferiority test of the candidate
+    against the anchor at `anchor_margin` passes. Otherwise "anchor:inferior" or "anchor:inconclusive": a
+    lineage whose small per-cycle losses add up past the anchor margin is stopped.
 """
 
 from __future__ import annotations
@@ -117,6 +120,8 @@ class GateResult:
     candidate_versions: list[str]                   # policy_version values seen in each arm's episodes
     champion_versions: list[str]
     config: dict[str, Any]
+    anchor: PrimaryResult | None = None             # candidate − anchor at anchor_margin, with an anchor arm
+    anchor_versions: list[str] = field(default_factory=list)
 
     @property
     def promote(self) -> bool:
@@ -144,7 +149,8 @@ class GateResult:
                    categories=[CategoryResult(**c) for c in d["categories"]],
                    regressions=[Regression(**r) for r in d["regressions"]], design=opt(Design, d["design"]),
                    candidate_versions=list(d["candidate_versions"]), champion_versions=list(d["champion_versions"]),
-                   config=dict(d["config"]))
+                   config=dict(d["config"]), anchor=opt(PrimaryResult, d.get("anchor")),
+                   anchor_versions=list(d.get("anchor_versions", [])))
 
 
 def _finite(x: Any) -> Any:
@@ -210,11 +216,14 @@ def _design(pairs: Pairs, cfg: GateConfig) -> Design:
 
 
 def decide(episodes: Iterable[Episode], cfg: GateConfig | None = None, candidate: str = "candidate",
-           champion: str = "champion") -> GateResult:
+           champion: str = "champion", anchor: str | None = None) -> GateResult:
     """Compare arm `candidate` with arm `champion` over `episodes` (one per task, sample and arm; see
-    evals/records.py) and decide. Deterministic for the same episodes and config (the bootstrap is seeded)."""
+    evals/records.py) and decide; with `anchor`, the candidate must also be non-inferior to that arm at
+    `cfg.anchor_margin`. Deterministic for the same episodes and config (the bootstrap is seeded)."""
     cfg = cfg or GateConfig()
     episodes = list(episodes)
+    anchor_eps = [e for e in episodes if anchor is not None and e.arm == anchor]
+    episodes = [e for e in episodes if anchor is None or e.arm != anchor]
     pairs = pair_episodes(episodes, candidate, champion)
     reasons: list[str] = []
     if pairs.dropped_rate > cfg.max_infra_failure_rate:
@@ -233,10 +242,27 @@ def decide(episodes: Iterable[Episode], cfg: GateConfig | None = None, candidate
         categories = _categories(pairs, cfg)
         design = _design(pairs, cfg)
 
-    def versions(arm: str) -> list[str]:
-        return sorted({e.policy_version for e in episodes if e.arm == arm and e.policy_version})
+    anchored = None
+    if anchor is not None:
+        anchored = _against_anchor(episodes, anchor_eps, candidate, anchor, cfg)
+        if anchored is None or anchored.verdict != "non_inferior":
+            reasons.append(f"anchor:{'inconclusive' if anchored is None else anchored.verdict}")
+
+    def versions(arm: str, eps: list[Episode]) -> list[str]:
+        return sorted({e.policy_version for e in eps if e.arm == arm and e.policy_version})
 
     counts = Counts(pairs.total, pairs.n, pairs.n_tasks, pairs.dropped_infra, pairs.unpaired, pairs.dropped_rate,
                     pairs.episodes, pairs.infra_episodes)
     return GateResult(PROMOTE if not reasons else KEEP, reasons, counts, primary, guardrails, categories,
-                      _regressions(pairs), design, versions(candidate), versions(champion), cfg.model_dump())
+                      _regressions(pairs), design, versions(candidate, episodes), versions(champion, episodes),
+                      cfg.model_dump(), anchored, versions(anchor, anchor_eps) if anchor else [])
+
+
+def _against_anchor(episodes: list[Episode], anchor_eps: list[Episode], candidate: str, anchor: str,
+                    cfg: GateConfig) -> PrimaryResult | None:
+    """The primary test of the candidate against the anchor arm, at `anchor_margin`; None when fewer than two
+    tasks have a valid pair (nothing can be shown: fail closed)."""
+    pairs = pair_episodes([e for e in episodes if e.arm == candidate] + anchor_eps, candidate, anchor)
+    if pairs.n_tasks < 2:
+        return None
+    return _primary(pairs, cfg.model_copy(update={"margin": cfg.anchor_margin}))

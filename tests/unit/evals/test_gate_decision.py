@@ -212,3 +212,50 @@ def test_decision_is_reproducible():
     eps = suite(np.random.default_rng(4), 40, completion_tokens=(lambda rng: int(rng.integers(50, 150)),
                                                                 lambda rng: int(rng.integers(50, 150))))
     assert decide(eps, CFG).to_dict() == decide(list(reversed(eps)), CFG).to_dict()
+
+
+def _lineage_episodes(resolved: dict[str, set[int]], n_tasks: int) -> list[Episode]:
+    """One episode per task and arm; arm `a` resolves the tasks in resolved[a]."""
+    return [Episode(f"t{t:03d}", 0, arm, category="c", resolved=t in done, edited=True, completion_tokens=100,
+                    policy_version=arm)
+            for arm, done in resolved.items() for t in range(n_tasks)]
+
+
+def test_a_chain_of_candidates_each_a_little_worse_is_refused_once_the_anchor_margin_is_spent():
+    """Biocreep: each candidate loses 1.5 points to its parent, well inside the parent margin, so the parent test
+    alone promotes all eight (12 points lost in all). With the anchor (v0) the margin is spent once: the lineage
+    stops before it is shown to be more than anchor_margin below v0."""
+    n, step = 400, 6                                   # 6 of 400 tasks lost per generation: 1.5 points
+    v0 = set(range(0, n, 2))                           # v0 resolves half the tasks
+    gens = [v0]
+    for _ in range(8):
+        gens.append(gens[-1] - set(sorted(gens[-1])[:step]))
+    cfg = GateConfig(margin=0.05, anchor_margin=0.05, min_pairs=40, min_tasks=10, bootstrap_resamples=100)
+
+    without, with_anchor = [], []
+    for j in range(1, len(gens)):
+        arms = {"candidate": gens[j], "champion": gens[j - 1], "anchor": gens[0]}
+        eps = _lineage_episodes(arms, n)
+        parent_only = decide([e for e in eps if e.arm != "anchor"], cfg)
+        assert parent_only.primary.verdict == "non_inferior" and parent_only.primary.difference == -step / n
+        without.append(parent_only.promote)
+        anchored = decide(eps, cfg, anchor="anchor")
+        assert anchored.anchor is not None and anchored.anchor.margin == cfg.anchor_margin
+        assert anchored.anchor.difference == pytest.approx(-j * step / n)
+        assert anchored.anchor_versions == ["anchor"] and anchored.champion_versions == ["champion"]
+        with_anchor.append(anchored.promote)
+        if not anchored.promote:
+            assert anchored.reasons == [f"anchor:{anchored.anchor.verdict}"]
+
+    assert all(without), "the parent test alone lets the whole chain through"
+    # 1.5 and 3 points below v0 are shown to be within 5; at 4.5 the interval reaches past the margin: refused,
+    # and every later (worse) candidate too. What was promoted stayed within the anchor margin of v0.
+    assert with_anchor == [True, True] + [False] * 6, with_anchor
+    assert len(gens[0] - gens[2]) / n <= cfg.anchor_margin
+
+
+def test_an_anchor_arm_without_pairs_keeps_the_champion():
+    eps = _lineage_episodes({"candidate": set(range(0, 100, 2)), "champion": set(range(0, 100, 2))}, 100)
+    result = decide(eps, GateConfig(bootstrap_resamples=100), anchor="anchor")
+    assert result.anchor is None and result.reasons == ["anchor:inconclusive"] and not result.promote
+    assert GateResult.from_dict(json.loads(result.to_json())).reasons == ["anchor:inconclusive"]
