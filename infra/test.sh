@@ -26,17 +26,18 @@ if [ $tier != fast ]; then
   echo "[test] docs: mkdocs build --strict" >&2
   NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -q -d "$(mktemp -d)" || { echo "[test] the docs build failed" >&2; exit 1; }
 fi
-workers=${RTRL_TEST_WORKERS:-auto}
 ran=0
+phase() {  # one pytest run: a failure ends the script; exit 5 (nothing collected) is left to the end
+  .venv/bin/python -m pytest --durations=20 "$@"
+  local rc=$?
+  if [ $rc -eq 0 ]; then ran=1; elif [ $rc -ne 5 ]; then exit $rc; fi
+}
+workers=${RTRL_TEST_WORKERS:-auto}
 echo "[test] tier: $tier; all but the exclusive tests, on $workers workers" >&2
-.venv/bin/python -m pytest --durations=20 -n "$workers" --dist loadfile --no-loadscope-reorder -m "$parallel" "$@"
-rc=$?
-if [ $rc -eq 0 ]; then ran=1; elif [ $rc -ne 5 ]; then exit $rc; fi
+phase -n "$workers" --dist loadfile --no-loadscope-reorder -m "$parallel" "$@"
 if [ -n "$alone" ]; then
   echo "[test] tier: $tier; the exclusive tests and the long runs, one at a time" >&2
-  .venv/bin/python -m pytest --durations=20 -m "$alone" "$@"
-  rc=$?
-  if [ $rc -eq 0 ]; then ran=1; elif [ $rc -ne 5 ]; then exit $rc; fi
+  phase -m "$alone" "$@"
 fi
 if [ $ran -eq 0 ]; then echo "[test] pytest collected no tests: failing" >&2; exit 1; fi
 exit 0

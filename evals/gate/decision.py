@@ -222,8 +222,8 @@ def decide(episodes: Iterable[Episode], cfg: GateConfig | None = None, candidate
     `cfg.anchor_margin`. Deterministic for the same episodes and config (the bootstrap is seeded)."""
     cfg = cfg or GateConfig()
     episodes = list(episodes)
-    anchor_eps = [e for e in episodes if anchor is not None and e.arm == anchor]
-    episodes = [e for e in episodes if anchor is None or e.arm != anchor]
+    anchor_eps = [e for e in episodes if e.arm == anchor]     # none without an anchor (arms are never None)
+    episodes = [e for e in episodes if e.arm != anchor]
     pairs = pair_episodes(episodes, candidate, champion)
     reasons: list[str] = []
     if pairs.dropped_rate > cfg.max_infra_failure_rate:

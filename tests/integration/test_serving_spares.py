@@ -18,7 +18,8 @@ from tests.conftest import free_port
 from tests.integration.gateway import openai_client, running_gateway, teacher_forced_logprobs, trajectories, users_of
 from tests.waiting import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.full, pytest.mark.exclusive]   # a CPU-only opt-in (serving.spare_engines)
+# a CPU-only opt-in (serving.spare_engines)
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.full, pytest.mark.exclusive]
 
 LOGPROB_TOLERANCE = 1e-3  # as tests/integration/test_serving.py
 # as `rtrl demo`: the arms' engines on core 0, the spare on core 1 (a promoted spare moves to core 0)
