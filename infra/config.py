@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evals.gate.config import GateConfig
 from infra.dashboard.config import DashboardConfig
+from infra.learning.config import LearningConfig
 from infra.orchestrator.config import DemoConfig, OrchestratorConfig
 from infra.stack.config import KafkaConfig, MlflowConfig
 from instrumentation.collector.config import CollectorConfig
@@ -67,6 +68,7 @@ class RtrlConfig(BaseModel):
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
     orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig)
     demo: DemoConfig = Field(default_factory=DemoConfig)
+    learning: LearningConfig = Field(default_factory=LearningConfig)
 
     @property
     def state_path(self) -> Path:

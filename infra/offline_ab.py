@@ -42,7 +42,7 @@ def serve_population(folder: str, sim, spec, hours: float, seed: int, label: str
     return rows.join(notes, on="request_id", how="left")
 
 
-def _units(rows: pl.DataFrame) -> pl.DataFrame:
+def unit_sums(rows: pl.DataFrame) -> pl.DataFrame:
     """One checkpoint's per-user sums of every metric (pipelines.metrics.rates.unit_stats)."""
     return unit_stats(rows.lazy().select(INPUT_COLUMNS)).collect()
 
@@ -50,7 +50,7 @@ def _units(rows: pl.DataFrame) -> pl.DataFrame:
 def _rates(rows: pl.DataFrame) -> dict:
     if rows.is_empty():
         return {"rows": 0}
-    r = rates(_units(rows), ["arm"]).row(0, named=True)
+    r = rates(unit_sums(rows), ["arm"]).row(0, named=True)
     return {"rows": int(r["n"]), "users": int(r["users"]),
             **{m: (round(r[m], 4) if r[m] is not None else None) for m in METRICS}}
 
@@ -66,12 +66,12 @@ def summarize(rows: pl.DataFrame) -> dict:
 def paired_difference(base: pl.DataFrame, other: pl.DataFrame, metric: str, alpha: float = 0.05) -> dict:
     """`other` - `base` (reward rows of two checkpoints) on the ratio metric `metric`, with a (1 - alpha)
     delta-method interval that pairs each user's rows under the two checkpoints (see `_paired`)."""
-    return _paired(_units(base), _units(other), metric, alpha)
+    return paired_units_difference(unit_sums(base), unit_sums(other), metric, alpha)
 
 
-def _paired(base: pl.DataFrame, other: pl.DataFrame, metric: str, alpha: float) -> dict:
-    """The paired difference from two checkpoints' unit stats. The same seeded users serve both, so their own ease
-    or difficulty cancels: with r = sum(y) / sum(n) per checkpoint, user u contributes
+def paired_units_difference(base: pl.DataFrame, other: pl.DataFrame, metric: str, alpha: float) -> dict:
+    """`other` - `base` on `metric` from two checkpoints' unit stats (`unit_sums`), with a (1 - alpha) interval.
+    The same seeded users serve both, so their own ease or difficulty cancels: with r = sum(y) / sum(n) per checkpoint, user u contributes
     d_u = (y_o - r_o n_o) / nbar_o - (y_b - r_b n_b) / nbar_b, and Var(r_o - r_b) = s^2(d) / U over the U users
     seen by either (a user missing from one side has sums 0 there)."""
     import numpy as np
@@ -83,18 +83,19 @@ def _paired(base: pl.DataFrame, other: pl.DataFrame, metric: str, alpha: float) 
     yb, nb, yo, no = (both[c].to_numpy().astype(float) for c in ("y", "n", "y_o", "n_o"))
     users = len(both)
     if users < 2 or nb.sum() <= 0 or no.sum() <= 0:
-        return {"diff": None, "ci_low": None, "ci_high": None, "paired_users": users}
+        return {"diff": None, "ci_low": None, "ci_high": None, "se": None, "paired_users": users}
     rb, ro = yb.sum() / nb.sum(), yo.sum() / no.sum()
     d = (yo - ro * no) / no.mean() - (yb - rb * nb) / nb.mean()
-    half = z_value(alpha) * float(np.sqrt(d.var(ddof=1) / users))
+    se = float(np.sqrt(d.var(ddof=1) / users))
+    half = z_value(alpha) * se
     est = float(ro - rb)
-    return {"diff": est, "ci_low": est - half, "ci_high": est + half, "paired_users": users}
+    return {"diff": est, "ci_low": est - half, "ci_high": est + half, "se": se, "paired_users": users}
 
 
 def differences(base: pl.DataFrame, other: pl.DataFrame, alpha: float = 0.05) -> dict:
     """`other` - `base` on the compared metrics over all rows, each with its paired (1 - alpha) interval."""
-    ub, uo = _units(base), _units(other)
-    return {m: _paired(ub, uo, m, alpha) for m in COMPARED}
+    ub, uo = unit_sums(base), unit_sums(other)
+    return {m: paired_units_difference(ub, uo, m, alpha) for m in COMPARED}
 
 
 def _served(folder: str, sim, spec, hours: float, seed: int, label: str, threads: int | None) -> tuple:

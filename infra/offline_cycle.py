@@ -13,8 +13,12 @@ real loop (vLLM serving, Kafka, the Beam job) is `rtrl demo`.
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
 import uuid
+from collections import Counter
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -28,12 +32,33 @@ from schemas.tool_protocol import parse_response
 NAMESPACE = uuid.UUID("3f0c2a6e-0d4b-4e57-9a43-6f1b8e2d7c15")
 
 
+COMPACT_AT = 0.75    # a batch drops its finished rows once at most this share of them still runs
+
+
+class _Job:
+    """One request waiting for its batch."""
+
+    def __init__(self, prompt_ids: list[int], seed: int):
+        self.prompt_ids, self.seed = prompt_ids, seed
+        self.completion: list[int] = []
+        self.logps: list[float] = []
+        self.done = False
+        self.error: BaseException | None = None
+
+
 class LocalPolicy:
-    """The simulator's Policy protocol over a Hugging Face checkpoint, sampled on this process (a Llama checkpoint
-    with `trainer.decode.LlamaDecoder`, any other with transformers' forward)."""
+    """The simulator's Policy protocol over a Hugging Face checkpoint, sampled in this process (a Llama checkpoint
+    with `trainer.decode.LlamaDecoder`, any other with transformers' forward, one sequence at a time).
+
+    Callers inside `participant()` blocks are answered in lockstep batches: a batch is decoded when every
+    participant waits for an answer, so which requests share a batch depends only on the callers, not on timing.
+    A request's sample is drawn with its own seed (`request.seed`, else one derived from the policy's seed, the user
+    and the user's request count), by inverse-CDF sampling at temperature 1 from the whole distribution: the same
+    answers whatever batch a request lands in, up to floating-point rounding."""
 
     def __init__(self, folder: str | Path, version: str, arm: str = "treatment", seed: int = 0,
-                 max_new_tokens: int = 192, annotate: bool = False):
+                 max_new_tokens: int = 192, annotate: bool = False, max_batch: int = 64,
+                 max_batch_tokens: int = 24_576):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -41,86 +66,201 @@ class LocalPolicy:
 
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-        self.version, self.arm, self.max_new_tokens = version, arm, max_new_tokens
-        self.generator = torch.Generator().manual_seed(seed)
+        self.version, self.arm, self.max_new_tokens, self.seed = version, arm, max_new_tokens, seed
+        self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
         self.decoder = LlamaDecoder(self.model) if LlamaDecoder.supports(self.model) else None
         self.trajectories: list[Trajectory] = []
         # with `annotate`: request_id -> what the simulator knows and the reward table does not (offline_ab.py)
         self.annotate, self.annotations = annotate, {}
-        self._n = 0
+        self._requests: Counter[str] = Counter()   # per user: request ids and seeds do not depend on interleaving
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[_Job] = []
+        self._members = 0
+        self._busy = False
+        self._local = threading.local()
+        self.batches = 0
 
-    def _logits(self, prompt_ids: list[int]):
-        """The next-token logits after the prompt, then after each token sent to the generator."""
+    # -- batching ----------------------------------------------------------------------------------------------
+    @contextmanager
+    def participant(self):
+        """The calling thread takes part in lockstep batching until the block ends."""
+        with self._cond:
+            self._members += 1
+        self._local.member = True
+        try:
+            yield self
+        finally:
+            self._local.member = False
+            with self._cond:
+                self._members -= 1
+                self._cond.notify_all()
+
+    def _answer(self, job: _Job) -> None:
+        """Queue `job` and return once it is decoded, decoding the batch on this thread when it completes it."""
+        joined = getattr(self._local, "member", False)
+        with self._cond:
+            if not joined:
+                self._members += 1
+            self._queue.append(job)
+            try:
+                while not job.done:
+                    if self._busy or len(self._queue) < self._members:
+                        self._cond.wait()
+                        continue
+                    batch, self._queue, self._busy = self._queue, [], True
+                    self._cond.release()
+                    error = None
+                    try:
+                        self._decode(batch)
+                    except BaseException as e:  # noqa: BLE001 -- every caller of the batch gets the error
+                        error = e
+                    finally:
+                        self._cond.acquire()
+                    for j in batch:
+                        j.done, j.error = True, error
+                    self._busy = False
+                    self.batches += 1
+                    self._cond.notify_all()
+            finally:
+                if not joined:
+                    self._members -= 1
+                    self._cond.notify_all()
+        if job.error is not None:
+            raise job.error
+
+    def _decode(self, jobs: list[_Job]) -> None:
+        """Decode the jobs in batches of similar prompt lengths (at most max_batch rows and max_batch_tokens
+        padded prompt tokens each)."""
+        order = sorted(jobs, key=lambda j: len(j.prompt_ids))
+        chunk: list[_Job] = []
+        for job in order:
+            if chunk and (len(chunk) == self.max_batch
+                          or len(job.prompt_ids) * (len(chunk) + 1) > self.max_batch_tokens):
+                self._sample_rows(chunk)
+                chunk = []
+            chunk.append(job)
+        if chunk:
+            self._sample_rows(chunk)
+
+    # -- sampling ----------------------------------------------------------------------------------------------
+    def _uniforms(self, jobs: list[_Job]):
         import torch
 
-        if self.decoder is not None:   # the same arithmetic as the model's forward, a fraction of its overhead
-            tok = yield self.decoder.prefill([prompt_ids])[0]
-            while True:
-                tok = yield self.decoder.step(torch.tensor([tok]))[0]
-        ids, past = torch.tensor([prompt_ids]), None
+        return torch.stack([torch.rand(self.max_new_tokens, dtype=torch.float64,
+                                       generator=torch.Generator().manual_seed(j.seed)) for j in jobs])
+
+    def _sample_rows(self, jobs: list[_Job]) -> None:
+        """Each job's completion (up to and including eos) and the log-prob of each sampled token."""
+        import torch
+
+        if self.decoder is None:
+            for job in jobs:
+                self._sample_one(job)
+            return
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        pad = pad if pad is not None else (eos or 0)
+        u = self._uniforms(jobs)
+        rows = torch.arange(len(jobs))          # the decoder's rows: which job each one is
+        alive = torch.ones(len(jobs), dtype=torch.bool)
         with torch.no_grad():
-            while True:
+            logits = self.decoder.prefill([j.prompt_ids for j in jobs], pad)
+            for t in range(self.max_new_tokens):
+                tok, logp = _inverse_cdf(logits, u[rows, t])
+                for i in alive.nonzero().flatten().tolist():
+                    jobs[rows[i]].completion.append(int(tok[i]))
+                    jobs[rows[i]].logps.append(float(logp[i]))
+                alive &= tok != eos
+                if not alive.any() or t + 1 == self.max_new_tokens:
+                    break
+                if int(alive.sum()) <= COMPACT_AT * len(rows):   # drop the finished rows from the batch
+                    keep = alive.nonzero().flatten()
+                    self.decoder.keep(keep)
+                    rows, tok, alive = rows[keep], tok[keep], alive[keep]
+                logits = self.decoder.step(torch.where(alive, tok, torch.full_like(tok, pad)))
+
+    def _sample_one(self, job: _Job) -> None:
+        """One job with transformers' forward and its cache (models LlamaDecoder does not decode)."""
+        import torch
+
+        u = self._uniforms([job])
+        ids, past = torch.tensor([job.prompt_ids]), None
+        with torch.no_grad():
+            for t in range(self.max_new_tokens):
                 res = self.model(input_ids=ids, past_key_values=past, use_cache=True)
                 past = res.past_key_values
-                tok = yield res.logits[0, -1]
-                ids = torch.tensor([[tok]])
-
-    def _sample(self, prompt_ids: list[int]) -> tuple[list[int], list[float]]:
-        import torch
-
-        logps: list[float] = []
-        out: list[int] = []
-        stream = self._logits(prompt_ids)
-        logits = next(stream)
-        with torch.no_grad():
-            for _ in range(self.max_new_tokens):
-                logp = torch.log_softmax(logits.float(), -1)
-                tok = int(torch.multinomial(logp.exp(), 1, generator=self.generator))
-                out.append(tok)
-                logps.append(float(logp[tok]))
-                if tok == self.tokenizer.eos_token_id or len(out) == self.max_new_tokens:
+                tok, logp = _inverse_cdf(res.logits[:, -1], u[:, t])
+                job.completion.append(int(tok[0]))
+                job.logps.append(float(logp[0]))
+                if int(tok[0]) == self.tokenizer.eos_token_id:
                     break
-                logits = stream.send(tok)
-        return out, logps
+                ids = tok.view(1, 1)
+
+    def _sample(self, prompt_ids: list[int], seed: int = 0) -> tuple[list[int], list[float]]:
+        """One prompt's completion and log-probs, drawn with `seed` (a batch of one)."""
+        job = _Job(list(prompt_ids), seed)
+        self._answer(job)
+        return job.completion, job.logps
 
     def respond(self, request: PolicyRequest) -> PolicyReply:
         t0 = time.perf_counter()
         prompt = self.tokenizer.apply_chat_template(to_text_messages(request.messages), add_generation_prompt=True,
                                                     tokenize=False)
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        completion, logps = self._sample(prompt_ids)
+        with self._cond:
+            self._requests[request.user] += 1
+            n = self._requests[request.user]
+        request_id = str(uuid.uuid5(NAMESPACE, f"{self.version}:{request.user}:{n}"))
+        seed = request.seed if request.seed is not None else _seed_of(f"{self.seed}:{request_id}")
+        completion, logps = self._sample(prompt_ids, seed)
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
         parsed = parse_response(text)
-        self._n += 1
-        request_id = str(uuid.uuid5(NAMESPACE, f"{self.version}:{request.user}:{self._n}"))
         m = request.metadata
         private = bool(m.get("privacy_mode"))
-        self.trajectories.append(Trajectory(
+        trajectory = Trajectory(
             event_id=str(uuid.uuid5(NAMESPACE, "trajectory:" + request_id)), event_time=m["event_time"],
             user_id=request.user, org_id=m["org_id"], workspace_id=m["workspace_id"], session_id=m["session_id"],
             privacy_mode=private, client_version="offline-cycle", request_id=request_id,
             policy_version=self.version, arm=self.arm, prompt_token_ids=[] if private else list(prompt_ids),
             completion_token_ids=[] if private else completion, behaviour_logprobs=[] if private else logps,
             tool_calls=parsed.records, latency_ms=(time.perf_counter() - t0) * 1000, prompt_tokens=len(prompt_ids),
-            completion_tokens=len(completion), response_kind=parsed.kind))
-        if self.annotate:
-            task = request.task
-            self.annotations[request_id] = {
-                "turn": 1 + sum(msg["role"] == "assistant" for msg in request.messages),
-                "task_kind": getattr(task, "kind", None), "ambiguous": getattr(task, "ambiguous", None)}
+            completion_tokens=len(completion), response_kind=parsed.kind)
+        with self._cond:
+            self.trajectories.append(trajectory)
+            if self.annotate:
+                task = request.task
+                self.annotations[request_id] = {
+                    "turn": 1 + sum(msg["role"] == "assistant" for msg in request.messages),
+                    "task_kind": getattr(task, "kind", None), "ambiguous": getattr(task, "ambiguous", None)}
         return PolicyReply(request_id, parsed, text, self.version, self.arm, len(completion), len(prompt_ids))
 
 
+def _seed_of(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:7], "big")
+
+
+def _inverse_cdf(logits, u):
+    """Per row, the token whose cumulative probability first exceeds u (temperature 1, nothing truncated), and its
+    log-prob."""
+    import torch
+
+    logp = torch.log_softmax(logits.float(), -1)
+    cdf = logp.exp().cumsum(-1)
+    target = (u.view(-1, 1) * cdf[:, -1:].double()).to(cdf.dtype)
+    tok = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=cdf.shape[-1] - 1)
+    return tok, logp.gather(1, tok.view(-1, 1)).squeeze(1)
+
+
 def simulate_traffic(policy: LocalPolicy, cfg, hours: float) -> list[Event]:
-    """Run the simulated population against `policy` for `hours` of simulated time (deterministic clock); the
-    users' events and the policy's trajectories, in event-time order."""
+    """Run the simulated population against `policy` for `hours` of simulated time (deterministic clock, a thread
+    per user, answered in lockstep batches); the users' events and the policy's trajectories, in event-time
+    order."""
     from instrumentation.simulator.clock import StepClock
     from instrumentation.simulator.population import Population
     from instrumentation.simulator.user import ListSink
 
     clock = StepClock(latency_s=cfg.deterministic_latency_s)
     sink = ListSink()
-    Population(cfg, policy, sink, clock).run(clock.start + timedelta(hours=hours))
+    Population(cfg, policy, sink, clock, concurrent=True).run(clock.start + timedelta(hours=hours))
     return sorted([*sink.events, *policy.trajectories], key=lambda e: (e.event_time, e.event_id))
 
 

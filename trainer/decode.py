@@ -86,6 +86,16 @@ class LlamaDecoder:
         ids = torch.tensor([[pad_id] * (width - len(r)) + list(r) for r in rows], dtype=torch.long)
         return self._forward(ids)
 
+    def keep(self, rows: torch.Tensor) -> None:
+        """Go on with these rows only (indices into the current batch, in the order given): the others' caches are
+        dropped, so finished sequences cost nothing in later steps."""
+        length = self.length
+        shape = list(self.k_cache.shape)
+        shape[1] = len(rows)
+        k, v = torch.empty(shape), torch.empty(shape)   # positions past `length` are written before they are read
+        k[..., :length, :], v[..., :length, :] = self.k_cache[:, rows, :, :length], self.v_cache[:, rows, :, :length]
+        self.k_cache, self.v_cache, self.pad = k, v, self.pad[rows]
+
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Append one token to each row; [rows, vocab]: the logits after it."""
         return self._forward(tokens.view(-1, 1))

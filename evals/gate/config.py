@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evals.gate.users import UsersGateConfig
+
 GUARDRAILS = ("broken_tool_calls", "edit_rate", "needless_questions", "median_completion_tokens")
 
 
@@ -52,6 +54,8 @@ class GateConfig(BaseModel):
                                              "lineage, not per cycle: losses that each pass against the parent "
                                              "cannot add up past it.")
     guardrails: GuardrailMargins = Field(default_factory=GuardrailMargins)
+    users: UsersGateConfig = Field(default_factory=UsersGateConfig, description="The gate on held-out simulated "
+                                   "users (evals/gate/users.py), which `rtrl bench learning`'s loop decides with.")
     # fail-closed conditions
     max_infra_failure_rate: float = Field(
         default=0.10, ge=0, le=1,

@@ -61,6 +61,16 @@ def add_parser(subparsers) -> None:
     bab = add("ab", "one cycle's A/B metrics over 10 million reward rows (Parquet in, the stored result out)")
     bab.add_argument("--rows", type=int, default=10_000_000, help="reward rows (default 10,000,000)")
     bab.add_argument("--users", type=int, default=100_000, help="distinct users (default 100,000)")
+    bl = add("learning", "the learning curve: the loop for N cycles in this process, over K seeds; every promoted "
+             "champion against v0 on fixed simulated users (persistence, dissatisfied follow-ups, broken calls, "
+             "edit and clarification rates with 95% intervals), the slope of persistence per cycle, the last "
+             "champion against the first")
+    bl.add_argument("--cycles", type=int, default=6, help="cycles per seed (default 6)")
+    bl.add_argument("--seeds", type=int, default=3, help="seeds 0..K-1 (default 3)")
+    bl.add_argument("--first-seed", type=int, default=0, help="start at this seed (default 0)")
+    bl.add_argument("--out", metavar="DIR", help="keep every lineage's registry, checkpoints and cycles.jsonl here, "
+                    "and the result as learning.json (default: a temporary folder, removed)")
+    bl.add_argument("--plot", metavar="FILE", help="draw the curve (PNG or SVG, by the name)")
     bar = add("archive", "archiver throughput: Kafka to durable, manifested Parquet (events/s), from an empty "
               "archive; a private broker unless --bootstrap")
     bar.add_argument("--events", type=int, default=100_000, help="events to produce first, every event type "
@@ -140,6 +150,17 @@ def main(args, cfg) -> int:
 
         result = {"benchmark": "ab", "cpus": os.cpu_count(), **run_ab(args.rows, args.users, log=log)}
         print(json.dumps(result))
+        return 0
+    if args.bench_command == "learning":
+        from infra.bench.learning import run as run_learning
+
+        if args.cycles < 1 or args.seeds < 1:
+            print("rtrl bench learning: --cycles and --seeds must be at least 1", file=sys.stderr)
+            return 2
+        seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+        result = {"benchmark": "learning", "cpus": os.cpu_count(),
+                  **run_learning(cfg, args.cycles, seeds, args.out, args.plot, log=log)}
+        print(json.dumps(result, default=str))
         return 0
     if args.bench_command == "archive":
         from infra.bench.archive import run as run_archive

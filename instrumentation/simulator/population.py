@@ -10,6 +10,10 @@ Two drivers, the same users:
     (deterministic) policy give the same events in the same order.
   * real time (`ScaledClock`): one thread per user, each sleeping until its next action's simulated time, so N
     users call the policy concurrently, like real clients.
+  * deterministic and concurrent (`StepClock` with `concurrent=True`): one thread per user, each on its own
+    agenda, so a policy that batches its callers (`participant()`, e.g. `infra.offline_cycle.LocalPolicy`)
+    answers them together. Users never share state and a task's story depends only on the seed and the
+    policy's answers, so the events are those of the one-thread loop (for the same answers).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import hashlib
 import heapq
 import logging
 import threading
+from contextlib import nullcontext
 from datetime import datetime, timedelta, timezone
 
 from instrumentation.simulator.clock import SimClock, StepClock, parse_instant
@@ -45,8 +50,8 @@ def start_instant(cfg: SimulatorConfig, wall_seconds: float, now: datetime | Non
 
 class Population:
     def __init__(self, cfg: SimulatorConfig, policy: Policy, sink: EventSink, clock: SimClock, *,
-                 users: int | None = None, keep_ledger: bool = True):
-        self.cfg, self.clock = cfg, clock
+                 users: int | None = None, keep_ledger: bool = True, concurrent: bool = False):
+        self.cfg, self.clock, self.policy, self.concurrent = cfg, clock, policy, concurrent
         self.stats = Stats(keep_ledger)
         self.run_id = run_key(cfg.seed, clock.start)
         n = cfg.users if users is None else users
@@ -60,7 +65,7 @@ class Population:
         self.deadline = deadline
         for u in self.users:
             u.start()
-        if isinstance(self.clock, StepClock):
+        if isinstance(self.clock, StepClock) and not self.concurrent:
             self._loop(deadline, drain)
         else:
             self._threads(deadline, drain)
@@ -96,18 +101,23 @@ class Population:
             raise
 
     def _drive(self, user: SimUser, deadline: datetime, drain: bool) -> None:
+        joined = getattr(self.policy, "participant", None)
         try:
-            while not self.stop.is_set():
-                t = user.next_time(deadline)
-                if t is None or (not drain and t > deadline):
-                    return
-                if not self.clock.wait_until(t, self.stop):
-                    return
-                user.run_next()
+            with joined() if joined else nullcontext():
+                self._drive_user(user, deadline, drain)
         except Exception as e:  # noqa: BLE001 -- one user's bug must not hang the run; counted and logged
             log.exception("simulated user %s stopped: %s", user.user_id, e)
             self.stats.fail("user_crashed")
             self.stats.last_error = f"{type(e).__name__}: {e}"
+
+    def _drive_user(self, user: SimUser, deadline: datetime, drain: bool) -> None:
+        while not self.stop.is_set():
+            t = user.next_time(deadline)
+            if t is None or (not drain and t > deadline):
+                return
+            if not self.clock.wait_until(t, self.stop):
+                return
+            user.run_next()
 
     # -- reporting --------------------------------------------------------------------------------------------
 

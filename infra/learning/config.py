@@ -1,0 +1,25 @@
+"""`[learning]`: the sizes of `rtrl bench learning` (the loop in one process, champions scored against v0).
+
+The loop's own steps take their settings from the other sections as production does: `[trainer]`, `[rewards]`,
+`[gate]` and `[simulator]` (the users' behaviour). These keys say how much traffic a cycle has and on how many fixed
+users each champion is scored."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LearningConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    train_users: int = Field(default=96, ge=1, le=10_000, description="Simulated users serving one cycle's "
+                             "traffic: a new population each cycle (a cycle's traffic is new users' new tasks).")
+    cycle_hours: float = Field(default=2.0, gt=0, le=48, description="Simulated hours of traffic per cycle.")
+    score_users: int = Field(default=192, ge=2, le=10_000, description="The fixed users every champion of a seed "
+                             "is scored on, against v0 (paired by user).")
+    score_hours: float = Field(default=2.0, gt=0, le=48, description="Simulated hours of each scoring run.")
+    score_seed: int = Field(default=500_000, ge=0, description="Population seed of the scoring users (seed k of "
+                            "the bench adds k): never a training population's.")
+    traffic_seed: int = Field(default=100_000, ge=0, description="Population seed of cycle c of seed k's "
+                              "traffic: this + 1000 k + c.")
+    threads: int = Field(default=0, ge=0, le=1024, description="torch CPU threads of the loop (0 = all cores).")

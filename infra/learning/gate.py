@@ -1,0 +1,56 @@
+"""The learning loop's gate: each checkpoint serves the lineage's held-out gate users once; the candidate is decided
+against the champion and the anchor (v0) by `evals.gate.users.decide_on_users`, and the decision is tagged on the
+candidate's version as `rtrl gate` tags it (`gate.decision`, `gate.champion_version`: promotion's compare-and-swap
+reads them).
+
+The gate users (`gate.users.seed` + the lineage's seed) are neither a training population nor the scoring users
+the learning curve is measured on, so a candidate chosen on them is not measured on the users that chose it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import polars as pl
+
+from infra.learning.score import CURVE_METRICS, SAMPLING_SEED
+
+
+class UsersGate:
+    def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None):
+        self.cfg = cfg.gate.users
+        self.sim = cfg.simulator.model_copy(update={"users": self.cfg.users, "seed": self.cfg.seed + seed})
+        self.spec, self.log = cfg.rewards, log
+        self.units: dict[str, pl.DataFrame] = {}     # version -> its unit sums on the gate users (served once)
+
+    def _units(self, registry, version: str) -> pl.DataFrame:
+        from infra.offline_ab import serve_population, unit_sums
+
+        if version not in self.units:
+            rows = serve_population(str(registry.local_path(version)), self.sim, self.spec, self.cfg.hours,
+                                    SAMPLING_SEED, version)
+            self.units[version] = unit_sums(rows)
+        return self.units[version]
+
+    def _vs(self, base: pl.DataFrame, other: pl.DataFrame) -> dict:
+        from infra.offline_ab import paired_units_difference
+
+        alpha = 2 * (1 - self.cfg.confidence)      # the two-sided interval whose ends are the one-sided bounds
+        metrics = dict.fromkeys([*CURVE_METRICS, *self.cfg.guardrails])
+        return {m: paired_units_difference(base, other, m, alpha) for m in metrics}
+
+    def decide(self, registry, candidate: str, champion: str, anchor: str | None) -> dict:
+        from evals.gate.users import PRIMARY, decide_on_users
+
+        cand = self._units(registry, candidate)
+        vs_champion = self._vs(self._units(registry, champion), cand)
+        vs_anchor = None if anchor is None else self._vs(self._units(registry, anchor), cand)
+        verdict = decide_on_users(vs_champion, vs_anchor, self.cfg)
+        p = vs_champion[PRIMARY]
+        interval = "" if p["diff"] is None else f"[{p['ci_low']:.4f}, {p['ci_high']:.4f}]"
+        registry.set_version_tags(candidate, {
+            "gate.decision": verdict.decision, "gate.reasons": ",".join(verdict.reasons),
+            "gate.champion_version": champion, "gate.anchor_version": anchor or "", "gate.metric": "users",
+            "gate.interval": interval, "gate.run_id": "bench-learning"})
+        return {"decision": verdict.decision, "reasons": verdict.reasons,
+                "checks": [c.__dict__ for c in verdict.checks], "vs_champion": vs_champion, "vs_anchor": vs_anchor}

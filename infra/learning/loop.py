@@ -1,0 +1,158 @@
+"""One lineage of the learning loop in one process: N cycles from v0, each champion scored against v0.
+
+    lineage = run_lineage(cfg, v0_folder, seed=0, cycles=6, work=Path("/tmp/lineage-0"), log=print)
+
+A cycle is production's steps without the processes (each the code production runs):
+  traffic   the champion serves `learning.train_users` new simulated users for `learning.cycle_hours` simulated
+            hours (`infra.offline_cycle`: sampled like serving, a thread per user, answered in lockstep batches)
+  rewards   the reward job's computation (`assemble_rewards`) -> the cycle's partition of a reward table
+  train     `rtrl train`'s job (`trainer.run.run_training`: on-policy selection, the trainer, a candidate
+            registered in this lineage's own MLflow registry with its parent and cycle)
+  gate      `infra.learning.gate`: the candidate against the champion and against the anchor (v0) on held-out
+            users; its decision is tagged on the version as `rtrl gate` tags it
+  promote   `registry.promotion.promote`: the compare-and-swap of alias champion
+  score     a newly promoted champion serves the seed's fixed scoring users; its metrics against v0's on the same
+            users are the learning curve's points (`infra.learning.score`)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+from infra.learning.score import Scorer
+
+
+@dataclass
+class CycleResult:
+    cycle: int
+    champion_before: str
+    candidate: str | None
+    decision: str
+    reasons: list[str]
+    rows: int
+    trained_rows: int
+    reward_mean: float | None
+    champion: str                       # after the cycle
+    gate: dict = field(default_factory=dict)
+    score: dict = field(default_factory=dict)   # the champion after the cycle against v0 (infra.learning.score)
+    seconds: dict = field(default_factory=dict)
+
+
+def traffic_rows(folder: Path, version: str, sim, spec, hours: float, seed: int) -> tuple[pl.DataFrame, dict]:
+    """The reward rows of `folder` (registered as `version`) serving the population `sim` for `hours`."""
+    from infra.offline_cycle import LocalPolicy, reward_rows, simulate_traffic
+
+    policy = LocalPolicy(folder, version=version, seed=seed)
+    rows = reward_rows(simulate_traffic(policy, sim, hours), spec)
+    return rows, {"requests": len(policy.trajectories), "batches": policy.batches}
+
+
+def _registry(cfg, work: Path, v0: Path):
+    """A fresh MLflow registry under `work` with v0 registered as version 1, aliases champion and control."""
+    from registry.client import Registry
+
+    reg = Registry(f"sqlite:///{work / 'mlflow.db'}", work / "mlflow-artifacts", cfg.mlflow.registered_model,
+                   work / "checkpoints")
+    if reg.version_of("champion") is None:
+        version = reg.register(v0, tags={"bootstrap": "true"}, run_name="v0")
+        reg.set_alias("champion", version)
+        reg.set_alias("control", version)
+    return reg
+
+
+def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path,
+                log: Callable[[str], None] = lambda m: None) -> dict:
+    """`cycles` cycles of one lineage (seeded by `seed`: traffic populations, sampling, the trainer, the scoring
+    users). Returns {"seed", "v0": v0's scoring metrics, "cycles": [CycleResult as dict, ...]}; each cycle is also
+    written to `work`/cycles.jsonl as it ends."""
+    import torch
+
+    from infra.learning.gate import UsersGate
+    from registry.promotion import promote
+    from trainer.run import run_training
+    from trainer.selection import SelectionError
+
+    lc = cfg.learning
+    if lc.threads:
+        torch.set_num_threads(lc.threads)
+    work.mkdir(parents=True, exist_ok=True)
+    registry = _registry(cfg, work, v0)
+    anchor = registry.version_of("control")
+    trainer_cfg = cfg.trainer.model_copy(update={"seed": cfg.trainer.seed + seed})
+    scorer = Scorer(cfg, seed, log)
+    gate = UsersGate(cfg, seed, log)
+    t0 = time.monotonic()
+    base = scorer.score(v0, anchor)
+    log(f"[seed {seed}] v0 scored on {lc.score_users} users: {base['summary']} ({time.monotonic() - t0:.0f}s)")
+    out = {"seed": seed, "v0": base["summary"], "cycles": []}
+    ledger = work / "cycles.jsonl"
+    ledger.write_text("")
+    for c in range(1, cycles + 1):
+        seconds: dict[str, float] = {}
+        champion, folder = registry.resolve("champion")
+        t = time.monotonic()
+        sim = cfg.simulator.model_copy(update={"users": lc.train_users, "seed": lc.traffic_seed + 1000 * seed + c})
+        rows, served = traffic_rows(folder, champion, sim, cfg.rewards, lc.cycle_hours, seed=1000 * seed + c)
+        part = work / "rewards" / f"policy_version={champion}" / f"window=c{c}"
+        part.mkdir(parents=True, exist_ok=True)
+        rows.write_parquet(part / "part-0.parquet")
+        seconds["traffic"] = time.monotonic() - t
+        log(f"[seed {seed} c{c}] v{champion} served {served['requests']} requests in {served['batches']} batches: "
+            f"{rows.height} reward rows, mean reward {rows['reward'].mean():.3f} ({seconds['traffic']:.0f}s)")
+        t = time.monotonic()
+        try:
+            trained = run_training(trainer_cfg, registry, work / "rewards", f"c{c}", work / "train",
+                                   log=lambda m: log(f"[seed {seed} c{c}] {m}"), window=f"c{c}")
+        except SelectionError as e:
+            log(f"[seed {seed} c{c}] no candidate: {e}")
+            result = CycleResult(c, champion, None, "no_candidate", [str(e)], rows.height, 0, None, champion)
+            out["cycles"].append(_record(ledger, result))
+            continue
+        seconds["train"] = time.monotonic() - t
+        candidate = trained.candidate
+        t = time.monotonic()
+        verdict = gate.decide(registry, candidate, champion, anchor)
+        seconds["gate"] = time.monotonic() - t
+        decision = verdict["decision"]
+        if decision == "promote":
+            promote(registry, candidate, work / "promotion.lock")
+        now, now_folder = registry.resolve("champion")
+        score = {}
+        if now != champion:
+            t = time.monotonic()
+            score = scorer.score(now_folder, now)
+            seconds["score"] = time.monotonic() - t
+        result = CycleResult(c, champion, candidate, decision, verdict["reasons"], rows.height,
+                             trained.counts.get("kept_on_policy", 0) + trained.counts.get("kept_stale", 0),
+                             trained.reward_mean, now, verdict, score.get("vs_v0", {}),
+                             {k: round(v, 1) for k, v in seconds.items()})
+        log(f"[seed {seed} c{c}] {decision} v{candidate} ({', '.join(verdict['reasons']) or 'all checks passed'}); "
+            f"champion v{now}" + (f": persistence vs v0 {_pp(score['vs_v0']['edit_persistence_rate'])}"
+                                  if score else ""))
+        out["cycles"].append(_record(ledger, result))
+    promoted = [c["champion"] for c in out["cycles"] if c["score"]]
+    if len(set(promoted)) >= 2:
+        out["last_vs_first"] = {"first": promoted[0], "last": promoted[-1],
+                                **scorer.compare(promoted[0], promoted[-1])}
+    return out
+
+
+def _pp(d: dict) -> str:
+    if d.get("diff") is None:
+        return "n/a"
+    return f"{100 * d['diff']:+.1f} pp [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}]"
+
+
+def _record(ledger: Path, result: CycleResult) -> dict:
+    from dataclasses import asdict
+
+    d = asdict(result)
+    with open(ledger, "a", encoding="utf-8") as f:
+        f.write(json.dumps(d, default=str) + "\n")
+    return d

@@ -1,0 +1,62 @@
+"""A champion scored against v0 on one seed's fixed simulated users (`rtrl bench learning`'s points).
+
+    scorer = Scorer(cfg, seed=0)
+    v0 = scorer.score(v0_folder, "1")            # the first call is the baseline
+    later = scorer.score(folder, "4")            # {"summary": {...}, "vs_v0": {metric: {diff, ci_low, ci_high}}}
+
+Every checkpoint of a seed serves the same users (population `learning.score_seed` + seed) with the same sampling
+seed, as `rtrl offline-ab` does; the differences pair each user's rows under the two checkpoints
+(`infra.offline_ab.paired_units_difference`), so the users' own ease or difficulty cancels.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import polars as pl
+
+# the curve's metrics: the A/B table's rates (pipelines.metrics.rates)
+CURVE_METRICS = ("edit_persistence_rate", "dissatisfied_followup_rate", "broken_tool_call_rate", "edit_rate",
+                 "clarification_rate")
+SAMPLING_SEED = 7
+
+
+class Scorer:
+    def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None, alpha: float = 0.05):
+        lc = cfg.learning
+        self.sim = cfg.simulator.model_copy(update={"users": lc.score_users, "seed": lc.score_seed + seed})
+        self.spec, self.hours, self.alpha, self.log = cfg.rewards, lc.score_hours, alpha, log
+        self.units: dict[str, pl.DataFrame] = {}      # label -> unit sums; the first scored is the baseline
+
+    def score(self, folder, label: str) -> dict:
+        from infra.offline_ab import serve_population, unit_sums
+
+        rows = serve_population(str(folder), self.sim, self.spec, self.hours, SAMPLING_SEED, label)
+        first = next(iter(self.units.values()), None)
+        self.units[label] = units = unit_sums(rows)
+        out = {"summary": summary(units)}
+        if first is not None:
+            out["vs_v0"] = differences(first, units, self.alpha)
+        return out
+
+    def compare(self, base: str, other: str) -> dict:
+        """Scored checkpoint `other` - scored checkpoint `base` on every curve metric, paired by user."""
+        return differences(self.units[base], self.units[other], self.alpha)
+
+
+def summary(units: pl.DataFrame) -> dict:
+    """Rows, users and each curve metric's rate over one checkpoint's unit sums."""
+    from pipelines.metrics.rates import den_col, num_col
+
+    out = {"rows": int(units["n"].sum()), "users": units["user_id"].n_unique()}
+    for m in CURVE_METRICS:
+        den = float(units[den_col(m)].sum())
+        out[m] = round(float(units[num_col(m)].sum()) / den, 4) if den else None
+    return out
+
+
+def differences(base: pl.DataFrame, other: pl.DataFrame, alpha: float) -> dict:
+    """`other` - `base` on every curve metric, with paired (1 - alpha) intervals."""
+    from infra.offline_ab import paired_units_difference
+
+    return {m: paired_units_difference(base, other, m, alpha) for m in CURVE_METRICS}
