@@ -174,6 +174,9 @@ class Served:
     task: Task | None = None
 
 
+TRAJECTORY_NAMESPACE = uuid.UUID("9d0f1a52-6a1e-4a8f-bb1c-2f3e4d5c6b7a")
+
+
 class ReferencePolicy:
     """Answers from `Task.demonstration`, with configurable error injection; deterministic for a seed.
 
@@ -225,6 +228,26 @@ class ReferencePolicy:
             self.served.append(Served(request_id, request.user, dict(request.metadata), list(request.messages),
                                       parsed, text, injected, task))
         return reply
+
+    def trajectories(self, arm: str = "control", client_version: str = "reference-policy") -> list:
+        """The trajectory serving would have logged for each request answered (the reference mode has no serving):
+        the ids and time the user sent, placeholder token ids (about four characters a token) and log-probs."""
+        from schemas.events import Trajectory
+
+        out = []
+        for s in self.served:
+            m = s.metadata
+            n = max(1, len(s.text) // 4)
+            private = bool(m["privacy_mode"])
+            out.append(Trajectory(
+                event_id=str(uuid.uuid5(TRAJECTORY_NAMESPACE, s.request_id)), event_time=m["event_time"],
+                user_id=s.user, org_id=m["org_id"], workspace_id=m["workspace_id"], session_id=m["session_id"],
+                privacy_mode=private, client_version=client_version, request_id=s.request_id,
+                policy_version=self.policy_version, arm=arm, prompt_token_ids=[] if private else [1] * 8,
+                completion_token_ids=[] if private else [2] * n, behaviour_logprobs=[] if private else [-0.5] * n,
+                tool_calls=s.parsed.records, latency_ms=20.0, prompt_tokens=8, completion_tokens=n,
+                response_kind=s.parsed.kind))
+        return out
 
 
 FLAWS = ("wrong", "broken", "malformed", "unclosed")

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -51,7 +52,8 @@ class LocalPolicy:
     with `trainer.decode.LlamaDecoder`, any other with transformers' forward, one sequence at a time).
 
     Callers inside `participant()` blocks are answered in lockstep batches: a batch is decoded when every
-    participant waits for an answer, so which requests share a batch depends only on the callers, not on timing.
+    participant waits for an answer (`expect(n)` counts them before their threads start), so which requests share a
+    batch depends only on the callers, not on timing.
     A request's sample is drawn with its own seed (`request.seed`, else one derived from the policy's seed, the user
     and the user's request count), by inverse-CDF sampling at temperature 1 from the whole distribution: the same
     answers whatever batch a request lands in, up to floating-point rounding."""
@@ -76,16 +78,27 @@ class LocalPolicy:
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[_Job] = []
         self._members = 0
+        self._reserved = 0       # places counted by `expect` that no thread has claimed yet
         self._busy = False
         self._local = threading.local()
         self.batches = 0
 
     # -- batching ----------------------------------------------------------------------------------------------
+    def expect(self, n: int) -> None:
+        """Count `n` participants before their threads start, so that no batch goes out before every one of them
+        has asked (each thread then enters `participant()`, which claims one of these places)."""
+        with self._cond:
+            self._members += n
+            self._reserved += n
+
     @contextmanager
     def participant(self):
         """The calling thread takes part in lockstep batching until the block ends."""
         with self._cond:
-            self._members += 1
+            if self._reserved:
+                self._reserved -= 1
+            else:
+                self._members += 1
         self._local.member = True
         try:
             yield self
@@ -250,18 +263,73 @@ def _inverse_cdf(logits, u):
     return tok, logp.gather(1, tok.view(-1, 1)).squeeze(1)
 
 
-def simulate_traffic(policy: LocalPolicy, cfg, hours: float) -> list[Event]:
+def simulate_traffic(policy: LocalPolicy, cfg, hours: float, only: range | None = None) -> list[Event]:
     """Run the simulated population against `policy` for `hours` of simulated time (deterministic clock, a thread
     per user, answered in lockstep batches); the users' events and the policy's trajectories, in event-time
-    order."""
+    order. `only`: just these users of the population."""
+    return _run_population(policy, cfg, hours, only)[0]
+
+
+def _run_population(policy: LocalPolicy, cfg, hours: float, only: range | None):
     from instrumentation.simulator.clock import StepClock
     from instrumentation.simulator.population import Population
     from instrumentation.simulator.user import ListSink
 
     clock = StepClock(latency_s=cfg.deterministic_latency_s)
     sink = ListSink()
-    Population(cfg, policy, sink, clock, concurrent=True).run(clock.start + timedelta(hours=hours))
-    return sorted([*sink.events, *policy.trajectories], key=lambda e: (e.event_time, e.event_id))
+    population = Population(cfg, policy, sink, clock, concurrent=True, only=only)
+    population.run(clock.start + timedelta(hours=hours))
+    events = sorted([*sink.events, *policy.trajectories], key=lambda e: (e.event_time, e.event_id))
+    return events, population
+
+
+@dataclass
+class Served:
+    """What a checkpoint's run on a population gave: every event (the users' and the trajectories), the policy's
+    annotations (with `annotate`), its request and batch counts, and the simulator's grades of its answers
+    (outcome -> count: correct, wrong, broken, question, ...)."""
+
+    events: list[Event]
+    annotations: dict
+    requests: int
+    batches: int
+    outcomes: dict
+
+
+def serve(folder: str | Path, version: str, sim, hours: float, seed: int, *, arm: str = "treatment",
+          annotate: bool = False, jobs: int = 1) -> Served:
+    """`folder`, as version `version`, serving the population `sim` for `hours`. With `jobs` > 1 the users are split
+    into that many slices, each served by a process of its own on one torch thread (two such processes do ~1.45x
+    the work of one on two threads here); a request's sample depends only on its user and seed, so the events are
+    the same either way (up to floating-point rounding in a batch)."""
+    n = min(max(1, jobs), sim.users)
+    slices = [range(sim.users)[i::n] for i in range(n)]
+    calls = [(str(folder), version, sim, hours, seed, arm, annotate, s, 1 if n > 1 else 0) for s in slices]
+    if n == 1:
+        parts = [_serve_slice(*calls[0])]
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(n) as pool:
+            parts = pool.starmap(_serve_slice, calls)
+    events = sorted((e for p in parts for e in p.events), key=lambda e: (e.event_time, e.event_id))
+    outcomes: Counter[str] = Counter()
+    for p in parts:
+        outcomes.update(p.outcomes)
+    return Served(events, {k: v for p in parts for k, v in p.annotations.items()}, sum(p.requests for p in parts),
+                  sum(p.batches for p in parts), dict(outcomes))
+
+
+def _serve_slice(folder: str, version: str, sim, hours: float, seed: int, arm: str, annotate: bool, only: range,
+                 threads: int) -> Served:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    policy = LocalPolicy(folder, version=version, arm=arm, seed=seed, annotate=annotate)
+    events, population = _run_population(policy, sim, hours, only)
+    return Served(events, policy.annotations, len(policy.trajectories), policy.batches,
+                  dict(population.stats.outcomes))
 
 
 def reward_rows(events: list[Event], spec, as_of: datetime | None = None) -> pl.DataFrame:

@@ -35,11 +35,28 @@ def v0_folder(cfg, log: Callable[[str], None]) -> Path:
     return cache
 
 
+def headroom(cfg, v0: Path, seed: int, log: Callable[[str], None]) -> dict:
+    """v0 and the scripted policies (`infra.learning.headroom.ladder`) on seed `seed`'s scoring users: each one's
+    metrics and its difference from v0."""
+    from infra.learning.headroom import ladder
+    from infra.learning.score import Scorer
+
+    scorer = Scorer(cfg, seed, log)
+    base = scorer.score(v0, "v0")
+    out = {"v0": base["summary"]}
+    for name, errors in ladder(base["summary"]["outcomes"]).items():
+        out[name] = {"errors": errors.__dict__, **scorer.score_scripted(name, errors)}
+        log(f"[headroom] {name}: {out[name]['summary']}")
+    return out
+
+
 def run(cfg, cycles: int, seeds: list[int], out_dir: str | None, plot: str | None,
-        log: Callable[[str], None]) -> dict:
+        log: Callable[[str], None], with_headroom: bool = False) -> dict:
+    from infra.bench.quiet import quiet_libraries
     from infra.learning.curve import summarize
     from infra.learning.loop import run_lineage
 
+    quiet_libraries()
     v0 = v0_folder(cfg, log)
     work = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="rtrl-learning-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -60,6 +77,8 @@ def run(cfg, cycles: int, seeds: list[int], out_dir: str | None, plot: str | Non
               "settings": {"learning": lc.model_dump(), "gate_users": cfg.gate.users.model_dump(),
                            "trainer": cfg.trainer.model_dump()},
               "curve": summarize(lineages, cycles), "lineages": lineages}
+    if with_headroom:
+        result["headroom"] = headroom(cfg, v0, seeds[0], log)
     if plot:
         from infra.learning.plot import plot_curve
 

@@ -288,11 +288,9 @@ def run(batch: int = 32, prompt_tokens: int = 64, new_tokens: int = 128, clients
     from infra.config import load_config
     from serving.testing import make_tiny_checkpoint
 
-    # Quiet libraries in this process (the gateway process logs to its own file).
-    for var, value in (("VLLM_LOGGING_LEVEL", "WARNING"), ("TRANSFORMERS_VERBOSITY", "error"),
-                       ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"),
-                       ("TQDM_DISABLE", "1")):
-        os.environ.setdefault(var, value)
+    from infra.bench.quiet import quiet_libraries
+
+    quiet_libraries()   # in this process (the gateway process logs to its own file)
     load_at_start = round(os.getloadavg()[0], 2)  # other work on the machine skews every figure below
     tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-serving-"))
     overrides = [f'state_dir="{tmp}"', f"kafka.port={free_port(pair=True)}", f"collector.port={free_port()}",

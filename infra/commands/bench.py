@@ -71,6 +71,9 @@ def add_parser(subparsers) -> None:
     bl.add_argument("--out", metavar="DIR", help="keep every lineage's registry, checkpoints and cycles.jsonl here, "
                     "and the result as learning.json (default: a temporary folder, removed)")
     bl.add_argument("--plot", metavar="FILE", help="draw the curve (PNG or SVG, by the name)")
+    bl.add_argument("--headroom", action="store_true", help="also score scripted policies (the oracle, v0-like, "
+                    "v0-like without broken calls) on the first seed's scoring users: how far v0 is from what the "
+                    "users reward")
     bar = add("archive", "archiver throughput: Kafka to durable, manifested Parquet (events/s), from an empty "
               "archive; a private broker unless --bootstrap")
     bar.add_argument("--events", type=int, default=100_000, help="events to produce first, every event type "
@@ -159,7 +162,8 @@ def main(args, cfg) -> int:
             return 2
         seeds = list(range(args.first_seed, args.first_seed + args.seeds))
         result = {"benchmark": "learning", "cpus": os.cpu_count(),
-                  **run_learning(cfg, args.cycles, seeds, args.out, args.plot, log=log)}
+                  **run_learning(cfg, args.cycles, seeds, args.out, args.plot, log=log,
+                               with_headroom=args.headroom)}
         print(json.dumps(result, default=str))
         return 0
     if args.bench_command == "archive":

@@ -6,6 +6,8 @@ users each champion is scored."""
 
 from __future__ import annotations
 
+import os
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -22,4 +24,10 @@ class LearningConfig(BaseModel):
                             "the bench adds k): never a training population's.")
     traffic_seed: int = Field(default=100_000, ge=0, description="Population seed of cycle c of seed k's "
                               "traffic: this + 1000 k + c.")
-    threads: int = Field(default=0, ge=0, le=1024, description="torch CPU threads of the loop (0 = all cores).")
+    jobs: int = Field(default=0, ge=0, le=256, description="Processes that share a population's users when a "
+                      "checkpoint serves them, each on one torch thread (0 = one per CPU core).")
+    threads: int = Field(default=0, ge=0, le=1024, description="torch CPU threads of the training step (0 = all "
+                         "cores).")
+
+    def serving_jobs(self) -> int:
+        return self.jobs or os.cpu_count() or 1

@@ -13,23 +13,20 @@ from typing import Callable
 
 import polars as pl
 
-from infra.learning.score import CURVE_METRICS, SAMPLING_SEED
+from infra.learning.score import CURVE_METRICS, served_units
 
 
 class UsersGate:
     def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None):
         self.cfg = cfg.gate.users
         self.sim = cfg.simulator.model_copy(update={"users": self.cfg.users, "seed": self.cfg.seed + seed})
-        self.spec, self.log = cfg.rewards, log
+        self.spec, self.log, self.jobs = cfg.rewards, log, cfg.learning.serving_jobs()
         self.units: dict[str, pl.DataFrame] = {}     # version -> its unit sums on the gate users (served once)
 
     def _units(self, registry, version: str) -> pl.DataFrame:
-        from infra.offline_ab import serve_population, unit_sums
-
         if version not in self.units:
-            rows = serve_population(str(registry.local_path(version)), self.sim, self.spec, self.cfg.hours,
-                                    SAMPLING_SEED, version)
-            self.units[version] = unit_sums(rows)
+            self.units[version] = served_units(registry.local_path(version), version, self.sim, self.spec,
+                                               self.cfg.hours, self.jobs)[0]
         return self.units[version]
 
     def _vs(self, base: pl.DataFrame, other: pl.DataFrame) -> dict:

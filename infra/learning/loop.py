@@ -44,13 +44,13 @@ class CycleResult:
     seconds: dict = field(default_factory=dict)
 
 
-def traffic_rows(folder: Path, version: str, sim, spec, hours: float, seed: int) -> tuple[pl.DataFrame, dict]:
+def traffic_rows(folder: Path, version: str, sim, spec, hours: float, seed: int,
+                 jobs: int) -> tuple[pl.DataFrame, dict]:
     """The reward rows of `folder` (registered as `version`) serving the population `sim` for `hours`."""
-    from infra.offline_cycle import LocalPolicy, reward_rows, simulate_traffic
+    from infra.offline_cycle import reward_rows, serve
 
-    policy = LocalPolicy(folder, version=version, seed=seed)
-    rows = reward_rows(simulate_traffic(policy, sim, hours), spec)
-    return rows, {"requests": len(policy.trajectories), "batches": policy.batches}
+    served = serve(folder, version, sim, hours, seed, jobs=jobs)
+    return reward_rows(served.events, spec), {"requests": served.requests, "batches": served.batches}
 
 
 def _registry(cfg, work: Path, v0: Path):
@@ -98,7 +98,8 @@ def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path,
         champion, folder = registry.resolve("champion")
         t = time.monotonic()
         sim = cfg.simulator.model_copy(update={"users": lc.train_users, "seed": lc.traffic_seed + 1000 * seed + c})
-        rows, served = traffic_rows(folder, champion, sim, cfg.rewards, lc.cycle_hours, seed=1000 * seed + c)
+        rows, served = traffic_rows(folder, champion, sim, cfg.rewards, lc.cycle_hours, 1000 * seed + c,
+                                    lc.serving_jobs())
         part = work / "rewards" / f"policy_version={champion}" / f"window=c{c}"
         part.mkdir(parents=True, exist_ok=True)
         rows.write_parquet(part / "part-0.parquet")

@@ -26,14 +26,26 @@ class Scorer:
         lc = cfg.learning
         self.sim = cfg.simulator.model_copy(update={"users": lc.score_users, "seed": lc.score_seed + seed})
         self.spec, self.hours, self.alpha, self.log = cfg.rewards, lc.score_hours, alpha, log
+        self.jobs = lc.serving_jobs()
         self.units: dict[str, pl.DataFrame] = {}      # label -> unit sums; the first scored is the baseline
 
     def score(self, folder, label: str) -> dict:
-        from infra.offline_ab import serve_population, unit_sums
+        """Checkpoint `folder` (rows labelled `label`) on the users; the summary has the simulator's grades of its
+        answers (`outcomes`) too."""
+        units, outcomes = served_units(folder, label, self.sim, self.spec, self.hours, self.jobs)
+        out = self._add(label, units)
+        out["summary"]["outcomes"] = outcomes
+        return out
 
-        rows = serve_population(str(folder), self.sim, self.spec, self.hours, SAMPLING_SEED, label)
+    def score_scripted(self, name: str, errors) -> dict:
+        """A scripted policy (`infra.learning.headroom`) on the same users."""
+        from infra.learning.headroom import score_scripted
+
+        return self._add(name, score_scripted(self.sim, self.spec, self.hours, errors))
+
+    def _add(self, label: str, units: pl.DataFrame) -> dict:
         first = next(iter(self.units.values()), None)
-        self.units[label] = units = unit_sums(rows)
+        self.units[label] = units
         out = {"summary": summary(units)}
         if first is not None:
             out["vs_v0"] = differences(first, units, self.alpha)
@@ -42,6 +54,16 @@ class Scorer:
     def compare(self, base: str, other: str) -> dict:
         """Scored checkpoint `other` - scored checkpoint `base` on every curve metric, paired by user."""
         return differences(self.units[base], self.units[other], self.alpha)
+
+
+def served_units(folder, label: str, sim, spec, hours: float, jobs: int) -> tuple[pl.DataFrame, dict]:
+    """A checkpoint's unit sums (`infra.offline_ab.unit_sums`) on the population `sim`, and the simulator's grades
+    of its answers (outcome -> count)."""
+    from infra.offline_ab import unit_sums
+    from infra.offline_cycle import reward_rows, serve
+
+    served = serve(folder, label, sim, hours, SAMPLING_SEED, jobs=jobs)
+    return unit_sums(reward_rows(served.events, spec)), served.outcomes
 
 
 def summary(units: pl.DataFrame) -> dict:

@@ -11,7 +11,8 @@ Two drivers, the same users:
   * real time (`ScaledClock`): one thread per user, each sleeping until its next action's simulated time, so N
     users call the policy concurrently, like real clients.
   * deterministic and concurrent (`StepClock` with `concurrent=True`): one thread per user, each on its own
-    agenda, so a policy that batches its callers (`participant()`, e.g. `infra.offline_cycle.LocalPolicy`)
+    agenda, so a policy that batches its callers (`expect()` and `participant()`, e.g.
+    `infra.offline_cycle.LocalPolicy`)
     answers them together. Users never share state and a task's story depends only on the seed and the
     policy's answers, so the events are those of the one-thread loop (for the same answers).
 """
@@ -50,12 +51,15 @@ def start_instant(cfg: SimulatorConfig, wall_seconds: float, now: datetime | Non
 
 class Population:
     def __init__(self, cfg: SimulatorConfig, policy: Policy, sink: EventSink, clock: SimClock, *,
-                 users: int | None = None, keep_ledger: bool = True, concurrent: bool = False):
+                 users: int | None = None, keep_ledger: bool = True, concurrent: bool = False,
+                 only: range | None = None):
+        """`only`: run just these users of the population (a slice: the rest run elsewhere, e.g. in another
+        process; each user's story depends only on the seed and the policy's answers)."""
         self.cfg, self.clock, self.policy, self.concurrent = cfg, clock, policy, concurrent
         self.stats = Stats(keep_ledger)
         self.run_id = run_key(cfg.seed, clock.start)
         n = cfg.users if users is None else users
-        self.users = [SimUser(i, cfg, self.run_id, clock, policy, sink, self.stats) for i in range(n)]
+        self.users = [SimUser(i, cfg, self.run_id, clock, policy, sink, self.stats) for i in (only or range(n))]
         self.stop = threading.Event()
         self.deadline: datetime | None = None
 
@@ -88,6 +92,8 @@ class Population:
     def _threads(self, deadline: datetime, drain: bool) -> None:
         threads = [threading.Thread(target=self._drive, args=(u, deadline, drain), daemon=True,
                                     name=f"sim-{u.user_id}") for u in self.users]
+        if hasattr(self.policy, "expect") and hasattr(self.policy, "participant"):
+            self.policy.expect(len(threads))       # a batching policy waits for every user's first request
         for t in threads:
             t.start()
         try:

@@ -1,6 +1,6 @@
 """`trainer.decode.LlamaDecoder` computes what transformers' Llama forward computes (the same next-token logits
 after a prompt and after each further token, grouped-query attention included, past max_position_embeddings too),
-and `LocalPolicy` samples the same tokens with it as with transformers' forward."""
+and `LocalPolicy` samples the same tokens with it as with transformers' forward, alone or in a batch."""
 
 import pytest
 import torch
@@ -68,8 +68,7 @@ def test_models_it_does_not_compute_like_transformers_are_refused(change):
     assert LlamaDecoder.supports(_model())
 
 
-def test_local_policy_samples_the_same_tokens_with_the_decoder_as_with_transformers(tmp_path):
-    from infra.offline_cycle import LocalPolicy
+def _tiny_policy(folder):
     from trainer.bootstrap.config import PolicyConfig
     from trainer.bootstrap.corpus import build_corpus
     from trainer.bootstrap.model import build_model
@@ -80,17 +79,71 @@ def test_local_policy_samples_the_same_tokens_with_the_decoder_as_with_transform
                         tasks_per_workspace=2)
     corpus = build_corpus(tiny.seed, tiny.train_workspaces, tiny.tasks_per_workspace, tiny.train_orgs)
     tokenizer = train_tokenizer((e.prompt + e.completion for e in corpus), tiny.vocab_size)
-    build_model(tiny, tokenizer, seed=1).save_pretrained(tmp_path / "policy")
-    tokenizer.save_pretrained(tmp_path / "policy")
+    build_model(tiny, tokenizer, seed=1).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return tokenizer, corpus
 
+
+def test_local_policy_samples_the_same_tokens_with_the_decoder_as_with_transformers(tmp_path):
+    from infra.offline_cycle import LocalPolicy
+
+    tokenizer, corpus = _tiny_policy(tmp_path / "policy")
     lean, plain = (LocalPolicy(tmp_path / "policy", version="1", seed=5, max_new_tokens=24) for _ in range(2))
     assert lean.decoder is not None
     plain.decoder = None
     prompt = tokenizer(corpus[0].prompt, add_special_tokens=False)["input_ids"]
-    for _ in range(3):
-        (a, la), (b, lb) = lean._sample(prompt), plain._sample(prompt)
+    for seed in range(3):
+        (a, la), (b, lb) = lean._sample(prompt, seed), plain._sample(prompt, seed)
         assert a == b and len(a) >= 1
         assert la == pytest.approx(lb, abs=1e-4)
+
+
+def test_local_policy_answers_each_request_the_same_alone_or_in_a_lockstep_batch(tmp_path):
+    """A request's sample depends on its own seed only: decoded one at a time, or with seven others in one batch
+    (threads inside `participant()`), every completion and its log-probs are the same."""
+    import threading
+
+    from infra.offline_cycle import LocalPolicy
+
+    tokenizer, corpus = _tiny_policy(tmp_path / "policy")
+    ids = [tokenizer(e.prompt, add_special_tokens=False)["input_ids"] for e in corpus]
+    prompts = [ids[k % len(ids)][:200 + 13 * k] for k in range(8)]       # eight prompts of different lengths
+    alone = LocalPolicy(tmp_path / "policy", version="1", max_new_tokens=40)
+    one_by_one = [alone._sample(p, seed) for seed, p in enumerate(prompts)]
+    assert alone.batches == 8
+
+    together = LocalPolicy(tmp_path / "policy", version="1", max_new_tokens=40, max_batch=5)
+    out: dict[int, tuple] = {}
+
+    def ask(seed: int) -> None:
+        with together.participant():
+            out[seed] = together._sample(prompts[seed], seed)
+
+    threads = [threading.Thread(target=ask, args=(k,)) for k in range(8)]
+    together.expect(len(threads))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert together.batches == 1                          # every participant waited: one batch (in two chunks)
+    for seed, (tokens, logps) in enumerate(one_by_one):
+        assert out[seed][0] == tokens
+        assert out[seed][1] == pytest.approx(logps, abs=1e-5)
+
+
+def test_a_batch_that_drops_rows_goes_on_as_the_rows_it_keeps():
+    model = _model(num_key_value_heads=2)
+    prompts = [[3, 14, 15, 92, 65, 35, 89], [11, 12], [79, 32, 38, 46, 26], [50, 28, 84, 19, 71, 69, 39, 93, 75]]
+    full, part = LlamaDecoder(model), LlamaDecoder(model)
+    full.prefill(prompts, 0)
+    part.prefill(prompts, 0)
+    tokens = torch.tensor([5, 6, 7, 8])
+    full.step(tokens)
+    part.step(tokens)
+    keep = torch.tensor([3, 1])
+    part.keep(keep)
+    expected = full.step(torch.tensor([9, 10, 11, 12]))[keep]
+    assert torch.allclose(part.step(torch.tensor([12, 10])), expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("sample", [False, True])
