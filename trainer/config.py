@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+NEGATIVE_KINDS = ("edit", "question", "answer", "broken")
 
 
 class TrainerConfig(BaseModel):
@@ -50,10 +52,12 @@ class TrainerConfig(BaseModel):
                                              "ask-or-edit decision learns from failures, while the tokens whose "
                                              "push-down can drift the policy to malformed calls do not. 0 = off.")
     negative_kinds: list[str] = Field(default_factory=list, description="Response kinds (the reward table's "
-                                      "response_kind, e.g. \"question\") whose below-baseline rows push down with "
-                                      "the full negative advantage whatever negative_weight says: a needless question "
-                                      "is wrong as a whole, so pushing it down teaches when not to ask, while "
-                                      "failed edits stay at negative_weight. [] = off.")
+                                      "response_kind: edit, question, answer) whose below-baseline rows push down "
+                                      "with the full negative advantage whatever negative_weight says, and "
+                                      "\"broken\" for every response with a broken tool call (malformed, invalid, "
+                                      "or an edit whose old text is not in the file): such a response is wrong as a "
+                                      "whole, so pushing it down teaches the well-formed alternative, while wrong "
+                                      "but well-formed edits stay at negative_weight. [] = off.")
     stratify_by: str = Field(default="", description="Reward-table column whose values are the leave-one-out "
                              "strata (e.g. org_id); '' = one stratum. Never the response's own kind: that would "
                              "cancel the signal between an edit and a needless answer.")
@@ -70,3 +74,11 @@ class TrainerConfig(BaseModel):
     # run
     checkpoint_every: int = Field(default=1, ge=1, description="Optimizer steps between resumable checkpoints.")
     threads: int = Field(default=0, ge=0, le=1024, description="torch CPU threads; 0 = all cores.")
+
+    @field_validator("negative_kinds")
+    @classmethod
+    def _known_kinds(cls, kinds: list[str]) -> list[str]:
+        unknown = sorted(set(kinds) - set(NEGATIVE_KINDS))
+        if unknown:
+            raise ValueError(f"unknown kind(s) {', '.join(unknown)}; choose from {', '.join(NEGATIVE_KINDS)}")
+        return kinds

@@ -86,6 +86,14 @@ def freeze(model: torch.nn.Module, patterns: list[str]) -> list[str]:
     return frozen
 
 
+def negative_kind_of(rows: pl.DataFrame, kinds: list[str]) -> list[str]:
+    """Each row's kind for `trainer.negative_kinds`: "broken" when that is listed and the response has a broken
+    tool call, else its response_kind."""
+    broken = ((rows["broken_tool_calls"] > 0).to_list() if "broken" in kinds
+              else [False] * rows.height)
+    return ["broken" if b else k for b, k in zip(broken, rows["response_kind"].to_list())]
+
+
 def _prompt_key(ids: list[int]) -> str:
     return hashlib.blake2b(json.dumps(ids).encode(), digest_size=12).hexdigest()
 
@@ -124,8 +132,9 @@ class Trainer:
         row_weight, token_weight = ((1.0, self.cfg.negative_weight) if self.cfg.negative_tokens
                                     else (self.cfg.negative_weight, 1.0))
         if self.cfg.negative_kinds:   # these kinds' below-baseline rows push down in full
-            row_weight = torch.tensor([1.0 if k in self.cfg.negative_kinds else row_weight
-                                       for k in self.rows["response_kind"].to_list()], dtype=torch.float64)
+            row_weight = torch.tensor([1.0 if kind in self.cfg.negative_kinds else row_weight
+                                       for kind in negative_kind_of(self.rows, self.cfg.negative_kinds)],
+                                      dtype=torch.float64)
         self.adv = advantages(torch.tensor(self.rows["reward"].to_list(), dtype=torch.float32), groups, strata,
                               self.cfg.normalize_std, negative_weight=row_weight).values
         inert = self._inert()

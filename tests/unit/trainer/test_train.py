@@ -179,6 +179,24 @@ def test_negative_kinds_push_down_below_baseline_rows_of_those_kinds_only(parent
     assert asked.summary.inert_rows == plain.summary.inert_rows - len(below)
 
 
+def test_the_broken_kind_pushes_down_below_baseline_rows_with_a_broken_tool_call(parent, tmp_path):
+    folder, rows = parent
+    marked = rows.with_columns(broken_tool_calls=pl.Series([1 if i % 4 == 0 else 0 for i in range(rows.height)]),
+                               response_kind=pl.lit("edit"))
+    plain = Trainer(_cfg(negative_weight=0.0), marked, folder, tmp_path / "plain")
+    plain.setup()
+    pushed = Trainer(_cfg(negative_weight=0.0, negative_kinds=["broken"]), marked, folder, tmp_path / "broken")
+    pushed.setup()
+    before = dict(zip(plain.rows["request_id"].to_list(), plain.adv.tolist()))
+    after = dict(zip(pushed.rows["request_id"].to_list(), pushed.adv.tolist()))
+    broken = dict(zip(pushed.rows["request_id"].to_list(), (pushed.rows["broken_tool_calls"] > 0).to_list()))
+    down = [r for r in after if after[r] < 0]
+    assert down and all(broken[r] and before[r] == 0 for r in down)   # only broken rows push down, in full
+    assert all(after[r] == before[r] for r in after if not broken[r])
+    with pytest.raises(ValueError, match="unknown kind"):
+        _cfg(negative_kinds=["broken", "malformed"])
+
+
 def test_frozen_parameters_keep_the_parents_values_and_a_tied_head_stays_with_its_embedding(tmp_path):
     folder = tiny_checkpoint(tmp_path / "tied", tied=True)
     rows = sampled_rows(folder, 32)
