@@ -31,14 +31,14 @@ class UsersGateConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    users: int = Field(default=192, ge=2, le=10_000, description="Held-out simulated users every checkpoint of a "
+    users: int = Field(default=128, ge=2, le=10_000, description="Held-out simulated users every checkpoint of a "
                        "lineage serves (the same users, paired by user).")
     hours: float = Field(default=2.0, gt=0, le=48, description="Simulated hours of each checkpoint's run.")
     seed: int = Field(default=700_000, ge=0, description="Their population seed (a lineage of seed k adds k): "
                       "never a training or scoring population's.")
-    margin: float = Field(default=0.02, ge=0, le=0.5, description="Non-inferiority margin on edit persistence, "
+    margin: float = Field(default=0.03, ge=0, le=0.5, description="Non-inferiority margin on edit persistence, "
                           "candidate − champion (absolute).")
-    anchor_margin: float = Field(default=0.02, ge=0, le=0.5, description="Non-inferiority margin on edit "
+    anchor_margin: float = Field(default=0.03, ge=0, le=0.5, description="Non-inferiority margin on edit "
                                  "persistence, candidate − anchor (v0): spent once over the lineage.")
     guardrails: dict[str, float] = Field(
         default_factory=lambda: {"broken_tool_call_rate": 0.02, "dissatisfied_followup_rate": 0.02},

@@ -17,7 +17,7 @@ class LearningConfig(BaseModel):
     train_users: int = Field(default=96, ge=1, le=10_000, description="Simulated users serving one cycle's "
                              "traffic: a new population each cycle (a cycle's traffic is new users' new tasks).")
     cycle_hours: float = Field(default=2.0, gt=0, le=48, description="Simulated hours of traffic per cycle.")
-    score_users: int = Field(default=192, ge=2, le=10_000, description="The fixed users every champion of a seed "
+    score_users: int = Field(default=128, ge=2, le=10_000, description="The fixed users every champion of a seed "
                              "is scored on, against v0 (paired by user).")
     score_hours: float = Field(default=2.0, gt=0, le=48, description="Simulated hours of each scoring run.")
     score_seed: int = Field(default=500_000, ge=0, description="Population seed of the scoring users (seed k of "
