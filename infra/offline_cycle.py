@@ -60,7 +60,7 @@ class LocalPolicy:
 
     def __init__(self, folder: str | Path, version: str, arm: str = "treatment", seed: int = 0,
                  max_new_tokens: int = 192, annotate: bool = False, max_batch: int = 64,
-                 max_batch_tokens: int = 24_576):
+                 max_batch_tokens: int = 24_576, record: bool = True):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -71,7 +71,8 @@ class LocalPolicy:
         self.version, self.arm, self.max_new_tokens, self.seed = version, arm, max_new_tokens, seed
         self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
         self.decoder = LlamaDecoder(self.model) if LlamaDecoder.supports(self.model) else None
-        self.trajectories: list[Trajectory] = []
+        self.trajectories: list[Trajectory] = []     # what serving would log (none without `record`: evaluation)
+        self.record = record
         # with `annotate`: request_id -> what the simulator knows and the reward table does not (offline_ab.py)
         self.annotate, self.annotations = annotate, {}
         self._requests: Counter[str] = Counter()   # per user: request ids and seeds do not depend on interleaving
@@ -227,6 +228,9 @@ class LocalPolicy:
         completion, logps = self._sample(prompt_ids, seed)
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
         parsed = parse_response(text)
+        reply = PolicyReply(request_id, parsed, text, self.version, self.arm, len(completion), len(prompt_ids))
+        if not self.record:
+            return reply
         m = request.metadata
         private = bool(m.get("privacy_mode"))
         trajectory = Trajectory(
@@ -244,7 +248,7 @@ class LocalPolicy:
                 self.annotations[request_id] = {
                     "turn": 1 + sum(msg["role"] == "assistant" for msg in request.messages),
                     "task_kind": getattr(task, "kind", None), "ambiguous": getattr(task, "ambiguous", None)}
-        return PolicyReply(request_id, parsed, text, self.version, self.arm, len(completion), len(prompt_ids))
+        return reply
 
 
 def _seed_of(key: str) -> int:

@@ -63,7 +63,7 @@ def add_parser(subparsers) -> None:
     bab.add_argument("--users", type=int, default=100_000, help="distinct users (default 100,000)")
     bl = add("learning", "the learning curve: the loop for N cycles in this process, over K seeds; every promoted "
              "champion against v0 on fixed simulated users (persistence, dissatisfied follow-ups, broken calls, "
-             "edit and clarification rates with 95% intervals), the slope of persistence per cycle, the last "
+             "edit and clarification rates with 95%% intervals), the slope of persistence per cycle, the last "
              "champion against the first")
     bl.add_argument("--cycles", type=int, default=6, help="cycles per seed (default 6)")
     bl.add_argument("--seeds", type=int, default=3, help="seeds 0..K-1 (default 3)")

@@ -24,6 +24,9 @@ class LearningConfig(BaseModel):
                             "the bench adds k): never a training population's.")
     traffic_seed: int = Field(default=100_000, ge=0, description="Population seed of cycle c of seed k's "
                               "traffic: this + 1000 k + c.")
+    suite_samples: int = Field(default=1, ge=0, le=100, description="Samples per task when each new champion (and "
+                               "v0) runs the held-out gate suite in this process (its resolved rate per cycle); "
+                               "0 = not run.")
     jobs: int = Field(default=0, ge=0, le=256, description="Processes that share a population's users when a "
                       "checkpoint serves them, each on one torch thread (0 = one per CPU core).")
     threads: int = Field(default=0, ge=0, le=1024, description="torch CPU threads of the training step (0 = all "

@@ -93,7 +93,7 @@ def summarize(lineages: list[dict], cycles: int, alpha: float = 0.05) -> dict:
             if c is None:
                 continue
             row["seeds"].append({"seed": lin["seed"], "champion": c["champion"], "decision": c["decision"],
-                                 "vs_v0": _current(lin, i), "suite_resolved": c.get("suite_resolved")})
+                                 "vs_v0": _current(lin, i), "suite": c.get("suite")})
         per_cycle.append(row)
     slopes = [s for s in (seed_slope(lin) for lin in lineages) if s is not None]
     return {"per_cycle": per_cycle,

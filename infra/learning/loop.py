@@ -41,6 +41,7 @@ class CycleResult:
     champion: str                       # after the cycle
     gate: dict = field(default_factory=dict)
     score: dict = field(default_factory=dict)   # the champion after the cycle against v0 (infra.learning.score)
+    suite: dict | None = None           # the champion after the cycle on the held-out suite (infra.learning.suite)
     seconds: dict = field(default_factory=dict)
 
 
@@ -89,8 +90,10 @@ def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path,
     gate = UsersGate(cfg, seed, log)
     t0 = time.monotonic()
     base = scorer.score(v0, anchor)
-    log(f"[seed {seed}] v0 scored on {lc.score_users} users: {base['summary']} ({time.monotonic() - t0:.0f}s)")
-    out = {"seed": seed, "v0": base["summary"], "cycles": []}
+    suite = _suite(cfg, v0, anchor, log)
+    log(f"[seed {seed}] v0 scored on {lc.score_users} users: {base['summary']}; suite {suite} "
+        f"({time.monotonic() - t0:.0f}s)")
+    out = {"seed": seed, "v0": {**base["summary"], "suite": suite}, "cycles": []}
     ledger = work / "cycles.jsonl"
     ledger.write_text("")
     for c in range(1, cycles + 1):
@@ -112,7 +115,8 @@ def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path,
                                    log=lambda m: log(f"[seed {seed} c{c}] {m}"), window=f"c{c}")
         except SelectionError as e:
             log(f"[seed {seed} c{c}] no candidate: {e}")
-            result = CycleResult(c, champion, None, "no_candidate", [str(e)], rows.height, 0, None, champion)
+            result = CycleResult(c, champion, None, "no_candidate", [str(e)], rows.height, 0, None, champion,
+                                 suite=suite)
             out["cycles"].append(_record(ledger, result))
             continue
         seconds["train"] = time.monotonic() - t
@@ -128,10 +132,11 @@ def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path,
         if now != champion:
             t = time.monotonic()
             score = scorer.score(now_folder, now)
+            suite = _suite(cfg, now_folder, now, log)
             seconds["score"] = time.monotonic() - t
         result = CycleResult(c, champion, candidate, decision, verdict["reasons"], rows.height,
                              trained.counts.get("kept_on_policy", 0) + trained.counts.get("kept_stale", 0),
-                             trained.reward_mean, now, verdict, score.get("vs_v0", {}),
+                             trained.reward_mean, now, verdict, score.get("vs_v0", {}), suite,
                              {k: round(v, 1) for k, v in seconds.items()})
         log(f"[seed {seed} c{c}] {decision} v{candidate} ({', '.join(verdict['reasons']) or 'all checks passed'}); "
             f"champion v{now}" + (f": persistence vs v0 {_pp(score['vs_v0']['edit_persistence_rate'])}"
@@ -142,6 +147,15 @@ def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path,
         out["last_vs_first"] = {"first": promoted[0], "last": promoted[-1],
                                 **scorer.compare(promoted[0], promoted[-1])}
     return out
+
+
+def _suite(cfg, folder: Path, label: str, log: Callable[[str], None]) -> dict | None:
+    """The checkpoint on the held-out gate suite (`learning.suite_samples` per task), or None when that is 0."""
+    from infra.learning.suite import suite_outcomes
+
+    if not cfg.learning.suite_samples:
+        return None
+    return suite_outcomes(cfg, folder, label, cfg.learning.suite_samples)
 
 
 def _pp(d: dict) -> str:

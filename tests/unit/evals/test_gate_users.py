@@ -6,6 +6,7 @@ import pytest
 from evals.gate.users import PRIMARY, UsersGateConfig, decide_on_users
 
 SE = 0.006          # a paired standard error of ~0.6 points: 1.645 x SE ~ 1 point
+CFG = UsersGateConfig(margin=0.02, anchor_margin=0.02)
 
 
 def _vs(persistence: float, broken: float = 0.0, dissatisfied: float = 0.0, se: float = SE) -> dict:
@@ -14,7 +15,7 @@ def _vs(persistence: float, broken: float = 0.0, dissatisfied: float = 0.0, se: 
 
 
 def test_an_equal_candidate_is_promoted_and_every_check_is_reported():
-    v = decide_on_users(_vs(0.0), _vs(0.0))
+    v = decide_on_users(_vs(0.0), _vs(0.0), CFG)
     assert v.promote and v.reasons == []
     assert [(c.name, c.against) for c in v.checks] == [
         (PRIMARY, "champion"), (PRIMARY, "anchor"), ("broken_tool_call_rate", "champion"),
@@ -23,20 +24,20 @@ def test_an_equal_candidate_is_promoted_and_every_check_is_reported():
 
 
 def test_a_candidate_shown_worse_than_its_champion_by_more_than_the_margin_is_kept_out():
-    v = decide_on_users(_vs(-0.04), _vs(0.01))
+    v = decide_on_users(_vs(-0.04), _vs(0.01), CFG)
     assert not v.promote and v.reasons == ["inferior"]
-    v = decide_on_users(_vs(-0.015), _vs(0.01))      # within the margin, but the bound reaches past it
+    v = decide_on_users(_vs(-0.015), _vs(0.01), CFG)      # within the margin, but the bound reaches past it
     assert v.reasons == ["inconclusive"]
 
 
 def test_a_guardrail_blocks_only_when_shown_worse_by_more_than_its_margin():
-    assert decide_on_users(_vs(0.01, broken=0.025), None).promote        # +2.5 points, bound +1.5: inside 2
-    v = decide_on_users(_vs(0.01, broken=0.04, dissatisfied=0.035), None)
+    assert decide_on_users(_vs(0.01, broken=0.025), None, CFG).promote        # +2.5 points, bound +1.5: inside 2
+    v = decide_on_users(_vs(0.01, broken=0.04, dissatisfied=0.035), None, CFG)
     assert v.reasons == ["guardrail:broken_tool_call_rate", "guardrail:dissatisfied_followup_rate"]
 
 
 def test_no_data_keeps_the_champion():
-    v = decide_on_users({PRIMARY: {"diff": None, "se": None}}, _vs(0.0))
+    v = decide_on_users({PRIMARY: {"diff": None, "se": None}}, _vs(0.0), CFG)
     assert not v.promote and "champion:no_data:edit_persistence_rate" in v.reasons
     assert "champion:no_data:broken_tool_call_rate" in v.reasons
 
