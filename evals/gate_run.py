@@ -19,6 +19,7 @@ Steps (docs/gate.md):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -281,8 +282,11 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     champion = champion or registry.version_of("champion")
     if champion is None:
         raise LookupError("alias champion is not set: run `rtrl bootstrap` or pass --champion VERSION")
+    anchor = registry.version_of(g.anchor_alias) if g.anchor_alias else None
     digests = {}
-    for arm, v in (("candidate", candidate), ("champion", champion)):  # an unknown version fails here, first
+    for arm, v in (("candidate", candidate), ("champion", champion), ("anchor", anchor)):  # unknown ones fail first
+        if v is None:
+            continue
         try:
             digests[arm] = registry.info(v).digest
         except Exception as e:  # noqa: BLE001 -- MlflowException: RESOURCE_DOES_NOT_EXIST
@@ -294,6 +298,13 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     log(f"[gate] candidate v{candidate} vs champion v{champion}: {len(kept)} tasks x {k} samples per arm")
     cache, reused = reused_champion(cfg, suite_dir, kept, k, digests["champion"], log)
     versions = {"candidate": candidate} if reused else {"candidate": candidate, "champion": champion}
+    anchor_eps = None            # the anchor's episodes when kept from an earlier gate
+    if anchor is not None and anchor != champion:
+        anchor_eps = cache.load(digests["anchor"], "anchor", k) if cache is not None and digests["anchor"] else None
+        if anchor_eps is None:
+            versions["anchor"] = anchor
+        log(f"[gate] anchor ({g.anchor_alias}): version {anchor}" + (", episodes kept from an earlier gate"
+                                                                      if anchor_eps else ", run as a third arm"))
     if g.via_serving:
         try:
             episodes = run_arms_on_serving(cfg, versions, kept, suite_dir, k, w, timings, log)
@@ -307,7 +318,11 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
             if digests[arm]:
                 cache.store(digests[arm], [e for e in episodes if e.arm == arm])
     episodes += reused or []
-    result = decide(episodes, g)
+    if anchor is not None:       # the anchor arm: its own episodes, or the champion's when it is the champion
+        episodes += anchor_eps or ([dataclasses.replace(e, arm="anchor", notes={**e.notes, "reused_from":
+                                                                                  "this gate's champion arm"})
+                                    for e in episodes if e.arm == "champion"] if anchor == champion else [])
+    result = decide(episodes, g, anchor="anchor" if anchor is not None else None)
     if g.via_serving:
         unstage_after(cfg, versions, result.promote, log)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -316,7 +331,8 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     with open(out / "episodes.jsonl", "w", encoding="utf-8") as f:
         for e in episodes:
             f.write(json.dumps(e.to_dict(), default=str) + "\n")
-    meta = {"candidate_version": candidate, "champion_version": champion, "suite": str(suite_dir),
+    meta = {"candidate_version": candidate, "champion_version": champion, "anchor_version": anchor,
+            "suite": str(suite_dir),
             "tasks": len(kept), "samples_per_task": k, "quarantined": bad,
             "champion_episodes": reused[0].notes["reused_from"] if reused else "run by this gate"}
     report = write_report(result, episodes, out, meta)

@@ -53,6 +53,10 @@ class GateConfig(BaseModel):
                                              "also be shown above anchor − anchor_margin. Spent once over the "
                                              "lineage, not per cycle: losses that each pass against the parent "
                                              "cannot add up past it.")
+    anchor_alias: str = Field(default="control", description="Registry alias of the lineage's fixed anchor (v0: "
+                              "alias control in the embedded default): `rtrl gate` adds it as a third arm (its "
+                              "episodes reused when kept, e.g. by `rtrl demo --prepare`) and the candidate must be "
+                              "non-inferior to it at anchor_margin too. '' or an alias that is not set: no anchor.")
     guardrails: GuardrailMargins = Field(default_factory=GuardrailMargins)
     users: UsersGateConfig = Field(default_factory=UsersGateConfig, description="The gate on held-out simulated "
                                    "users (evals/gate/users.py), which `rtrl bench learning`'s loop decides with.")

@@ -57,6 +57,9 @@ def version_tags(result: GateResult, run_id: str, champion_version: str, now: da
             "gate.champion_version": str(champion_version),
             "gate.interval": "n/a" if p is None else f"[{p.lower:+.4f}, {p.upper:+.4f}]",
             "gate.difference": "n/a" if p is None else f"{p.difference:+.4f}",
+            "gate.anchor_version": ",".join(result.anchor_versions),
+            "gate.anchor_interval": ("n/a" if result.anchor is None
+                                     else f"[{result.anchor.lower:+.4f}, {result.anchor.upper:+.4f}]"),
             "gate.time": (now or datetime.now(timezone.utc)).isoformat(timespec="seconds")}
 
 

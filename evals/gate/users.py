@@ -82,6 +82,25 @@ def _check(name: str, against: str, d: dict | None, limit: float, z: float, wors
     return Bound(name, against, diff, se, bound, -limit, bound > -limit)
 
 
+def pass_probability(se: float, margin: float, delta: float, confidence: float = 0.95) -> float:
+    """The chance that a candidate whose true difference is `delta` passes a non-inferiority check at `margin`
+    whose estimate has standard error `se`: P(estimate − z·se > −margin) = Φ((delta + margin) / se − z)."""
+    nd = NormalDist()
+    return nd.cdf((delta + margin) / se - nd.inv_cdf(confidence)) if se > 0 else float(delta > -margin)
+
+
+def power_report(se: float | None, cfg: UsersGateConfig | None = None) -> dict | None:
+    """The primary check's pass probability at the measured `se` for an equal candidate, one a margin worse and one
+    twice the margin worse (None without a standard error)."""
+    cfg = cfg or UsersGateConfig()
+    if se is None:
+        return None
+    m = cfg.margin
+    return {"se": se, "equal": pass_probability(se, m, 0.0, cfg.confidence),
+            "worse_by_margin": pass_probability(se, m, -m, cfg.confidence),
+            "worse_by_twice_the_margin": pass_probability(se, m, -2 * m, cfg.confidence)}
+
+
 def decide_on_users(vs_champion: dict, vs_anchor: dict | None, cfg: UsersGateConfig | None = None) -> UsersVerdict:
     """`vs_champion` / `vs_anchor`: metric -> {"diff", "se"} of candidate − champion / candidate − anchor, paired
     by user. `vs_anchor` None: the candidate is compared with the champion only (no anchor in the lineage)."""

@@ -37,7 +37,7 @@ class UsersGate:
         return {m: paired_units_difference(base, other, m, alpha) for m in metrics}
 
     def decide(self, registry, candidate: str, champion: str, anchor: str | None) -> dict:
-        from evals.gate.users import PRIMARY, decide_on_users
+        from evals.gate.users import PRIMARY, decide_on_users, power_report
 
         cand = self._units(registry, candidate)
         vs_champion = self._vs(self._units(registry, champion), cand)
@@ -50,4 +50,5 @@ class UsersGate:
             "gate.champion_version": champion, "gate.anchor_version": anchor or "", "gate.metric": "users",
             "gate.interval": interval, "gate.run_id": "bench-learning"})
         return {"decision": verdict.decision, "reasons": verdict.reasons,
-                "checks": [c.__dict__ for c in verdict.checks], "vs_champion": vs_champion, "vs_anchor": vs_anchor}
+                "checks": [c.__dict__ for c in verdict.checks], "power": power_report(p["se"], self.cfg),
+                "vs_champion": vs_champion, "vs_anchor": vs_anchor}

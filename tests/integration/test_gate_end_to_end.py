@@ -56,6 +56,7 @@ def test_a_checkpoint_with_noisy_weights_is_rejected_and_cannot_be_promoted(boot
     registry = Registry.from_config(make_config(state, f'mlflow.registered_model="{model}"'))
     champion = registry.register(v0, tags={"test": "gate-e2e"})
     registry.set_alias("champion", champion)
+    registry.set_alias("control", champion)      # the lineage's anchor (gate.anchor_alias): here the champion
     candidate = registry.register(_degraded(v0, tmp_path / "degraded"), tags={"test": "gate-e2e"})
 
     report = tmp_path / "report"
@@ -69,8 +70,10 @@ def test_a_checkpoint_with_noisy_weights_is_rejected_and_cannot_be_promoted(boot
     assert gate["decision"] == "keep_champion"
     assert {"inferior", "inconclusive"} & set(gate["reasons"]), gate["reasons"]
     assert any(r.startswith("guardrail:") for r in gate["reasons"]), gate["reasons"]
+    assert {"anchor:inferior", "anchor:inconclusive"} & set(gate["reasons"]), gate["reasons"]
     assert (gate["candidate_version"], gate["champion_version"]) == (candidate, champion)
-    assert gate["episodes"] == 2 * samples * gate["tasks"] and gate["tasks"] >= tasks - 2
+    assert gate["episodes"] == 3 * samples * gate["tasks"] and gate["tasks"] >= tasks - 2   # the anchor's too
+    assert gate["arms_run"] == ["candidate", "champion"]
     assert gate["infra_failures"] == 0
     assert gate["resolved_champion"] >= gate["resolved_candidate"]
     if tasks >= 16:   # enough episodes for v0's few resolved tasks to show
@@ -79,13 +82,15 @@ def test_a_checkpoint_with_noisy_weights_is_rejected_and_cannot_be_promoted(boot
 
     # every episode went through serving (the versions it reports) and grading (test outcomes)
     episodes = [json.loads(line) for line in (report / "episodes.jsonl").read_text().splitlines()]
-    assert {(e["arm"], e["policy_version"]) for e in episodes} == {("candidate", candidate), ("champion", champion)}
+    assert {(e["arm"], e["policy_version"]) for e in episodes} == {("candidate", candidate), ("champion", champion),
+                                                                   ("anchor", champion)}   # the champion's, reused
     assert all(e["notes"].get("tests") for e in episodes)
     assert {p.name for p in report.iterdir()} >= {"report.json", "report.md", "report.html", "episodes.jsonl"}
     assert json.loads((report / "report.json").read_text())["decision"] == "keep_champion"
 
     tags = registry.info(candidate).tags
     assert tags["gate.decision"] == "keep_champion" and tags["gate.champion_version"] == champion
+    assert tags["gate.anchor_version"] == champion
     assert tags["gate.run_id"] == gate["mlflow_run_id"]
     refused = _rtrl(state, "promote", candidate, model=model, timeout=300)
     assert refused.returncode == 3, refused.stderr

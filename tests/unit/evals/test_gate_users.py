@@ -3,7 +3,7 @@ anchor, guardrails, fail closed; a chain of small losses stops once the anchor m
 
 import pytest
 
-from evals.gate.users import PRIMARY, UsersGateConfig, decide_on_users
+from evals.gate.users import PRIMARY, UsersGateConfig, decide_on_users, pass_probability, power_report
 
 SE = 0.006          # a paired standard error of ~0.6 points: 1.645 x SE ~ 1 point
 CFG = UsersGateConfig(margin=0.02, anchor_margin=0.02)
@@ -58,3 +58,12 @@ def test_a_chain_of_candidates_each_a_little_worse_is_refused_once_the_anchor_ma
             assert v.reasons in (["anchor:inconclusive"], ["anchor:inferior"])
     assert all(parent_only)
     assert anchored == [True] + [False] * 7, anchored     # -0.8 passes (bound -1.8); -1.6 does not (-2.6)
+
+
+def test_the_power_report_gives_the_pass_chance_of_equal_and_worse_candidates():
+    p = power_report(0.014, UsersGateConfig(margin=0.03))
+    assert p["equal"] == pytest.approx(0.691, abs=1e-3)                 # Phi(3/1.4 - 1.645)
+    assert p["worse_by_margin"] == pytest.approx(0.05, abs=1e-9)         # by construction
+    assert p["worse_by_twice_the_margin"] < 1e-3
+    assert pass_probability(0.0, 0.03, -0.01) == 1.0 and pass_probability(0.0, 0.03, -0.05) == 0.0
+    assert power_report(None) is None
