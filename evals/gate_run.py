@@ -298,9 +298,12 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     log(f"[gate] candidate v{candidate} vs champion v{champion}: {len(kept)} tasks x {k} samples per arm")
     cache, reused = reused_champion(cfg, suite_dir, kept, k, digests["champion"], log)
     versions = {"candidate": candidate} if reused else {"candidate": candidate, "champion": champion}
+    # The anchor never changes within a lineage: its episodes are kept whether or not gate.reuse_episodes is on,
+    # so that it runs once (or never, when it was the champion of an earlier gate).
+    anchor_cache = None if anchor is None else (cache or _episode_cache(cfg, suite_dir, kept))
     anchor_eps = None            # the anchor's episodes when kept from an earlier gate
     if anchor is not None and anchor != champion:
-        anchor_eps = cache.load(digests["anchor"], "anchor", k) if cache is not None and digests["anchor"] else None
+        anchor_eps = anchor_cache.load(digests["anchor"], "anchor", k) if digests["anchor"] else None
         if anchor_eps is None:
             versions["anchor"] = anchor
         log(f"[gate] anchor ({g.anchor_alias}): version {anchor}" + (", episodes kept from an earlier gate"
@@ -313,10 +316,10 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
             raise
     else:
         episodes = run_arms(cfg, registry, versions, kept, suite_dir, k, w, timings, log)
-    if cache is not None:   # this gate's measurements, for the gates where these checkpoints are the champion
-        for arm in versions:
-            if digests[arm]:
-                cache.store(digests[arm], [e for e in episodes if e.arm == arm])
+    for arm, version in versions.items():   # this gate's measurements, for later gates (reuse_episodes: every
+        keep = cache if cache is not None else (anchor_cache if version == anchor else None)   # arm; else the anchor)
+        if keep is not None and digests[arm]:
+            keep.store(digests[arm], [e for e in episodes if e.arm == arm])
     episodes += reused or []
     if anchor is not None:       # the anchor arm: its own episodes, or the champion's when it is the champion
         episodes += anchor_eps or ([dataclasses.replace(e, arm="anchor", notes={**e.notes, "reused_from":
