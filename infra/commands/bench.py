@@ -160,10 +160,13 @@ def main(args, cfg) -> int:
         if args.cycles < 1 or args.seeds < 1:
             print("rtrl bench learning: --cycles and --seeds must be at least 1", file=sys.stderr)
             return 2
+        import contextlib
+
         seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-        result = {"benchmark": "learning", "cpus": os.cpu_count(),
-                  **run_learning(cfg, args.cycles, seeds, args.out, args.plot, log=log,
-                               with_headroom=args.headroom)}
+        with contextlib.redirect_stdout(sys.stderr):     # libraries' prints (DeepSpeed's op builder) stay off stdout
+            result = {"benchmark": "learning", "cpus": os.cpu_count(),
+                      **run_learning(cfg, args.cycles, seeds, args.out, args.plot, log=log,
+                                     with_headroom=args.headroom)}
         print(json.dumps(result, default=str))
         return 0
     if args.bench_command == "archive":
