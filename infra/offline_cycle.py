@@ -55,8 +55,8 @@ class LocalPolicy:
     participant waits for an answer (`expect(n)` counts them before their threads start), so which requests share a
     batch depends only on the callers, not on timing.
     A request's sample is drawn with its own seed (`request.seed`, else one derived from the policy's seed, the user
-    and the user's request count), by inverse-CDF sampling at temperature 1 from the whole distribution: the same
-    answers whatever batch a request lands in, up to floating-point rounding."""
+    and the user's request count, not the checkpoint), by inverse-CDF sampling at temperature 1 from the whole
+    distribution: the same answers whatever batch a request lands in, up to floating-point rounding."""
 
     def __init__(self, folder: str | Path, version: str, arm: str = "treatment", seed: int = 0,
                  max_new_tokens: int = 192, annotate: bool = False, max_batch: int = 64,
@@ -224,7 +224,9 @@ class LocalPolicy:
             self._requests[request.user] += 1
             n = self._requests[request.user]
         request_id = str(uuid.uuid5(NAMESPACE, f"{self.version}:{request.user}:{n}"))
-        seed = request.seed if request.seed is not None else _seed_of(f"{self.seed}:{request_id}")
+        # the same user's n-th request draws the same uniforms under every checkpoint (common random numbers): two
+        # checkpoints that agree on a token's distribution agree on the token, so paired differences are sharper
+        seed = request.seed if request.seed is not None else _seed_of(f"{self.seed}:{request.user}:{n}")
         completion, logps = self._sample(prompt_ids, seed)
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
         parsed = parse_response(text)
