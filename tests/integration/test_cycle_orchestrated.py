@@ -37,9 +37,10 @@ from tests.waiting import wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive, pytest.mark.timeout(1800)]
 REPO = Path(__file__).parents[2]
 SPEED = 600.0
-GATE_PASSES = ["gate.margin=0.5", "gate.min_tasks=2", "gate.min_pairs=2", "gate.suite_tasks=10",
-               "gate.samples_per_task=2", "gate.guardrails.broken_tool_calls=1.0", "gate.guardrails.edit_rate=1.0",
-               "gate.guardrails.needless_questions=1.0", "gate.guardrails.median_completion_tokens=10.0"]
+GATE_PASSES = ["gate.margin=0.5", "gate.anchor_margin=0.5", "gate.min_tasks=2", "gate.min_pairs=2",
+               "gate.suite_tasks=10", "gate.samples_per_task=2", "gate.guardrails.broken_tool_calls=1.0",
+               "gate.guardrails.edit_rate=1.0", "gate.guardrails.needless_questions=1.0",
+               "gate.guardrails.median_completion_tokens=10.0"]
 
 
 class Loop:
