@@ -29,13 +29,13 @@ METRICS = ("edit_persistence_rate", "dissatisfied_followup_rate", "broken_tool_c
 COMPARED = ("edit_persistence_rate", "dissatisfied_followup_rate", "shown_edit_persistence_rate")   # vs the first
 
 
-def serve_population(folder: str, sim, spec, hours: float, seed: int, label: str = "1", jobs: int = 1) -> pl.DataFrame:
+def serve_population(folder: str, sim, spec, hours: float, seed: int, label: str = "1") -> pl.DataFrame:
     """Reward rows (by the reward spec `spec`) of `folder` serving the population `sim` (a SimulatorConfig) for
     `hours` simulated hours, with the columns `turn` (1 = the task's first policy turn), `task_kind` and `ambiguous`
-    added; `label` is the rows' policy_version. `jobs`: processes sharing the users (`offline_cycle.serve`)."""
+    added; `label` is the rows' policy_version."""
     from infra.offline_cycle import reward_rows, serve
 
-    served = serve(folder, label, sim, hours, seed, annotate=True, jobs=jobs)
+    served = serve(folder, label, sim, hours, seed, annotate=True)
     rows = reward_rows(served.events, spec)
     notes = pl.DataFrame([{"request_id": k, **v} for k, v in served.annotations.items()],
                          schema={"request_id": pl.Utf8, "turn": pl.Int64, "task_kind": pl.Utf8,

@@ -180,9 +180,10 @@ class LocalPolicy:
             logits = self.decoder.prefill([j.prompt_ids for j in jobs], pad)
             for t in range(self.max_new_tokens):
                 tok, logp = _inverse_cdf(logits, u[rows, t])
+                owners, tokens, logps = rows.tolist(), tok.tolist(), logp.tolist()   # one conversion per step
                 for i in alive.nonzero().flatten().tolist():
-                    jobs[rows[i]].completion.append(int(tok[i]))
-                    jobs[rows[i]].logps.append(float(logp[i]))
+                    jobs[owners[i]].completion.append(tokens[i])
+                    jobs[owners[i]].logps.append(logps[i])
                 alive &= tok != eos
                 if not alive.any() or t + 1 == self.max_new_tokens:
                     break

@@ -18,7 +18,7 @@ A missing comparison or an undefined difference (no rows) keeps the champion.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -67,19 +67,15 @@ class UsersVerdict:
     def promote(self) -> bool:
         return self.decision == "promote"
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def _check(name: str, against: str, d: dict | None, limit: float, z: float, worse_is_up: bool) -> Bound:
     diff, se = (d or {}).get("diff"), (d or {}).get("se")
     if diff is None or se is None:
         return Bound(name, against, diff, se, None, limit, False)
+    bound = diff - z * se       # the one-sided lower bound, read by both kinds of check
     if worse_is_up:             # a guardrail: blocks when even the lower bound of the increase exceeds the limit
-        bound = diff - z * se
         return Bound(name, against, diff, se, bound, limit, bound <= limit)
-    bound = diff - z * se       # non-inferiority: the lower bound must be above -limit
-    return Bound(name, against, diff, se, bound, -limit, bound > -limit)
+    return Bound(name, against, diff, se, bound, -limit, bound > -limit)   # non-inferiority: above -limit
 
 
 def pass_probability(se: float, margin: float, delta: float, confidence: float = 0.95) -> float:

@@ -20,7 +20,7 @@ from statistics import NormalDist
 
 from scipy import stats as sps
 
-PRIMARY = "edit_persistence_rate"
+from evals.gate.users import PRIMARY     # edit persistence: the gate's primary metric is the curve's
 
 
 def points(lineage: dict, metric: str = PRIMARY) -> list[dict | None]:
