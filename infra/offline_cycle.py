@@ -303,22 +303,51 @@ class Served:
     outcomes: dict
 
 
+class ServingWorkers:
+    """`n` processes that serve slices of a population, each on one torch thread; started on first use and kept for
+    every later `serve` call until `close` (a loop of many serving runs pays the processes' start-up, ~5 s of
+    imports here, once). With `n` = 1 the slice is served in this process."""
+
+    def __init__(self, n: int):
+        self.n = max(1, n)
+        self._pool = None
+
+    def map(self, calls: list[tuple]) -> list[Served]:
+        if len(calls) == 1:
+            return [_serve_slice(*calls[0])]
+        if self._pool is None:
+            import multiprocessing
+
+            self._pool = multiprocessing.get_context("spawn").Pool(self.n)
+        return self._pool.starmap(_serve_slice, calls)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool.join()
+            self._pool = None
+
+    def __enter__(self) -> "ServingWorkers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def serve(folder: str | Path, version: str, sim, hours: float, seed: int, *, arm: str = "treatment",
-          annotate: bool = False, jobs: int = 1) -> Served:
-    """`folder`, as version `version`, serving the population `sim` for `hours`. With `jobs` > 1 the users are split
-    into that many slices, each served by a process of its own on one torch thread (two such processes do ~1.45x
-    the work of one on two threads here); a request's sample depends only on its user and seed, so the events are
-    the same either way (up to floating-point rounding in a batch)."""
-    n = min(max(1, jobs), sim.users)
+          annotate: bool = False, jobs: "int | ServingWorkers" = 1) -> Served:
+    """`folder`, as version `version`, serving the population `sim` for `hours`. With `jobs` > 1 (a count, or
+    `ServingWorkers` kept across calls) the users are split into that many slices, each served by a process of its
+    own on one torch thread (two such processes do ~1.45x the work of one on two threads here); a request's sample
+    depends only on its user and seed, so the events are the same either way (up to floating-point rounding in a
+    batch)."""
+    if not isinstance(jobs, ServingWorkers):
+        with ServingWorkers(jobs) as workers:
+            return serve(folder, version, sim, hours, seed, arm=arm, annotate=annotate, jobs=workers)
+    n = min(jobs.n, sim.users)
     slices = [range(sim.users)[i::n] for i in range(n)]
     calls = [(str(folder), version, sim, hours, seed, arm, annotate, s, 1 if n > 1 else 0) for s in slices]
-    if n == 1:
-        parts = [_serve_slice(*calls[0])]
-    else:
-        import multiprocessing
-
-        with multiprocessing.get_context("spawn").Pool(n) as pool:
-            parts = pool.starmap(_serve_slice, calls)
+    parts = jobs.map(calls)
     events = sorted((e for p in parts for e in p.events), key=lambda e: (e.event_time, e.event_id))
     outcomes: Counter[str] = Counter()
     for p in parts:

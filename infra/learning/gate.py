@@ -17,10 +17,10 @@ from infra.learning.score import CURVE_METRICS, served_units
 
 
 class UsersGate:
-    def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None):
+    def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None, workers=None):
         self.cfg = cfg.gate.users
         self.sim = cfg.simulator.model_copy(update={"users": self.cfg.users, "seed": self.cfg.seed + seed})
-        self.spec, self.log, self.jobs = cfg.rewards, log, cfg.learning.serving_jobs()
+        self.spec, self.log, self.jobs = cfg.rewards, log, workers or cfg.learning.serving_jobs()
         self.units: dict[str, pl.DataFrame] = {}     # version -> its unit sums on the gate users (served once)
 
     def _units(self, registry, version: str) -> pl.DataFrame:

@@ -46,7 +46,7 @@ class CycleResult:
 
 
 def traffic_rows(folder: Path, version: str, sim, spec, hours: float, seed: int,
-                 jobs: int) -> tuple[pl.DataFrame, dict]:
+                 jobs) -> tuple[pl.DataFrame, dict]:
     """The reward rows of `folder` (registered as `version`) serving the population `sim` for `hours`."""
     from infra.offline_cycle import reward_rows, serve
 
@@ -71,7 +71,15 @@ def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path,
                 log: Callable[[str], None] = lambda m: None) -> dict:
     """`cycles` cycles of one lineage (seeded by `seed`: traffic populations, sampling, the trainer, the scoring
     users). Returns {"seed", "v0": v0's scoring metrics, "cycles": [CycleResult as dict, ...]}; each cycle is also
-    written to `work`/cycles.jsonl as it ends."""
+    written to `work`/cycles.jsonl as it ends. Every serving run of the lineage shares one set of worker
+    processes."""
+    from infra.offline_cycle import ServingWorkers
+
+    with ServingWorkers(cfg.learning.serving_jobs()) as workers:
+        return _run_lineage(cfg, v0, seed, cycles, work, log, workers)
+
+
+def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callable[[str], None], workers) -> dict:
     import torch
 
     from infra.learning.gate import UsersGate
@@ -86,8 +94,8 @@ def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path,
     registry = _registry(cfg, work, v0)
     anchor = registry.version_of("control")
     trainer_cfg = cfg.trainer.model_copy(update={"seed": cfg.trainer.seed + seed})
-    scorer = Scorer(cfg, seed, log)
-    gate = UsersGate(cfg, seed, log)
+    scorer = Scorer(cfg, seed, log, workers=workers)
+    gate = UsersGate(cfg, seed, log, workers=workers)
     t0 = time.monotonic()
     base = scorer.score(v0, anchor)
     suite = _suite(cfg, v0, anchor, log)
@@ -102,7 +110,7 @@ def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path,
         t = time.monotonic()
         sim = cfg.simulator.model_copy(update={"users": lc.train_users, "seed": lc.traffic_seed + 1000 * seed + c})
         rows, served = traffic_rows(folder, champion, sim, cfg.rewards, lc.cycle_hours, 1000 * seed + c,
-                                    lc.serving_jobs())
+                                    workers)
         part = work / "rewards" / f"policy_version={champion}" / f"window=c{c}"
         part.mkdir(parents=True, exist_ok=True)
         rows.write_parquet(part / "part-0.parquet")

@@ -22,11 +22,12 @@ SAMPLING_SEED = 7
 
 
 class Scorer:
-    def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None, alpha: float = 0.05):
+    def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None, alpha: float = 0.05,
+                 workers=None):
         lc = cfg.learning
         self.sim = cfg.simulator.model_copy(update={"users": lc.score_users, "seed": lc.score_seed + seed})
         self.spec, self.hours, self.alpha, self.log = cfg.rewards, lc.score_hours, alpha, log
-        self.jobs = lc.serving_jobs()
+        self.jobs = workers or lc.serving_jobs()      # a count, or `ServingWorkers` shared with the loop
         self.units: dict[str, pl.DataFrame] = {}      # label -> unit sums; the first scored is the baseline
 
     def score(self, folder, label: str) -> dict:
@@ -56,7 +57,7 @@ class Scorer:
         return differences(self.units[base], self.units[other], self.alpha)
 
 
-def served_units(folder, label: str, sim, spec, hours: float, jobs: int) -> tuple[pl.DataFrame, dict]:
+def served_units(folder, label: str, sim, spec, hours: float, jobs) -> tuple[pl.DataFrame, dict]:
     """A checkpoint's unit sums (`infra.offline_ab.unit_sums`) on the population `sim`, and the simulator's grades
     of its answers (outcome -> count)."""
     from infra.offline_ab import unit_sums

@@ -52,3 +52,26 @@ def test_one_cycle_registers_a_gated_candidate_and_scores_the_champion_against_v
     assert [row["cycle"] for row in curve["per_cycle"]] == [1]
     assert curve["slope_persistence_per_cycle"]["n"] == 1
     assert json.loads((tmp_path / "seed-0" / "cycles.jsonl").read_text())["candidate"] == "2"
+
+
+def test_serving_workers_kept_across_runs_serve_as_a_fresh_pool_does(bootstrapped):
+    """The loop's serving runs share one set of worker processes: a run on kept workers gives the events a run on
+    newly started ones gives (same slices, same seeds), and the processes are started once."""
+    from infra.config import load_config
+    from infra.offline_cycle import ServingWorkers, serve
+
+    state, _, _ = bootstrapped
+    v0 = Registry(f"sqlite:///{state / 'mlflow.db'}", state / "mlflow-artifacts", "rtrl-policy",
+                  state / "checkpoints").local_path("1")
+    sim = load_config(None, []).simulator.model_copy(update={"users": 4, "seed": 31})
+    fresh = serve(v0, "1", sim, 0.5, 3, jobs=2)
+    with ServingWorkers(2) as workers:
+        first = serve(v0, "1", sim, 0.5, 3, jobs=workers)
+        pool = workers._pool
+        again = serve(v0, "1", sim, 0.5, 3, jobs=workers)
+        assert pool is not None and workers._pool is pool
+    assert workers._pool is None
+    def story(served):   # every event but the wall-clock latency of each answer
+        return [e.model_dump_json(exclude={"latency_ms"}) for e in served.events]
+
+    assert fresh.requests > 0 and story(fresh) == story(first) == story(again)
