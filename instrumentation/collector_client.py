@@ -73,9 +73,11 @@ class CollectorTransport:
     """The collector stamps `received_time` on arrival (server clock), so the SDK's sender must not."""
 
     def __init__(self, url: str, api_key: str, *, client_id: str = "", sign: bool = False, timeout_s: float = 10.0,
-                 transport: httpx.BaseTransport | None = None):
-        """`url` is the collector's base URL (e.g. http://127.0.0.1:18080). With `sign=True` requests carry an
-        HMAC signature instead of the key, which needs the `client_id` the key was made for."""
+                 transport: httpx.BaseTransport | None = None, verify: bool | str = True):
+        """`url` is the collector's base URL (e.g. http://127.0.0.1:18080, or https://... when it terminates TLS).
+        With `sign=True` requests carry an HMAC signature instead of the key, which needs the `client_id` the key
+        was made for. `verify`: for https, True (the system's CAs), or the path of a CA bundle (a private CA, or
+        the collector's own self-signed certificate)."""
         if sign and not client_id:
             raise ValueError("sign=True needs the client_id the API key was made for")
         self.url = url.rstrip("/")
@@ -85,7 +87,11 @@ class CollectorTransport:
         self.timeout_s = timeout_s
         self._api_key = api_key
         self._signing_key = signing_key(api_key)
-        self._http = httpx.Client(timeout=timeout_s, transport=transport)
+        if isinstance(verify, str):
+            import ssl
+
+            verify = ssl.create_default_context(cafile=verify)
+        self._http = httpx.Client(timeout=timeout_s, transport=transport, verify=verify)
         self._lock = threading.Lock()
         self.rejected_total = 0
         self.last_rejected: list[dict[str, Any]] = []

@@ -1,7 +1,9 @@
 """`rtrl collector`: the HTTP ingest collector, and its API keys.
 
-    rtrl collector --keys-new web    print a new key for client 'web' once (only its hash is stored)
-    rtrl collector --keys-list       the clients that have keys
+    rtrl collector --keys-new web --org acme [--role client|serving|admin]
+                                     print a new key for client 'web', acting for org 'acme', once (only its hash
+                                     is stored); `--org '*'` makes a gateway key that may write for any org
+    rtrl collector --keys-list       the clients that have keys, with their org and role
     rtrl collector                   serve in the foreground (Ctrl-C stops it cleanly)
     rtrl collector --detach          serve in the background; `rtrl down` stops it
 """
@@ -24,13 +26,25 @@ def _keys_path(cfg: RtrlConfig):
     return cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json")
 
 
-def _health(url: str) -> dict | None:
+def _tls_context(cert_file: str):
+    """For probing our own HTTPS listener: trust exactly the configured certificate (self-signed or a leaf of a
+    private CA); the host name is not checked since the probe dials the bind address, not the certificate's name."""
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=cert_file)
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    ctx.check_hostname = False
+    return ctx
+
+
+def _health(url: str, cert_file: str = "") -> dict | None:
     """The /healthz body (200 or 503), or None if nothing answers."""
     import urllib.error
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=3) as r:
+        ctx = _tls_context(cert_file) if url.startswith("https:") else None
+        with urllib.request.urlopen(f"{url}/healthz", timeout=3, context=ctx) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
         try:
@@ -62,7 +76,7 @@ def _detach(args, cfg: RtrlConfig, url: str) -> int:
     answer: dict = {}
 
     def answers() -> bool:
-        body = _health(url)
+        body = _health(url, cfg.collector.tls_cert_file)
         if body is not None:
             answer.update(body)
         return body is not None
@@ -97,8 +111,14 @@ def _serve(cfg: RtrlConfig, url: str) -> int:
 
 def add_parser(subparsers) -> None:
     p = add_command(subparsers, "collector", main, "run the HTTP ingest collector (foreground)")
-    p.add_argument("--keys-new", metavar="CLIENT", help="create an API key for CLIENT, print it once, and exit")
-    p.add_argument("--keys-list", action="store_true", help="list clients that have keys and exit")
+    p.add_argument("--keys-new", metavar="CLIENT", help="create an API key for CLIENT (needs --org), print it once, "
+                   "and exit; replaces CLIENT's previous key")
+    p.add_argument("--org", metavar="ORG", help="with --keys-new: the org (tenant) the key writes for; events with "
+                   "another org_id are rejected. '*' = a gateway key for a trusted backend that writes for any org")
+    p.add_argument("--role", choices=("client", "serving", "admin"), default="client",
+                   help="with --keys-new: client (telemetry), serving (may also write trajectory events), admin "
+                   "(the collector's admin endpoints) (default: client)")
+    p.add_argument("--keys-list", action="store_true", help="list clients that have keys (org, role) and exit")
     p.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
 
 
@@ -108,16 +128,27 @@ def main(args, cfg: RtrlConfig) -> int:
 
     try:
         if args.keys_new:
+            if not args.org:
+                print("rtrl: --keys-new needs --org ORG: the org (tenant) whose events the key may write ('*' for a "
+                      "gateway key that may write for any org)", file=sys.stderr)
+                return 2
             store = KeyStore(_keys_path(cfg))
             existed = args.keys_new in store.clients()
-            key = store.create(args.keys_new)
+            key = store.create(args.keys_new, org=args.org, role=args.role)
             print(key)
-            print(f"collector: {'replaced the' if existed else 'new'} key for client {args.keys_new!r} (shown only "
-                  f"once; its SHA-256 is stored in {store.path})", file=sys.stderr)
+            print(f"collector: {'replaced the' if existed else 'new'} key for client {args.keys_new!r}, org "
+                  f"{args.org!r}, role {args.role!r} (shown only once; its SHA-256 is stored in {store.path})",
+                  file=sys.stderr)
             return 0
+        if args.org or args.role != "client":
+            print("rtrl: --org and --role go with --keys-new", file=sys.stderr)
+            return 2
         if args.keys_list:
-            for client in KeyStore(_keys_path(cfg)).clients():
-                print(client)
+            store = KeyStore(_keys_path(cfg))
+            for client in store.clients():
+                k = store.get(client)
+                org = k.org if k.org is not None else "-  (no org: re-issue with --keys-new --org)"
+                print(f"{client}\t{k.role}\t{org}")
             return 0
         KeyStore(_keys_path(cfg))  # a malformed keys file fails here, with its path, not in the server
     except KeyStoreError as e:

@@ -1,19 +1,33 @@
 """The request body -> validated records, with every rejection explained. No I/O here.
 
 `decode_batch` checks the envelope `{"events": [...]}` and raises `BadRequest` (the whole request is refused);
-`validate_events` checks each event with `schemas.parse_event`, stamps `received_time` on the valid ones and
-reports the invalid ones by index (they are never produced).
+`validate_events` checks each event with `schemas.parse_event`, then what the server decided about the sender
+(`Admission`: the key's org and role, the server's receipt time), redacts secrets in its free-text fields again,
+stamps `received_time` on the valid ones and reports the invalid ones by index (they are never produced).
+
+Per-event rejections beyond the schema (each counted under its code in `ValidatedBatch.counts`):
+  org_mismatch        org_id is not the key's org (a `*` gateway key may write any org)
+  role_forbidden      a `trajectory` event from a key whose role is not `serving`
+  event_time_future   event_time more than `max_future_s` after the receipt time
+  event_time_past     event_time more than `max_past_s` before the receipt time
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from instrumentation.collector.keys import ANY_ORG
+from instrumentation.prepare import redact_model
 from instrumentation.transport import Record
 from schemas import SchemaError, parse_event
+
+TRAJECTORY = "trajectory"
+WRITES_TRAJECTORIES = ("serving",)
+REJECTION_CODES = ("schema", "org_mismatch", "role_forbidden", "event_time_future", "event_time_past")
 
 MAX_ECHO_CHARS = 400  # event_id / field / reason are cut to this in responses (input is echoed, keep it short)
 
@@ -37,10 +51,28 @@ class Rejection:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the server decided about a request's sender and its arrival -- from the API key and the server clock,
+    never from the request. `org` is None for a version-1 key (such requests are refused before validation)."""
+    org: str | None
+    role: str
+    received_time: datetime
+    max_future_s: float
+    max_past_s: float
+    redact: bool = True
+
+    def may_write_org(self, org_id: str) -> bool:
+        return self.org is not None and (self.org == ANY_ORG or self.org == org_id)
+
+
 @dataclass(slots=True)
 class ValidatedBatch:
     records: list[Record] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)  # rejections by code (REJECTION_CODES)
+    secrets_redacted: int = 0                          # secrets the collector's own redaction replaced
+    events_redacted: int = 0                           # events in which it replaced at least one
 
 
 def _no_constants(name: str):
@@ -101,8 +133,28 @@ def _precheck(item: Any) -> None:
             raise SchemaError("schema_version", "Input should be greater than or equal to 1")
 
 
-def validate_events(items: list[Any], received_time: datetime) -> ValidatedBatch:
-    """Validate each item; valid events get `received_time` and become records, invalid ones rejections."""
+def _refusal(event, adm: Admission) -> tuple[str, str, str] | None:
+    """(code, field, reason) when the sender may not write `event`, else None."""
+    if not adm.may_write_org(event.org_id):
+        return ("org_mismatch", "org_id", f"org_id {echo(event.org_id)!r} is not this API key's org "
+                                          f"({adm.org!r}); a key writes only for its own org")
+    if event.event_type == TRAJECTORY and adm.role not in WRITES_TRAJECTORIES:
+        return ("role_forbidden", "event_type", f"only a key with role 'serving' may write trajectory events "
+                                                f"(this key's role is {adm.role!r})")
+    skew = (event.event_time - adm.received_time).total_seconds()
+    if skew > adm.max_future_s:
+        return ("event_time_future", "event_time", f"event_time is {skew:.0f} s after the collector's receipt "
+                                                   f"time; at most {adm.max_future_s:g} s is accepted (is the "
+                                                   "client's clock right?)")
+    if -skew > adm.max_past_s:
+        return ("event_time_past", "event_time", f"event_time is {-skew:.0f} s before the collector's receipt "
+                                                 f"time; at most {adm.max_past_s:g} s is accepted")
+    return None
+
+
+def validate_events(items: list[Any], adm: Admission) -> ValidatedBatch:
+    """Validate each item against its schema and what `adm` allows; valid events are redacted again (when
+    `adm.redact`), get `received_time` and become records; invalid ones become rejections."""
     out = ValidatedBatch()
     for i, item in enumerate(items):
         try:
@@ -110,10 +162,23 @@ def validate_events(items: list[Any], received_time: datetime) -> ValidatedBatch
             event = parse_event(item)
         except SchemaError as e:
             out.rejected.append(Rejection(i, _event_id(item), echo(e.field), echo(e.reason)))
+            out.counts["schema"] += 1
             continue
         except RecursionError:  # pathological nesting inside one event: reject it, never crash
             out.rejected.append(Rejection(i, _event_id(item), "<event>", "nested too deeply"))
+            out.counts["schema"] += 1
             continue
-        event.received_time = received_time
+        refused = _refusal(event, adm)
+        if refused is not None:
+            code, fld, reason = refused
+            out.rejected.append(Rejection(i, echo(event.event_id), fld, reason))
+            out.counts[code] += 1
+            continue
+        if adm.redact:
+            event, n = redact_model(event)
+            if n:
+                out.secrets_redacted += n
+                out.events_redacted += 1
+        event.received_time = adm.received_time
         out.records.append(Record.of(event))
     return out

@@ -91,6 +91,20 @@ def build_openapi(cfg: CollectorConfig) -> dict[str, Any]:
             "properties": {"error": {"type": "string", "description": "Machine-readable code."},
                            "message": {"type": "string", "description": "What was wrong and what to do."}},
         },
+        "Stats": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["counters", "clients"],
+            "properties": {
+                "counters": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
+                             "description": "Counters since start: requests, events_accepted, rejected.<code> "
+                                            "(schema, org_mismatch, role_forbidden, event_time_future, "
+                                            "event_time_past), secrets_redacted, events_redacted, auth_failures, "
+                                            "forbidden, rate_limited.<events|requests|unauthenticated>, "
+                                            "headers_refused. Absent means 0."},
+                "clients": {"type": "integer", "minimum": 0, "description": "Keys in the keys file."},
+            },
+        },
         "Health": {
             "type": "object",
             "additionalProperties": False,
@@ -106,11 +120,18 @@ def build_openapi(cfg: CollectorConfig) -> dict[str, Any]:
             "order: credentials present and well-formed (401), Content-Length within "
             f"{cfg.max_body_bytes} bytes (413), Content-Type application/json (415), body within the cap (413; "
             f"also when Content-Length is absent or wrong) and received within {cfg.body_read_timeout_s:g} s "
-            "(408), signature and replay (401, 409), JSON shape (400), at most "
+            "(408), signature and replay (401, 409), per-client request rate of "
+            f"{cfg.rate_limit_requests_per_s:g}/s with bursts of {cfg.rate_limit_request_burst} (429; an empty "
+            "batch counts), a key made before keys carried an org (403), JSON shape (400), at most "
             f"{cfg.max_events_per_batch} events (413), per-client rate limit of {cfg.rate_limit_events_per_s:g} "
-            f"events/s with bursts of {cfg.rate_limit_burst} (429), then each event is validated. The answer is "
+            f"events/s with bursts of {cfg.rate_limit_burst} (429), then each event is validated: its schema, "
+            "org_id equal to the key's org, `trajectory` only from a key with role serving, event_time at most "
+            f"{cfg.max_event_skew_future_s:g} s after and {cfg.max_event_skew_past_s:g} s before the collector's "
+            "receipt time. Secrets in free-text fields are redacted again. The answer is "
             "200 only after Kafka acknowledged every valid event; 503 means nothing can be assumed delivered: "
-            "retry the whole batch (event_id is the idempotency key downstream)."),
+            "retry the whole batch (event_id is the idempotency key downstream). Before any of this: at most "
+            f"{cfg.max_headers} headers and {cfg.max_header_bytes} bytes of request target and headers (431), and "
+            "a remote address that sent too many unauthenticated requests gets 429."),
         "operationId": "ingestEvents",
         "security": [{"bearer": []},
                      {"rtrlClient": [], "rtrlTimestamp": [], "rtrlNonce": [], "rtrlSignature": []}],
@@ -121,11 +142,14 @@ def build_openapi(cfg: CollectorConfig) -> dict[str, Any]:
             "400": _error_response("Body is not JSON, or not of the shape {\"events\": [...]}, or a bad "
                                    "Content-Length header."),
             "401": _error_response("Credentials missing or invalid (no detail on which part)."),
+            "403": _error_response("The key was made before keys carried an org and role: re-issue it."),
             "408": _error_response("Request body not received in time.", retry_after=True),
             "409": _error_response("Replayed signed request: (client, nonce) already used within the window."),
             "413": _error_response("Body larger than the cap, or more events than the batch cap."),
             "415": _error_response("Content-Type is not application/json."),
-            "429": _error_response("Rate limit exceeded for this client.", retry_after=True),
+            "429": _error_response("Rate limit exceeded: this client's events or requests, or this address's "
+                                   "unauthenticated requests.", retry_after=True),
+            "431": _error_response("Too many request headers, or too large."),
             "503": _error_response("Kafka is unreachable or did not acknowledge in time; retry the batch.",
                                    retry_after=True),
         },
@@ -138,11 +162,31 @@ def build_openapi(cfg: CollectorConfig) -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "paths": {
             "/v1/events": {"post": ingest},
+            "/v1/stats": {"get": {
+                "summary": "The collector's counters (admin role)",
+                "description": "Needs a key with role admin (`rtrl collector --keys-new NAME --org ORG --role "
+                               "admin`); signed requests sign the empty body.",
+                "operationId": "stats",
+                "security": [{"bearer": []},
+                             {"rtrlClient": [], "rtrlTimestamp": [], "rtrlNonce": [], "rtrlSignature": []}],
+                "responses": {
+                    "200": {"description": "Counters since the collector started.",
+                            "content": {"application/json": {"schema": _ref("Stats")}}},
+                    "401": _error_response("Credentials missing or invalid."),
+                    "403": _error_response("The key's role is not admin."),
+                    "409": _error_response("Replayed signed request."),
+                    "413": _error_response("The request has a body."),
+                    "429": _error_response("Too many unauthenticated requests from this address.", retry_after=True),
+                    "431": _error_response("Too many request headers, or too large."),
+                },
+            }},
             "/healthz": {"get": {
                 "summary": "Liveness and Kafka reachability",
                 "operationId": "health",
                 "security": [],
                 "responses": {
+                    "429": _error_response("Too many unauthenticated requests from this address.", retry_after=True),
+                    "431": _error_response("Too many request headers, or too large."),
                     "200": {"description": "Serving, Kafka reachable.",
                             "content": {"application/json": {"schema": _ref("Health")}}},
                     "503": {"description": "Serving, but Kafka is unreachable (ingest answers 503).",
@@ -156,14 +200,18 @@ def build_openapi(cfg: CollectorConfig) -> dict[str, Any]:
                 "operationId": "openapi",
                 "security": [],
                 "responses": {"200": {"description": "OpenAPI 3.1 document.",
-                                      "content": {"application/json": {"schema": {"type": "object"}}}}},
+                                      "content": {"application/json": {"schema": {"type": "object"}}}},
+                              "429": _error_response("Too many unauthenticated requests from this address.",
+                                                     retry_after=True),
+                              "431": _error_response("Too many request headers, or too large.")},
             }},
         },
         "components": {
             "schemas": schemas,
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "rtrl_<43 url-safe base64 chars>",
-                           "description": "API key made by `rtrl collector --keys-new CLIENT`."},
+                           "description": "API key made by `rtrl collector --keys-new CLIENT --org ORG --role "
+                                          "ROLE`; the key decides the org its events may carry and its role."},
                 "rtrlClient": {"type": "apiKey", "in": "header", "name": "X-Rtrl-Client",
                                "description": f"Signed requests: client id ({CLIENT_ID_RE.pattern})."},
                 "rtrlTimestamp": {"type": "apiKey", "in": "header", "name": "X-Rtrl-Timestamp",

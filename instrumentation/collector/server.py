@@ -1,4 +1,10 @@
-"""Run the collector: one uvicorn process (uvloop and httptools when installed) in front of a Kafka producer."""
+"""Run the collector: one uvicorn process (uvloop and httptools when installed) in front of a Kafka producer.
+
+TLS: with `tls_cert_file` and `tls_key_file` set, uvicorn terminates TLS itself (HTTPS only on that port).
+Header limits hold in the HTTP parser too (`limited_http_protocol`): uvicorn's httptools protocol keeps every
+header it is sent until the request is complete, so the count and size are checked as headers arrive (over
+either, the connection gets 431 and is closed); with h11 its own size bound is set to `max_header_bytes`.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +25,11 @@ def build_app(cfg: CollectorConfig, bootstrap_servers: str, keys_path: Path):
 
     keys = KeyStore(keys_path)
     if not len(keys):
-        log.warning("no API keys in %s: every request will get 401; make one with `rtrl collector --keys-new CLIENT`",
+        log.warning("no API keys in %s: every request will get 401; make one with `rtrl collector --keys-new CLIENT "
+                    "--org ORG`", keys_path)
+    if stale := keys.without_org():
+        log.warning("keys of %s in %s have no org (made before keys carried one): their requests get 403 until "
+                    "re-issued with `rtrl collector --keys-new CLIENT --org ORG --role ROLE`", ", ".join(stale),
                     keys_path)
     # Every send ends with a flush, so linger only shapes how records of one send are packed: a long linger lets a
     # whole batch go out as one produce request instead of many small ones (measured: fewer wake-ups, less CPU).
@@ -29,15 +39,74 @@ def build_app(cfg: CollectorConfig, bootstrap_servers: str, keys_path: Path):
     return create_app(cfg, keys=keys, transport=transport, kafka_ok=probe)
 
 
+def limited_http_protocol(max_header_bytes: int, max_headers: int):
+    """uvicorn's httptools protocol with the request target + headers bounded to `max_header_bytes` and the header
+    count to `max_headers` while they are parsed (431 and close past either). "auto" (h11) without httptools."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        return "auto"
+
+    class LimitedHttpToolsProtocol(HttpToolsProtocol):
+        _head_bytes = 0
+        _refused = False
+
+        def on_message_begin(self) -> None:
+            self._head_bytes = 0
+            super().on_message_begin()
+
+        def _grow(self, n: int) -> None:
+            self._head_bytes += n
+            if self._head_bytes > max_header_bytes or len(self.headers) >= max_headers + 1:
+                self._refuse()
+
+        def on_url(self, url: bytes) -> None:
+            self._grow(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            super().on_header(name, value)
+            self._grow(len(name) + len(value) + 4)
+
+        def _refuse(self) -> None:
+            if not self._refused:
+                self._refused = True
+                body = (b'{"error": "headers_too_large", "message": "request headers over the limit of '
+                        + f"{max_headers} headers or {max_header_bytes} bytes".encode() + b'"}')
+                self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: "
+                                     b"application/json\r\nconnection: close\r\ncontent-length: "
+                                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+                self.transport.close()
+            raise ValueError("request headers over the limit")  # stops the parser; the connection is closing
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
+            super().data_received(data)
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._refused:  # the parser error was our own refusal: 431 was sent already
+                super().send_400_response(msg)
+
+    return LimitedHttpToolsProtocol
+
+
 def make_server(cfg: CollectorConfig, bootstrap_servers: str, keys_path: Path, *, log_level: str = "info"):
     """A `uvicorn.Server` (not started). `server.run()` blocks; SIGINT/SIGTERM stop it cleanly (in-flight
     requests finish, then the producer is flushed and closed)."""
+    return server_for(build_app(cfg, bootstrap_servers, keys_path), cfg, log_level=log_level)
+
+
+def server_for(app, cfg: CollectorConfig, *, log_level: str = "info"):
+    """A `uvicorn.Server` for `app` with the collector's listener settings: address, TLS, header limits."""
     import uvicorn
 
-    app = build_app(cfg, bootstrap_servers, keys_path)
-    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, loop="auto", http="auto", lifespan="on",
+    tls = {"ssl_certfile": cfg.tls_cert_file, "ssl_keyfile": cfg.tls_key_file} if cfg.tls else {}
+    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, loop="auto",
+                            http=limited_http_protocol(cfg.max_header_bytes, cfg.max_headers), lifespan="on",
                             access_log=cfg.access_log, log_level=log_level, server_header=False,
-                            timeout_graceful_shutdown=max(5, int(cfg.produce_timeout_s) + 2))
+                            h11_max_incomplete_event_size=cfg.max_header_bytes,
+                            timeout_graceful_shutdown=max(5, int(cfg.produce_timeout_s) + 2), **tls)
     return uvicorn.Server(config)
 
 
@@ -47,4 +116,4 @@ def url_of(cfg: CollectorConfig) -> str:
         host = "127.0.0.1"
     elif ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{cfg.port}"
+    return f"{'https' if cfg.tls else 'http'}://{host}:{cfg.port}"

@@ -6,6 +6,7 @@ import copy
 import json
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from instrumentation.collector.keys import KeyStore, signing_key
 from instrumentation.transport import Record, TransportError
 
 FIXTURES = Path(__file__).parents[3] / "schemas" / "fixtures"
-T0 = 1_790_000_000.0  # a fixed wall-clock second (2026-09)
+T0 = 1_793_527_230.0  # a fixed wall-clock second: 30 s after the schema fixtures' event_time (2026-11-01T10:00:00Z)
+ORG = "org-a"  # the fixtures' org_id
 
 
 def fixture_event(kind: str, version: int = 1, **changes) -> dict:
@@ -29,10 +31,16 @@ def fixture_event(kind: str, version: int = 1, **changes) -> dict:
     return d
 
 
-def valid_events(n: int) -> list[dict]:
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat()
+
+
+def valid_events(n: int, at: float | None = None) -> list[dict]:
+    """`n` valid events of every type in turn (org ORG); `at`: their event_time (unix s) instead of the fixtures'."""
     types = ["edit_applied", "suggestion_shown", "followup_message", "tool_call_result", "codebase_snapshot",
              "edit_rejected", "trajectory"]
-    return [fixture_event(types[i % len(types)], 2 if types[i % len(types)] == "trajectory" else 1)
+    when = {} if at is None else {"event_time": iso(at)}
+    return [fixture_event(types[i % len(types)], 2 if types[i % len(types)] == "trajectory" else 1, **when)
             for i in range(n)]
 
 
@@ -110,7 +118,7 @@ def make_harness(tmp_path):
     def make(**cfg_fields) -> Harness:
         cfg = CollectorConfig(**cfg_fields)
         keys = KeyStore(tmp_path / f"keys{len(made)}.json")
-        api_key = keys.create("web")
+        api_key = keys.create("web", org=ORG, role="serving")  # serving: may write every event type
         clock = Clock()
         transport = FakeTransport()
         kafka = {"ok": True}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from instrumentation.collector.auth import INVALID, AuthError, NonceCache
-from tests.unit.collector.conftest import valid_events
+from tests.unit.collector.conftest import ORG, valid_events
 
 
 def _body(n=2) -> bytes:
@@ -55,7 +55,7 @@ def test_signature_over_another_body_is_rejected(harness):
 
 
 def test_signature_made_with_another_key_is_rejected(harness):
-    other_key = harness.keys.create("ci")
+    other_key = harness.keys.create("ci", org=ORG, role="serving")
     body = _body(1)
     r = harness.post(body, harness.signed(body, key=other_key), auth="none")  # signed as 'web' with ci's key
     assert r.status_code == 401 and r.json()["message"] == INVALID
@@ -99,7 +99,7 @@ def test_replayed_nonce_is_409_and_not_produced_twice(harness):
 
 
 def test_same_nonce_from_different_clients_is_not_a_replay(harness):
-    ci_key = harness.keys.create("ci")
+    ci_key = harness.keys.create("ci", org=ORG, role="serving")
     body = _body(1)
     a = harness.post(body, harness.signed(body, nonce="shared-nonce"), auth="none")
     b = harness.post(body, harness.signed(body, client="ci", key=ci_key, nonce="shared-nonce"), auth="none")

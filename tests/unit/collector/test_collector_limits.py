@@ -8,7 +8,7 @@ import json
 import pytest
 
 from infra.bench.asgi import raw_post
-from tests.unit.collector.conftest import valid_events
+from tests.unit.collector.conftest import ORG, valid_events
 
 
 def _raw_call(app, headers: dict[str, str], chunks: list[bytes]) -> tuple[int, dict, int]:
@@ -105,7 +105,7 @@ def test_rate_limit_answers_429_with_retry_after_then_recovers(make_harness):
 
 def test_rate_limit_is_per_client(make_harness):
     h = make_harness(rate_limit_events_per_s=10, rate_limit_burst=20, max_events_per_batch=20)
-    ci_key = h.keys.create("ci")
+    ci_key = h.keys.create("ci", org=ORG, role="serving")
     h.clock.advance(2)
     assert h.post({"events": valid_events(20)}).status_code == 200
     assert h.post({"events": valid_events(1)}).status_code == 429
