@@ -4,7 +4,9 @@ Join state across runs: a request's events can straddle two cycles' ranges. Each
 (every buffered event a not-yet-mature request may need) at its end and hands it to the next (`carry`), rather
 than re-reading a look-back window. A cycle emits exactly the requests whose mature time lies in
 (previous cycle's as_of, this cycle's as_of], where as_of is the range's event-time watermark (its newest event
-time minus the allowed lateness; idle partitions do not hold it back); so every request is emitted by exactly one cycle.
+time minus the allowed lateness; idle partitions do not hold it back; no event counts later than its receipt time
+plus `max_skew_s`, so one client clock cannot move the cut-off: `kafka_range.watermark_time`); so every request is
+emitted by exactly one cycle.
 
 Crash safety. The manifest `<state>/rewards/cycles/<cycle_id>.json` is written first with the fixed range
 (status "started"), then the Beam job writes the reward partitions (idempotent overwrite), the carry and the
@@ -31,7 +33,8 @@ from pipelines.rewards import progress
 from pipelines.rewards.batches import EventBatch
 from pipelines.rewards.compute import ComputeRewards, run_and_count
 from pipelines.archive.deadletter import dead_letter_table
-from pipelines.rewards.kafka_range import FixedRange, ReadKafkaRange, cluster_id, fix_range, range_watermark
+from pipelines.rewards.kafka_range import (MAX_SKEW_S, FixedRange, ReadKafkaRange, cluster_id, fix_range,
+                                           range_watermark)
 from pipelines.rewards.parse import DEAD_LETTER, ParseEventsFn
 from pipelines.rewards.sink import WriteRewardTable, partitions_written
 from pipelines.rewards.spec import RewardSpec
@@ -111,7 +114,8 @@ def start_after(prev: CycleManifest | None, bootstrap: str, log=None) -> dict[st
     return prev.range["stop"]
 
 
-def plan(store: CycleStore, cycle_id: str, bootstrap: str, spec: RewardSpec, idle_s: float, log) -> CycleManifest:
+def plan(store: CycleStore, cycle_id: str, bootstrap: str, spec: RewardSpec, idle_s: float, log,
+         max_skew_s: float = MAX_SKEW_S) -> CycleManifest:
     """The manifest of `cycle_id`: an existing one, or a new one with the range fixed now."""
     existing = store.load(cycle_id)
     if existing is not None:
@@ -119,7 +123,8 @@ def plan(store: CycleStore, cycle_id: str, bootstrap: str, spec: RewardSpec, idl
     prev = store.latest_done()
     start = start_after(prev, bootstrap, log)
     log(f"rewards: fixing the range of cycle {cycle_id} (after {prev.cycle_id if prev else 'the beginning'})")
-    r = fix_range(bootstrap, EVENT_TOPICS, start, idle_s, progress=lambda n: progress.put("range_records", n))
+    r = fix_range(bootstrap, EVENT_TOPICS, start, idle_s, progress=lambda n: progress.put("range_records", n),
+                  max_skew_s=max_skew_s)
     after = _dt(prev.as_of) if prev else None
     wm = range_watermark(r, spec.allowed_lateness_s)
     as_of = max(t for t in (after, wm) if t is not None) if (after or wm) else None
@@ -163,9 +168,11 @@ def _write_carry(directory: Path, batches) -> int:
 
 
 def run_cycle(cycle_id: str, bootstrap: str, state_root: Path, out: Path, spec: RewardSpec, shards: int | None = None,
-              idle_s: float = 2.0, beam_args: list[str] | None = None, log=print) -> CycleManifest:
+              idle_s: float = 2.0, beam_args: list[str] | None = None, log=print,
+              max_skew_s: float = MAX_SKEW_S) -> CycleManifest:
+    """`max_skew_s`: how far past its receipt time an event's time may count for the cut-off (see kafka_range)."""
     store = CycleStore(state_root)
-    m = plan(store, cycle_id, bootstrap, spec, idle_s, log)
+    m = plan(store, cycle_id, bootstrap, spec, idle_s, log, max_skew_s)
     if m.status == "done":
         log(f"rewards: cycle {cycle_id} is already done ({sum(n for _, n in m.partitions)} rows); nothing to do")
         return m

@@ -5,13 +5,19 @@ reading: every partition is consumed from its start offset until polls come back
 offset after the last record read is the range's end, recorded before any output is written, so a rerun reads
 exactly the same records. The same pass measures each partition's newest event time, for the event-time
 watermark of the range.
+
+Event times are client clocks, so no single event may move the watermark past its own receipt: each record counts
+with min(event_time, receipt + `max_skew_s`), where receipt is the record's `received_time` (stamped by the
+collector, or by the SDK's sender for direct-to-Kafka producers) or, without one, the Kafka record's timestamp; a
+record with neither does not move the watermark. One event dated 2099 once set a cycle's as_of to 2099: that cycle
+emitted immature rows and every later cycle found its requests late (issue 38).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -66,20 +72,53 @@ def partitions_of(bootstrap: str, topics: tuple[str, ...]) -> list[Partition]:
         c.close()
 
 
+MAX_SKEW_S = 300.0
+"""How far after its receipt an event's time may count for the watermark. Equal to the collector's default
+`max_event_skew_future_s` (which rejects events beyond it) and the quality suite's `max_clock_skew_s`; a smaller
+value only holds the watermark back (rows are emitted by a later cycle), never loses a row."""
+
+
 class _EventTime(BaseModel):
     event_time: AwareDatetime
+    received_time: AwareDatetime | None = None
+
+
+def _times(value: bytes | None) -> tuple[datetime, datetime | None] | None:
+    """(event_time, received_time) of a wire message, or None (malformed messages are dead-lettered later)."""
+    try:
+        t = _EventTime.model_validate_json(value)
+    except (ValidationError, TypeError):
+        return None
+    return t.event_time.astimezone(timezone.utc), t.received_time and t.received_time.astimezone(timezone.utc)
 
 
 def _event_time(value: bytes | None) -> datetime | None:
     """The event time of a wire message, or None (malformed messages are dead-lettered later)."""
-    try:
-        return _EventTime.model_validate_json(value).event_time.astimezone(timezone.utc)
-    except (ValidationError, TypeError):
+    times = _times(value)
+    return None if times is None else times[0]
+
+
+def watermark_time(value: bytes | None, kafka_timestamp_ms: int | None, max_skew_s: float = MAX_SKEW_S) \
+        -> datetime | None:
+    """The time a record may advance the watermark to: its event time, but at most its receipt + `max_skew_s`
+    (receipt: its `received_time`, else the Kafka record timestamp). None when it has no event time or no receipt
+    time to bound it by."""
+    times = _times(value)
+    if times is None:
         return None
+    event_time, receipt = times
+    if receipt is None and kafka_timestamp_ms is not None and kafka_timestamp_ms >= 0:
+        receipt = datetime.fromtimestamp(kafka_timestamp_ms / 1000, timezone.utc)
+    if receipt is None:
+        return None
+    try:
+        return min(event_time, receipt + timedelta(seconds=max_skew_s))
+    except OverflowError:  # receipt within max_skew_s of year 9999: no bound below the event time
+        return event_time
 
 
 def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], idle_s: float = 2.0,
-              progress=None, catch_up_timeout_s: float = 300.0) -> FixedRange:
+              progress=None, catch_up_timeout_s: float = 300.0, max_skew_s: float = MAX_SKEW_S) -> FixedRange:
     """Read every partition from `start` to where the range ends, recording the stop offsets.
 
     Where it ends: first every partition is read up to the log end snapshotted when fixing started (however
@@ -94,7 +133,9 @@ def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], id
     partitions not hold it back, which is only right for a partition read to its end. A slow broker (an object
     store under load, a restart) can answer a fetch of data it holds with nothing for seconds; ending the range
     there advanced the watermark past requests still unread in that partition, and the next cycle dropped them
-    as late (chaos run, issue 9)."""
+    as late (chaos run, issue 9).
+
+    `newest` holds each partition's newest `watermark_time` (event time bounded by receipt + `max_skew_s`)."""
     from kafka import TopicPartition
 
     parts = partitions_of(bootstrap, topics)
@@ -125,7 +166,7 @@ def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], id
                 k = key((tp.topic, tp.partition))
                 for r in records:
                     stop[k] = r.offset + 1
-                    t = _event_time(r.value)
+                    t = watermark_time(r.value, getattr(r, "timestamp", None), max_skew_s)
                     if t is not None and (k not in newest or t > newest[k]):
                         newest[k] = t
                 n += len(records)
@@ -146,15 +187,14 @@ def _ts(iso: str) -> datetime:
 
 
 def range_watermark(r: FixedRange, lateness_s: float) -> datetime | None:
-    """The event-time watermark of a fixed range: the newest event time in it, minus the allowed lateness.
+    """The event-time watermark of a fixed range: the newest event time in it (each bounded by its receipt + skew:
+    `watermark_time`), minus the allowed lateness.
 
     Every partition was read to its end when the range was fixed, so a partition that is merely idle (no new
     traffic) must not hold the watermark back -- the idle-partition rule of Beam's and Flink's Kafka sources.
     Events older than this that arrive later are late (counted, per the reward spec's allowed lateness)."""
     if not r.newest:
         return None
-    from datetime import timedelta
-
     return max(_ts(t) for t in r.newest.values()) - timedelta(seconds=lateness_s)
 
 

@@ -25,7 +25,8 @@ class Rec:
 
 
 def _value(minutes: int) -> bytes:
-    return f'{{"event_time": "{(T0 + timedelta(minutes=minutes)).isoformat()}"}}'.encode()
+    t = T0 + timedelta(minutes=minutes)
+    return f'{{"event_time": "{t.isoformat()}", "received_time": "{(t + timedelta(seconds=1)).isoformat()}"}}'.encode()
 
 
 class SlowConsumer:
