@@ -48,17 +48,24 @@ def limited_http_protocol(max_header_bytes: int, max_headers: int):
         return "auto"
 
     class LimitedHttpToolsProtocol(HttpToolsProtocol):
-        _head_bytes = 0
+        _head_bytes = 0      # request target + complete headers of the current request
+        _raw_head = 0        # bytes received while its headers are incomplete (a header still arriving)
+        _in_head = False
         _refused = False
 
         def on_message_begin(self) -> None:
-            self._head_bytes = 0
+            self._head_bytes, self._raw_head, self._in_head = 0, 0, True
             super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            super().on_headers_complete()
 
         def _grow(self, n: int) -> None:
             self._head_bytes += n
-            if self._head_bytes > max_header_bytes or len(self.headers) >= max_headers + 1:
-                self._refuse()
+            if self._head_bytes > max_header_bytes or len(self.headers) > max_headers:
+                self._send_431()
+                raise ValueError("request headers over the limit")  # stops the parser; the connection is closing
 
         def on_url(self, url: bytes) -> None:
             self._grow(len(url))
@@ -68,7 +75,7 @@ def limited_http_protocol(max_header_bytes: int, max_headers: int):
             super().on_header(name, value)
             self._grow(len(name) + len(value) + 4)
 
-        def _refuse(self) -> None:
+        def _send_431(self) -> None:
             if not self._refused:
                 self._refused = True
                 body = (b'{"error": "headers_too_large", "message": "request headers over the limit of '
@@ -77,12 +84,16 @@ def limited_http_protocol(max_header_bytes: int, max_headers: int):
                                      b"application/json\r\nconnection: close\r\ncontent-length: "
                                      + str(len(body)).encode() + b"\r\n\r\n" + body)
                 self.transport.close()
-            raise ValueError("request headers over the limit")  # stops the parser; the connection is closing
 
         def data_received(self, data: bytes) -> None:
             if self._refused:
                 return
             super().data_received(data)
+            if self._in_head and not self._refused:
+                # the parser buffers a header until it is complete: bound what it may be holding
+                self._raw_head += len(data)
+                if self._raw_head > max_header_bytes:
+                    self._send_431()
 
         def send_400_response(self, msg: str) -> None:
             if not self._refused:  # the parser error was our own refusal: 431 was sent already

@@ -1,6 +1,6 @@
 """The collector against the real broker: exactly the valid events reach their Kafka topics, stamped with
-received_time; rejected, unauthenticated, oversized and replayed input never does. Also the CLI's --detach and a
-clean stop on Ctrl-C."""
+received_time; rejected, unauthenticated, oversized and replayed input never does, nor events of another org, a
+client key's trajectories or an event dated 2099. Also the CLI's --detach and a clean stop on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).parents[2]
 FIXTURES = REPO / "schemas" / "fixtures"
+ORG = "org-a"  # the fixtures' org_id
 TYPES = ["edit_applied", "suggestion_shown", "edit_rejected", "codebase_snapshot", "followup_message",
          "tool_call_result", "trajectory"]
 
@@ -40,7 +42,7 @@ TYPES = ["edit_applied", "suggestion_shown", "edit_rejected", "codebase_snapshot
 def event(kind: str, **changes) -> dict:
     version = 2 if kind == "trajectory" else 1
     d = json.loads((FIXTURES / kind / f"v{version}.json").read_text())
-    d.update(event_id=str(uuid.uuid4()), **changes)
+    d.update(event_id=str(uuid.uuid4()), event_time=datetime.now(timezone.utc).isoformat(), **changes)
     return d
 
 
@@ -124,9 +126,9 @@ def serving(cfg: RtrlConfig, bootstrap: str):
 def collector(stack, tmp_path):
     cfg = make_config(tmp_path / "state")
     keys = KeyStore(cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json"))
-    key = keys.create("web")
+    key = keys.create("web", org=ORG, role="serving")
     with serving(cfg, stack.cfg.kafka.bootstrap()) as url:
-        yield url, key
+        yield url, key, keys
 
 
 def _post(url: str, body: bytes, headers: dict, timeout: float = 30) -> httpx.Response:
@@ -135,7 +137,7 @@ def _post(url: str, body: bytes, headers: dict, timeout: float = 30) -> httpx.Re
 
 
 def test_exactly_the_valid_events_reach_kafka_with_received_time(stack, collector):
-    url, key = collector
+    url, key, keys = collector
     expected: dict[str, dict] = {}
     never: set[str] = set()
     t_start = time.time()
@@ -176,6 +178,18 @@ def test_exactly_the_valid_events_reach_kafka_with_received_time(stack, collecto
     assert _post(url, body, signed).status_code == 409
     expected.update((e["event_id"], e) for e in replayed)
 
+    # 3. what the key and the server clock do not allow: another org, a client key's trajectory, the year 2099
+    editor = keys.create("editor", org=ORG, role="client")
+    time.sleep(1.1)  # the running collector re-reads the keys file at most once a second
+    allowed = event("edit_applied")
+    refused = [event("edit_applied", org_id="org-b"), event("trajectory"),
+               event("edit_applied", event_time="2099-12-31T00:00:00Z")]
+    r = _post(url, json.dumps({"events": refused + [allowed]}).encode(), {"Authorization": f"Bearer {editor}"})
+    assert r.status_code == 200 and r.json()["accepted"] == 1
+    assert [x["field"] for x in r.json()["rejected"]] == ["org_id", "event_type", "event_time"]
+    expected[allowed["event_id"]] = allowed
+    never.update(e["event_id"] for e in refused)
+
     seen = consume(stack.cfg.kafka.bootstrap(), set(expected))
     t_end = time.time()
     missing = set(expected) - set(seen)
@@ -191,14 +205,14 @@ def test_exactly_the_valid_events_reach_kafka_with_received_time(stack, collecto
 
 
 def test_healthz_says_kafka_is_reachable(collector):
-    url, _ = collector
+    url, _, _ = collector
     r = httpx.get(f"{url}/healthz", timeout=30)
     assert (r.status_code, r.json()) == (200, {"status": "ok", "kafka": True})
 
 
 def test_unreachable_kafka_is_503_and_the_client_keeps_the_batch(tmp_path):
     cfg = make_config(tmp_path / "state", "collector.produce_timeout_s=2")
-    key = KeyStore(cfg.path_or_default("", "collector_keys.json")).create("web")
+    key = KeyStore(cfg.path_or_default("", "collector_keys.json")).create("web", org=ORG, role="serving")
     with serving(cfg, f"127.0.0.1:{free_port()}") as url:
         r = _post(url, json.dumps({"events": valid(3)}).encode(), {"Authorization": f"Bearer {key}"}, timeout=90)
         assert r.status_code == 503 and int(r.headers["Retry-After"]) == KAFKA_RETRY_AFTER_S
@@ -217,8 +231,8 @@ def _cli(state: Path, bootstrap: str, port: int, *args: str, **kw):
 def test_detached_collector_serves_until_rtrl_down(stack, tmp_path):
     state, port = tmp_path / "state", free_port()
     bootstrap = stack.cfg.kafka.bootstrap()
-    key = subprocess.run(_cli(state, bootstrap, port, "collector", "--keys-new", "web"), capture_output=True,
-                         text=True, cwd=REPO, timeout=60).stdout.strip()
+    key = subprocess.run(_cli(state, bootstrap, port, "collector", "--keys-new", "web", "--org", ORG, "--role",
+                              "serving"), capture_output=True, text=True, cwd=REPO, timeout=60).stdout.strip()
     out = subprocess.run(_cli(state, bootstrap, port, "collector", "--detach"), capture_output=True, text=True,
                          cwd=REPO, timeout=120)
     url = f"http://127.0.0.1:{port}"
