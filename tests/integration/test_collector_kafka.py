@@ -42,7 +42,7 @@ TYPES = ["edit_applied", "suggestion_shown", "edit_rejected", "codebase_snapshot
 def event(kind: str, **changes) -> dict:
     version = 2 if kind == "trajectory" else 1
     d = json.loads((FIXTURES / kind / f"v{version}.json").read_text())
-    d.update(event_id=str(uuid.uuid4()), event_time=datetime.now(timezone.utc).isoformat(), **changes)
+    d.update({"event_id": str(uuid.uuid4()), "event_time": datetime.now(timezone.utc).isoformat(), **changes})
     return d
 
 
