@@ -281,11 +281,15 @@ class CollectorRig:
         from instrumentation.collector.config import CollectorConfig
         from instrumentation.collector.keys import KeyStore
 
-        self.cfg = CollectorConfig(**{"max_body_bytes": 256 * 1024, "max_events_per_batch": 50, **cfg})
+        # rate limits out of the way: one address sends every case, and what is fuzzed is the input, not the pace
+        unlimited = {"rate_limit_requests_per_s": 1e9, "rate_limit_request_burst": 10**9,
+                     "rate_limit_unauthenticated_per_s": 1e9, "rate_limit_unauthenticated_burst": 10**9}
+        self.cfg = CollectorConfig(**{"max_body_bytes": 256 * 1024, "max_events_per_batch": 50, **unlimited, **cfg})
         self.keys = KeyStore(tmp / "keys.json")
-        self.api_key = self.keys.create("fuzzer")
+        # a gateway key with role serving: every org_id and event type the generators make can be accepted
+        self.api_key = self.keys.create("fuzzer", org="*", role="serving")
         self.transport = RecordingTransport()
-        self.clock = [1_790_000_000.0]
+        self.clock = [1_793_527_230.0]  # 30 s after the fixtures' event_time, within the collector's time skew
         self.app = create_app(self.cfg, keys=self.keys, transport=self.transport, kafka_ok=lambda: True,
                               clock=lambda: self.clock[0])
         from instrumentation.collector.openapi import build_openapi

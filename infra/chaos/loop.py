@@ -78,7 +78,7 @@ class Loop:
 
         self.stack.up(log=lambda m: self.log(f"[stack] {m}"))
         key = KeyStore(self.cfg.path_or_default(self.cfg.collector.api_keys_file, "collector_keys.json")).create(
-            USERS_CLIENT)
+            USERS_CLIENT, org="*", role="client")  # the simulated users belong to several orgs
         self.cli.run("collector", "--detach", step="collector", expect_json=False)
         self.cli.run("archive", "--detach", step="archiver", expect_json=False)
         self.log(f"[loop] collector and archiver up; registering policy v0")

@@ -32,7 +32,8 @@ def _transport(cfg):
         key = os.environ.get(API_KEY_ENV, "")
         if not key:
             raise ValueError(f"simulator.telemetry = 'collector' needs an API key in ${API_KEY_ENV} "
-                             "(make one with `rtrl collector --keys-new simulator`)")
+                             "(make one with `rtrl collector --keys-new simulator --org '*'`: the simulated users "
+                             "belong to several orgs)")
         return CollectorTransport(f"http://{cfg.collector.host}:{cfg.collector.port}", key,
                                   timeout_s=cfg.sdk.send_timeout_s), f"collector http://{cfg.collector.host}:" \
                                                                      f"{cfg.collector.port}"

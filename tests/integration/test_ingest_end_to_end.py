@@ -7,6 +7,7 @@ import signal
 import subprocess
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,8 @@ def test_every_event_emitted_across_a_broker_restart_is_archived_exactly_once(pr
     cfg = private_stack.cfg
     sdk_cfg = cfg.sdk.model_copy(update={"retry_interval_s": 0.2, "send_timeout_s": 3.0, "linger_ms": 5,
                                          "batch_size": 100})
-    key = KeyStore(cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json")).create("e2e")
+    key = KeyStore(cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json")).create(
+        "e2e", org="*", role="serving")  # sample events span seven orgs and include trajectories
     subprocess.run(cli_argv(cfg, "collector", "--detach"), check=True, cwd=REPO, capture_output=True, timeout=120)
     archiver = subprocess.Popen(cli_argv(cfg, "archive"), cwd=REPO, stdout=subprocess.DEVNULL,
                                 stderr=open(tmp_path / "archiver.log", "w"))
@@ -53,8 +55,10 @@ def test_every_event_emitted_across_a_broker_restart_is_archived_exactly_once(pr
     stop = threading.Event()
     emitted: list[str] = []
     emitted_http: list[str] = []
+    recent = datetime.now(timezone.utc) - timedelta(seconds=1060)  # the collector rejects times far from its clock
     threads = [threading.Thread(target=emit_until, args=(direct, sample_events(4000, seed=11), stop, emitted)),
-               threading.Thread(target=emit_until, args=(via_http, sample_events(4000, seed=12), stop, emitted_http))]
+               threading.Thread(target=emit_until, args=(via_http, sample_events(4000, seed=12, start=recent), stop,
+                                                         emitted_http))]
     try:
         for t in threads:
             t.start()
