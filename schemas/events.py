@@ -67,10 +67,13 @@ class Trajectory(Event):
 
     v2 added the sampling parameters, so the trainer can tell which distribution the logprobs describe.
     v3 added `response_kind`, so the reward job can apply clarification deferral to question-only responses.
+    v4 added `group_id` (the samples of one request with n > 1 share it: the trainer's group baseline) and
+    `cut_short` (a streamed answer whose client disconnected before it ended: the tokens are what was sampled
+    until then).
     """
 
     EVENT_TYPE: ClassVar[str] = "trajectory"
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
     CONTENT_FIELDS: ClassVar[tuple[str, ...]] = ("prompt_token_ids", "completion_token_ids", "behaviour_logprobs")
     PRODUCERS: ClassVar[str] = "serving (one per request)"
     CONSUMERS: ClassVar[str] = "archiver, reward job (joins), trainer (token ids, logprobs), A/B metrics (latency)"
@@ -94,6 +97,11 @@ class Trajectory(Event):
     top_k: int = Field(default=-1, ge=-1, le=MAX_INT64, description="v2: top-k used (-1 = untruncated).")
     response_kind: ResponseKind = Field(default=ResponseKind.unknown,
                                         description="v3: what the response does (edit, question, answer).")
+    group_id: str | None = Field(default=None, min_length=1, max_length=128,
+                                 description="v4: shared by the samples of one request with n > 1 (a prompt group "
+                                             "for the trainer's group baseline); None for a single sample.")
+    cut_short: bool = Field(default=False, description="v4: the client disconnected from a streamed answer before "
+                            "it ended; the completion is what had been sampled by then.")
 
     @model_validator(mode="after")
     def _logprobs_match_tokens(self):

@@ -10,6 +10,7 @@ import pytest
 from pipelines.quality import QualityConfig, check_archive, check_events, check_rewards
 from pipelines.rewards.spec import RewardSpec
 from schemas import EVENT_TYPES
+from schemas.events import Trajectory
 from tests.unit.quality.helpers import (T0, edit, events_frame, fixture_event, reward_frame, reward_row,
                                         valid_events)
 
@@ -45,7 +46,7 @@ BREAKS = {
     "event_type_known": lambda v: edit(v, _first(v, "edit_rejected"), event_type="edit_regretted"),
     "schema_version_not_null": lambda v: edit(v, _first(v, "edit_rejected"), schema_version=None),
     "schema_version_at_least_1": lambda v: edit(v, _first(v, "edit_rejected"), schema_version=0),
-    "schema_version_not_newer_than_known": lambda v: edit(v, _first(v, "trajectory"), schema_version=4),
+    "schema_version_not_newer_than_known": lambda v: edit(v, _first(v, "trajectory"), schema_version=Trajectory.SCHEMA_VERSION + 1),
     "user_id_not_null": lambda v: edit(v, _first(v, "suggestion_shown"), user_id=None),
     "org_id_not_null": lambda v: edit(v, _first(v, "suggestion_shown"), org_id=None),
     "workspace_id_not_null": lambda v: edit(v, _first(v, "suggestion_shown"), workspace_id=None),
