@@ -17,6 +17,8 @@ Tools (arguments are all strings unless said otherwise):
     search(query)                           lines of the workspace containing `query`
     run_terminal(command)                   run a command in the sandbox
     lint(path)                              lint one file
+A request may offer its own tools (OpenAI `tools`): its calls are then validated against those tools' JSON
+Schemas (`ToolSet`), and the five above are only the default set of a request that offers none.
 Serving turns valid calls into OpenAI `tool_calls` (arguments as a JSON string); clients send them back the
 same way, so every side speaks the OpenAI chat format on the wire and this text format to the model.
 """
@@ -55,7 +57,7 @@ EDIT_TOOLS = frozenset({"edit_file"})
 @dataclass(frozen=True)
 class ToolCall:
     name: str
-    arguments: dict[str, str]
+    arguments: dict[str, Any]   # strings for the built-in five; whatever its schema allows for a request's tool
 
     def text(self) -> str:
         """The canonical text of this call, as a model should write it."""
@@ -74,8 +76,76 @@ class ParsedResponse:
         return sum(r.status is not ToolCallStatus.ok for r in self.records)
 
 
-def validate_call(name: Any, arguments: Any) -> str:
-    """'' when the call is valid, else why not."""
+class ToolSet:
+    """The tools a request offers (OpenAI `tools`), each call validated against its own JSON Schema.
+
+    Serving parses a response against the request's ToolSet; a request that offers no tools is parsed against
+    the built-in five (`tools=None` everywhere below). A call to a tool that is not offered, or whose arguments
+    do not match the tool's `parameters` schema, is broken (validation_error).
+
+        tools = ToolSet.from_openai(body["tools"])     # ValueError naming tools[i] when a schema is malformed
+        parse_response(text, tools)
+    """
+
+    def __init__(self, schemas: dict[str, dict]):
+        from jsonschema import Draft202012Validator
+
+        self.schemas = schemas
+        self._validators = {n: Draft202012Validator(s) for n, s in schemas.items()}
+
+    @classmethod
+    def from_openai(cls, tools: Any) -> "ToolSet":
+        """OpenAI `tools` ([{"type": "function", "function": {"name", "description", "parameters"}}]) -> a
+        ToolSet; ValueError("tools[i]...: why") for anything malformed (the caller's 400)."""
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        if not isinstance(tools, list):
+            raise ValueError("tools: must be a list of {\"type\": \"function\", \"function\": {...}}")
+        schemas: dict[str, dict] = {}
+        for i, t in enumerate(tools):
+            fn = t.get("function") if isinstance(t, dict) else None
+            if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(fn, dict):
+                raise ValueError(f"tools[{i}]: must be {{\"type\": \"function\", \"function\": {{...}}}}")
+            name = fn.get("name")
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", name):
+                raise ValueError(f"tools[{i}].function.name: 1-64 letters, digits, '_', '.', ':' or '-' "
+                                 f"(got {name!r})")
+            if name in schemas:
+                raise ValueError(f"tools[{i}].function.name: {name!r} is offered twice")
+            params = fn.get("parameters", {"type": "object", "properties": {}})
+            if not isinstance(params, dict):
+                raise ValueError(f"tools[{i}].function.parameters: must be a JSON Schema object")
+            try:
+                Draft202012Validator.check_schema(params)
+            except SchemaError as e:
+                raise ValueError(f"tools[{i}].function.parameters: not a valid JSON Schema: {e.message}") from None
+            schemas[name] = params
+        return cls(schemas)
+
+    def only(self, name: str) -> "ToolSet":
+        """The set holding just `name` (tool_choice naming one function)."""
+        return ToolSet({name: self.schemas[name]})
+
+    def validate(self, name: Any, arguments: Any) -> str:
+        """'' when the call is valid, else why not."""
+        if not isinstance(name, str) or name not in self._validators:
+            offered = ", ".join(sorted(self.schemas)) or "none (tool_choice is none)"
+            return f"tool {name!r} was not offered; offered: {offered}"
+        if not isinstance(arguments, dict):
+            return f"arguments of {name} must be an object, got {type(arguments).__name__}"
+        error = next(iter(sorted(self._validators[name].iter_errors(arguments), key=lambda e: list(e.path))), None)
+        if error is not None:
+            where = "/".join(map(str, error.path))
+            return f"{name}: arguments do not match its schema{' at ' + where if where else ''}: {error.message}"
+        return ""
+
+
+def validate_call(name: Any, arguments: Any, tools: ToolSet | None = None) -> str:
+    """'' when the call is valid, else why not: against `tools` when a request offered some, else the built-in
+    five."""
+    if tools is not None:
+        return tools.validate(name, arguments)
     if not isinstance(name, str) or name not in TOOLS:
         return f"unknown tool {name!r}; known: {', '.join(sorted(TOOLS))}"
     if not isinstance(arguments, dict):
@@ -112,7 +182,7 @@ def _encodable(obj: Any) -> bool:
     return True
 
 
-def _parse_block(body: str) -> tuple[ToolCallRecord, ToolCall | None]:
+def _parse_block(body: str, tools: ToolSet | None) -> tuple[ToolCallRecord, ToolCall | None]:
     try:
         obj = json.loads(body)
     except json.JSONDecodeError as e:
@@ -129,7 +199,7 @@ def _parse_block(body: str) -> tuple[ToolCallRecord, ToolCall | None]:
                               error='a call must be a JSON object with "name" and "arguments"'), None
     name, args = obj["name"], obj["arguments"]
     extra = sorted(set(obj) - {"name", "arguments"})
-    why = f"unexpected key(s) {', '.join(extra)} in the call" if extra else validate_call(name, args)
+    why = f"unexpected key(s) {', '.join(extra)} in the call" if extra else validate_call(name, args, tools)
     shown = name[:128] if isinstance(name, str) else ""
     if why:
         return ToolCallRecord(name=shown, status=ToolCallStatus.validation_error, error=why[:2048]), None
@@ -144,9 +214,10 @@ def _guess_name(body: str) -> str:
     return m.group(1) if m else ""
 
 
-def parse_response(text: str) -> ParsedResponse:
-    """Strictly parse a model response (see the module docstring for the format). Never raises: whatever the text,
-    broken calls become records with the reason."""
+def parse_response(text: str, tools: ToolSet | None = None) -> ParsedResponse:
+    """Strictly parse a model response (see the module docstring for the format) against the tools a request
+    offered (None: the built-in five). Never raises: whatever the text, broken calls become records with the
+    reason."""
     text = _utf8(text)
     records: list[ToolCallRecord] = []
     calls: list[ToolCall] = []
@@ -164,7 +235,7 @@ def parse_response(text: str) -> ParsedResponse:
             records.append(ToolCallRecord(name=_guess_name(body), status=ToolCallStatus.parse_error,
                                           error=f"{OPEN} without {CLOSE}"))
             break
-        record, call = _parse_block(text[start + len(OPEN):end].strip())
+        record, call = _parse_block(text[start + len(OPEN):end].strip(), tools)
         records.append(record)
         if call is not None:
             calls.append(call)

@@ -2,8 +2,10 @@
 
     engine = VllmEngine.load("3", folder, cfg.serving)     # blocking, ~25 s on CPU: call it from a thread
     ids = engine.prompt_ids([{"role": "user", "content": "fix the retry bug"}])
-    gen = await engine.generate(ids, max_tokens=128, seed=7, request_id="r1")
-    gen.token_ids, gen.logprobs, gen.text, gen.finish_reason
+    spec = SampleSpec(max_tokens=128, sampling=Sampling(1.0), seed=7, n=2)
+    gens = await engine.sample(ids, spec, request_id="r1")      # one Generation per sample
+    async for delta in engine.stream(ids, spec, request_id="r2"): ...   # new tokens per sample as they come
+    gens[0].token_ids, gens[0].logprobs, gens[0].text, gens[0].finish_reason
     engine.shutdown()
 
 Behaviour logprobs (docs/serving.md): vLLM returns *raw* log-probs by default (log-softmax of the logits before
@@ -11,7 +13,7 @@ temperature, top-k/top-p). The engine runs with `logprobs_mode="processed_logpro
 sampled token under the distribution it was actually drawn from (after temperature and truncation). At the
 default temperature 1, top_p 1, top_k -1 the two are the same numbers, the model's own log-softmax, which is
 what the trainer recomputes; at another temperature they still describe the behaviour policy, and the trajectory
-records the temperature. `logprobs=0` asks for the sampled token's log-prob only.
+records the temperature and top_p. `logprobs=k` asks for the sampled token's log-prob and k alternatives.
 
 vLLM's CPU build spawns its engine-core and worker processes: the program that creates an engine must guard its
 entry point with `if __name__ == "__main__":`. Each engine gets `serving.kv_cache_gb` of KV cache.
@@ -26,7 +28,7 @@ import threading
 from pathlib import Path
 
 from serving.config import ServingConfig
-from serving.protocol import Generation, Sampling
+from serving.protocol import Delta, Generation, SampleSpec, Sampling, cut_at_stop
 
 log = logging.getLogger("rtrl.serving.engine")
 
@@ -198,23 +200,31 @@ class VllmEngine:
         self.cpu_cores = cores
         return True
 
-    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        """The checkpoint's chat template with the generation prompt, tokenized (the template writes any BOS)."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    def prompt_ids(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
+        """The checkpoint's chat template with the generation prompt, tokenized (the template writes any BOS). The
+        request's tools go to the template, which decides how the model sees them (the default policy's template
+        shows none: it was trained on the built-in five)."""
+        text = self.tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True,
+                                                  tokenize=False)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def sampling_params(self, max_tokens: int, seed: int | None = None, **extra):
+    def sampling_params(self, spec: SampleSpec, stream: bool = False, **extra):
+        """vLLM's parameters for `spec`. Non-streamed: FINAL_ONLY (no per-step output objects) and detokenize=False
+        (no incremental detokenization of every sequence at every step; the finished ids are decoded once,
+        `finish`). On a GPU with a small model that per-step Python is most of the step time. Streamed: DELTA
+        outputs (only the new tokens of each step). Stop strings need vLLM's detokenizer to stop on them; the
+        tokens sampled are the same either way, so a streamed and a non-streamed request with the same seed
+        record the same trajectory."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        s = self.sampling
-        # FINAL_ONLY: answers are not streamed, so no per-step output objects are built (less Python per step).
-        # detokenize=False: no incremental detokenization of every sequence at every step (turns end on the eos
-        # token, never on a stop string); the finished ids are decoded once (`_texts`). On a GPU with a small
-        # model that per-step Python is most of the step time.
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=max_tokens,
-                              logprobs=0, seed=seed, detokenize=False,
-                              output_kind=RequestOutputKind.FINAL_ONLY, **extra)
+        s = spec.sampling
+        kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
+        return SamplingParams(n=spec.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                              max_tokens=spec.max_tokens, logprobs=spec.top_logprobs, seed=spec.seed,
+                              stop=list(spec.stop) or None, detokenize=bool(spec.stop),
+                              skip_special_tokens=False, spaces_between_special_tokens=False, output_kind=kind,
+                              **extra)
 
     def _engine_prompt(self, prompt_ids: list[int]):
         from vllm.inputs import TokensPrompt
@@ -228,35 +238,62 @@ class VllmEngine:
         except (ImportError, AttributeError):
             return prompt
 
-    async def generate(self, prompt_ids: list[int], max_tokens: int, seed: int | None = None,
-                       request_id: str = "", **extra) -> Generation:
-        import uuid
-
-        params = self.sampling_params(max_tokens, seed, **extra)
-        final = None
-        async for out in self.llm.generate(self._engine_prompt(prompt_ids), params,
-                                           f"{request_id or 'req'}-{uuid.uuid4().hex[:8]}"):
-            final = out
-        assert final is not None and final.finished
-        o = final.outputs[0]
-        ids = list(o.token_ids)
-        logprobs = []
+    @staticmethod
+    def _step(o, top_logprobs: int) -> Delta:
+        """One vLLM CompletionOutput (a delta, or the whole sample) as rtrl's `Delta`."""
+        ids, logprobs, top = list(o.token_ids), [], []
         for tid, pos in zip(ids, o.logprobs or []):
             lp = pos[tid].logprob
             logprobs.append(lp if math.isfinite(lp) else -1e9)
+            if top_logprobs:
+                best = sorted((x for x in pos.items() if x[1].rank is not None and x[1].rank <= top_logprobs),
+                              key=lambda x: x[1].rank)
+                top.append([(t, lp.logprob if math.isfinite(lp.logprob) else -1e9) for t, lp in best])
         if len(logprobs) != len(ids):
             raise RuntimeError(f"vLLM returned {len(logprobs)} logprobs for {len(ids)} tokens")
-        finish = "length" if o.finish_reason == "length" else "stop"
-        tokens, text = self._texts(ids, finish)
-        return Generation(token_ids=ids, logprobs=logprobs, tokens=tokens, text=text, finish_reason=finish)
+        finish = None if o.finish_reason is None else ("length" if o.finish_reason == "length" else "stop")
+        return Delta(index=o.index, token_ids=ids, logprobs=logprobs, top=top, finish_reason=finish)
 
-    def _texts(self, ids: list[int], finish: str) -> tuple[list[str], str]:
-        """Each token's text and the whole text, special tokens kept (a checkpoint may make <tool_call> one); the
-        eos that ended a turn is not part of the text (as vLLM's own detokenizer does)."""
+    async def sample(self, prompt_ids: list[int], spec: SampleSpec, request_id: str = "",
+                     **extra) -> list[Generation]:
+        """The `spec.n` samples of a prompt, once all are finished (`extra`: more vLLM SamplingParams, e.g. a
+        benchmark's ignore_eos)."""
+        import uuid
+
+        final = None
+        async for out in self.llm.generate(self._engine_prompt(prompt_ids), self.sampling_params(spec, **extra),
+                                           f"{request_id or 'req'}-{uuid.uuid4().hex[:8]}"):
+            final = out
+        assert final is not None and final.finished
+        steps = sorted((self._step(o, spec.top_logprobs) for o in final.outputs), key=lambda d: d.index)
+        return [self.finish(d.index, d.token_ids, d.logprobs, d.top, d.finish_reason or "stop", spec) for d in steps]
+
+    async def stream(self, prompt_ids: list[int], spec: SampleSpec, request_id: str = ""):
+        """The samples as they are drawn: `Delta`s of new tokens per sample index, the last one of each sample with
+        its finish_reason. Leaving the iteration early (a client that disconnected) aborts the request in vLLM."""
+        import uuid
+
+        async for out in self.llm.generate(self._engine_prompt(prompt_ids), self.sampling_params(spec, stream=True),
+                                           f"{request_id or 'req'}-{uuid.uuid4().hex[:8]}"):
+            for o in out.outputs:
+                yield self._step(o, spec.top_logprobs)
+
+    def finish(self, index: int, ids: list[int], logprobs: list[float], top: list[list[tuple[int, float]]],
+               finish: str, spec: SampleSpec, cut_short: bool = False) -> Generation:
+        """A sample's `Generation` from its token ids: each token's text, the whole text (special tokens kept, a
+        checkpoint may make <tool_call> one; the eos that ended a turn left out, as vLLM's detokenizer does; cut
+        before the first stop string, as vLLM's is)."""
         tok = self.tokenizer
         tokens = tok.batch_decode([[t] for t in ids], skip_special_tokens=False)
         body = ids[:-1] if finish == "stop" and ids and ids[-1] in self._eos_ids else ids
-        return tokens, tok.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        text = cut_at_stop(self.partial_text(body), spec.stop)
+        alternatives = [[(tok.decode([t], skip_special_tokens=False), lp) for t, lp in pos] for pos in top]
+        return Generation(token_ids=list(ids), logprobs=list(logprobs), tokens=tokens, text=text,
+                          finish_reason=finish, top_logprobs=alternatives, index=index, cut_short=cut_short)
+
+    def partial_text(self, ids: list[int]) -> str:
+        """The text of token ids sampled so far (a trailing incomplete character decodes as U+FFFD)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     @property
     def _eos_ids(self) -> set[int]:

@@ -60,13 +60,14 @@ class ByteEngine:
         self.version, self.folder, self.script = version, folder, script
         self.sampling, self.max_model_len = Sampling(temperature=1.0), 1 << 20
 
-    def prompt_ids(self, messages):
+    def prompt_ids(self, messages, tools=None):
         return list(render(messages).encode())
 
-    async def generate(self, prompt_ids, max_tokens, seed=None, request_id=""):
-        ids = list(self.script["text"].encode())[:max_tokens]
-        return Generation(token_ids=ids, logprobs=[-0.5] * len(ids), tokens=[chr(i) for i in ids],
-                          text=bytes(ids).decode(errors="replace"), finish_reason="stop")
+    async def sample(self, prompt_ids, spec, request_id=""):
+        ids = list(self.script["text"].encode())[:spec.max_tokens]
+        return [Generation(token_ids=ids, logprobs=[-0.5] * len(ids), tokens=[chr(i) for i in ids],
+                           text=bytes(ids).decode(errors="replace"), finish_reason="stop", index=i)
+                for i in range(spec.n)]
 
     def shutdown(self):
         pass
@@ -138,7 +139,8 @@ def test_privacy_mode_users_content_and_planted_secrets_reach_no_payload_row_bat
         trajectories.append(t)
         return serving_sdk.emit(t)
 
-    scfg = ServingConfig(max_model_len=131072, max_tokens=4096)
+    # the simulated clock starts on 2026-11-01: event times that far back are the run's own, not a client's skew
+    scfg = ServingConfig(max_model_len=131072, max_tokens=4096, max_event_skew_past_s=3650 * 86400)
     script: dict = {"text": ""}
     gw = Gateway(scfg, Fleet(scfg, FakeRegistry({"control": "1", "champion": "1"}),
                              lambda v, f: ByteEngine(v, f, script)), "rtrl-policy", emit=log_trajectory)

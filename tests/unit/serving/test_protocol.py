@@ -8,8 +8,8 @@ import pytest
 
 from schemas.events import ResponseKind, ToolCallStatus
 from schemas.tool_protocol import ToolCall, parse_response
-from serving.protocol import (ChatRequest, Generation, RequestError, Sampling, Served, behaviour_logprob,
-                              build_response, build_trajectory, fit_max_tokens, parse_request)
+from serving.protocol import (Caller, ChatRequest, Generation, RequestError, Sampling, Served, TimeBounds,
+                              behaviour_logprob, build_response, build_trajectories, fit_max_tokens, parse_request)
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 EDIT = ToolCall("edit_file", {"path": "app/util.py", "old": "RETRIES = 3", "new": "RETRIES = 5"})
@@ -29,8 +29,9 @@ def parse(b, **kw) -> ChatRequest:
 # -- validation ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("b, param, words", [
-    (body(stream=True), "stream", "streaming is not supported"),
-    ({k: v for k, v in body().items() if k != "user"}, "user", "user is required"),
+    (body(stream="yes"), "stream", "must be a boolean"),
+    (body(stream=True, stream_options=[1]), "stream_options", "include_usage"),
+    ({k: v for k, v in body().items() if k != "user"}, "user", "names no user; send `user`"),
     (body(user=""), "user", "non-empty string"),
     (body(user=7), "user", "non-empty string"),
     (body(user="u" * 129), "user", "at most 128"),
@@ -39,8 +40,23 @@ def parse(b, **kw) -> ChatRequest:
     (body(messages=["hi"]), "messages[0]", "must be an object"),
     (body(messages=[{"role": "wizard", "content": "x"}]), "messages", "unknown chat role 'wizard'"),
     (body(messages=[{"role": "user", "content": 5}]), "messages[0].content", "string or a list of parts"),
-    (body(n=2), "n", "n must be 1"),
-    (body(top_logprobs=3), "top_logprobs", "not supported"),
+    (body(n=0), "n", "in [1, 16]"),
+    (body(n=17), "n", "in [1, 16]"),
+    (body(top_logprobs=21), "top_logprobs", "in [0, 20]"),
+    (body(logprobs="yes"), "logprobs", "boolean"),
+    (body(temperature=2.5), "temperature", "in [0, 2]"),
+    (body(temperature="hot"), "temperature", "must be a number"),
+    (body(top_p=0), "top_p", "in (0, 1]"),
+    (body(stop=["a", "b", "c", "d", "e"]), "stop", "at most 4"),
+    (body(stop=[""]), "stop", "non-empty"),
+    (body(tools={"name": "x"}), "tools", "must be a list"),
+    (body(tools=[{"type": "function", "function": {"name": "bad name!"}}]), "tools[0].function.name", "letters"),
+    (body(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]),
+     "tools[0].function.parameters", "not a valid JSON Schema"),
+    (body(tools=[{"type": "function", "function": {"name": "f"}}], tool_choice={"type": "function",
+                                                                              "function": {"name": "g"}}),
+     "tool_choice", "do not offer"),
+    (body(tool_choice="required"), "tool_choice", "offers no tools"),
     (body(max_tokens=0), "max_tokens", "in [1, 1024]"),
     (body(max_tokens="10"), "max_tokens", "must be an integer"),
     (body(max_completion_tokens=5000), "max_completion_tokens", "in [1, 1024]"),
@@ -76,10 +92,10 @@ def test_defaults_without_metadata():
 def test_metadata_ids_privacy_and_simulated_event_time_are_taken():
     r = parse(body(max_tokens=50, max_completion_tokens=40, seed=9, metadata={
         "session_id": "s1", "workspace_id": "w1", "org_id": "o1", "request_id": "req-42", "privacy_mode": "true",
-        "event_time": "2026-11-02T08:30:00+01:00", "client_version": "editor/2.0", "other": "ignored"}))
+        "event_time": "2026-11-01T12:04:00+01:00", "client_version": "editor/2.0", "other": "ignored"}))
     assert (r.session_id, r.workspace_id, r.org_id, r.request_id) == ("s1", "w1", "o1", "req-42")
     assert r.privacy_mode is True and r.client_version == "editor/2.0"
-    assert r.event_time == datetime(2026, 11, 2, 7, 30, tzinfo=timezone.utc)
+    assert r.event_time == datetime(2026, 11, 1, 11, 4, tzinfo=timezone.utc) and not r.event_time_clamped
     assert r.max_tokens == 40 and r.seed == 9  # max_completion_tokens wins over the deprecated max_tokens
     assert parse(body(metadata={"privacy_mode": False})).privacy_mode is False
 
@@ -107,7 +123,7 @@ def served(text: str, request: ChatRequest | None = None, finish: str = "stop") 
     gen = Generation(token_ids=list(range(3, 3 + n)), logprobs=[-0.5] * (n - 1) + [1e-9],
                      tokens=[f"t{i}" for i in range(n)], text=text, finish_reason=finish)
     return Served(request=request or parse(body()), arm="treatment", policy_version="7", model="rtrl-policy/v7",
-                  prompt_token_ids=[1, 2, 3, 4], generation=gen, parsed=parse_response(text),
+                  prompt_token_ids=[1, 2, 3, 4], generations=[gen], parsed=[parse_response(text)],
                   sampling=Sampling(temperature=1.0), latency_ms=12.5, created=1_790_000_000)
 
 
@@ -153,7 +169,7 @@ def test_logprobs_content_and_usage_are_openai_shaped():
     s = served("x" * 12)
     r = build_response(s)
     content = r["choices"][0]["logprobs"]["content"]
-    assert [c["token"] for c in content] == s.generation.tokens
+    assert [c["token"] for c in content] == s.generations[0].tokens
     assert [c["logprob"] for c in content] == [-0.5, -0.5, 0.0]  # rounding above 0 is clamped to 0
     assert content[0]["bytes"] == list(b"t0") and content[0]["top_logprobs"] == []
     assert r["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
@@ -164,7 +180,7 @@ def test_trajectory_carries_tokens_logprobs_records_and_ids():
     req = parse(body(metadata={"session_id": "s1", "workspace_id": "w1", "org_id": "o1", "request_id": "r1",
                                "event_time": "2026-11-01T10:00:00Z"}))
     text = EDIT.text() + "\n<tool_call>\n{bad\n</tool_call>"
-    t = build_trajectory(served(text, req))
+    (t,) = build_trajectories(served(text, req))
     assert (t.request_id, t.policy_version, t.arm, t.user_id, t.session_id, t.workspace_id, t.org_id) == \
         ("r1", "7", "treatment", "user-1", "s1", "w1", "o1")
     assert t.event_time == datetime(2026, 11, 1, 10, tzinfo=timezone.utc)
@@ -174,11 +190,12 @@ def test_trajectory_carries_tokens_logprobs_records_and_ids():
     assert [r.status for r in t.tool_calls] == [ToolCallStatus.ok, ToolCallStatus.parse_error]
     assert t.response_kind is ResponseKind.edit and t.latency_ms == 12.5
     assert (t.temperature, t.top_p, t.top_k) == (1.0, 1.0, -1) and not t.privacy_mode
+    assert t.group_id is None and not t.cut_short
 
 
 def test_privacy_mode_trajectory_has_no_content_but_keeps_counts_and_records():
     req = parse(body(metadata={"privacy_mode": True}))
-    t = build_trajectory(served(READ.text(), req))
+    (t,) = build_trajectories(served(READ.text(), req))
     assert t.privacy_mode and t.prompt_token_ids == [] and t.completion_token_ids == [] and t.behaviour_logprobs == []
     assert t.prompt_tokens == 4 and t.completion_tokens > 0 and t.tool_calls[0].status is ToolCallStatus.ok
 
@@ -186,3 +203,112 @@ def test_privacy_mode_trajectory_has_no_content_but_keeps_counts_and_records():
 def test_behaviour_logprob_is_finite_and_not_positive():
     assert behaviour_logprob(1e-7) == 0.0 and behaviour_logprob(-2.5) == -2.5
     assert behaviour_logprob(float("-inf")) == -1e9 and behaviour_logprob(math.nan) == -1e9
+
+
+# -- identity, tenancy and time -------------------------------------------------------------------------------------
+
+def test_without_user_the_caller_names_the_user_and_a_keyed_org_is_the_events_org():
+    r = parse({k: v for k, v in body().items() if k != "user"}, caller=Caller(user="ide-client", org="acme"))
+    assert r.user_id == "ide-client" and r.org_id == "acme"
+    assert parse(body(), caller=Caller(user="ide-client")).user_id == "user-1"  # the body's user decides the arm
+    gateway = parse(body(metadata={"org_id": "globex"}), caller=Caller(user="proxy", org="*"))
+    assert gateway.org_id == "globex"  # a gateway key writes for the org the request names
+
+
+def test_an_org_other_than_the_keys_is_refused_with_403():
+    with pytest.raises(RequestError) as err:
+        parse(body(metadata={"org_id": "globex"}), caller=Caller(user="c", org="acme"))
+    assert err.value.status == 403 and err.value.param == "metadata.org_id"
+    assert parse(body(metadata={"org_id": "acme"}), caller=Caller(user="c", org="acme")).org_id == "acme"
+
+
+def test_the_missing_user_message_names_the_header_that_could_name_it():
+    with pytest.raises(RequestError, match="x-rtrl-user"):
+        parse({k: v for k, v in body().items() if k != "user"},
+              caller=Caller(user_hint="an API key or the x-rtrl-user header"))
+
+
+@pytest.mark.parametrize("event_time, clamped", [
+    ("2099-12-31T00:00:00Z", True), ("2026-11-01T12:06:00Z", True), ("2026-11-01T12:04:00Z", False),
+    ("2026-10-20T12:00:00Z", True), ("2026-10-26T12:00:00Z", False)])
+def test_an_event_time_beyond_the_skew_becomes_the_receipt_time(event_time, clamped):
+    r = parse(body(metadata={"event_time": event_time}))
+    assert r.event_time_clamped is clamped
+    assert r.event_time == (NOW if clamped else datetime.fromisoformat(event_time))
+    wide = parse(body(metadata={"event_time": "2026-10-20T12:00:00Z"}), time_bounds=TimeBounds(300, 30 * 86400))
+    assert not wide.event_time_clamped
+
+
+# -- sampling, groups and tools -------------------------------------------------------------------------------------
+
+def test_sampling_settings_are_honoured_and_the_server_temperature_is_the_default():
+    r = parse(body(temperature=0.2, top_p=0.9, stop="\n\n", seed=3, n=4, logprobs=True, top_logprobs=5))
+    spec = r.spec(100, default_temperature=1.0)
+    assert (spec.sampling.temperature, spec.sampling.top_p, spec.seed, spec.n, spec.stop, spec.top_logprobs) == \
+        (0.2, 0.9, 3, 4, ("\n\n",), 5)
+    plain = parse(body()).spec(100, default_temperature=0.7)
+    assert (plain.sampling.temperature, plain.sampling.top_p, plain.n, plain.stop, plain.top_logprobs) == \
+        (0.7, 1.0, 1, (), 0)
+
+
+def test_a_group_of_samples_gives_one_trajectory_each_with_its_own_id_and_a_shared_group_id():
+    req = parse(body(n=3, metadata={"request_id": "r9"}))
+    one = served("fine", req)
+    s = Served(request=req, arm="treatment", policy_version="7", model="m", prompt_token_ids=[1, 2],
+               generations=[Generation([5 + i], [-0.1], ["x"], f"answer {i}", "stop", index=i) for i in range(3)],
+               parsed=[parse_response(f"answer {i}") for i in range(3)], sampling=Sampling(1.0), latency_ms=1.0)
+    ts = build_trajectories(s)
+    assert [t.request_id for t in ts] == ["r9-0", "r9-1", "r9-2"] and {t.group_id for t in ts} == {"r9"}
+    r = build_response(s)
+    assert [c["index"] for c in r["choices"]] == [0, 1, 2] and r["request_id"] == "r9"
+    assert [c["request_id"] for c in r["choices"]] == ["r9-0", "r9-1", "r9-2"]
+    assert [c["message"]["content"] for c in r["choices"]] == ["answer 0", "answer 1", "answer 2"]
+    assert r["usage"]["completion_tokens"] == 3
+    assert one.request.sample_id(0) == "r9-0"
+
+
+CLIENT_TOOLS = [{"type": "function", "function": {
+    "name": "get_ticket", "description": "Fetch an issue tracker ticket.",
+    "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
+                   "additionalProperties": False}}}]
+
+
+def call(name: str, args: dict) -> str:
+    return ToolCall(name, args).text()
+
+
+def test_calls_are_validated_against_the_requests_own_tools():
+    req = parse(body(tools=CLIENT_TOOLS))
+    assert req.template_tools == CLIENT_TOOLS
+    ok = req.tools and parse_response(call("get_ticket", {"id": 7}), req.tools)
+    assert [r.status for r in ok.records] == [ToolCallStatus.ok]
+    wrong_args = parse_response(call("get_ticket", {"id": "seven"}), req.tools)
+    assert wrong_args.records[0].status is ToolCallStatus.validation_error and "schema" in wrong_args.records[0].error
+    not_offered = parse_response(READ.text(), req.tools)
+    assert not_offered.records[0].status is ToolCallStatus.validation_error
+    assert "not offered" in not_offered.records[0].error
+
+
+def test_without_tools_the_built_in_five_are_the_default_set():
+    req = parse(body())
+    assert req.tools is None and req.template_tools is None
+    assert parse_response(READ.text(), req.tools).records[0].status is ToolCallStatus.ok
+    assert parse_response(call("get_ticket", {"id": 7}), req.tools).records[0].status is \
+        ToolCallStatus.validation_error
+
+
+def test_tool_choice_none_offers_nothing_and_a_named_function_offers_only_it():
+    none = parse(body(tools=CLIENT_TOOLS, tool_choice="none"))
+    assert none.template_tools is None
+    assert parse_response(call("get_ticket", {"id": 1}), none.tools).records[0].status is \
+        ToolCallStatus.validation_error
+    two = CLIENT_TOOLS + [{"type": "function", "function": {"name": "close_ticket", "parameters": {}}}]
+    named = parse(body(tools=two, tool_choice={"type": "function", "function": {"name": "close_ticket"}}))
+    assert [t["function"]["name"] for t in named.template_tools] == ["close_ticket"]
+    assert parse_response(call("get_ticket", {"id": 1}), named.tools).records[0].status is \
+        ToolCallStatus.validation_error
+
+
+def test_the_developer_role_is_the_system_role():
+    r = parse(body(messages=[{"role": "developer", "content": "be terse"}, {"role": "user", "content": "hi"}]))
+    assert r.messages[0] == {"role": "system", "content": "be terse"}

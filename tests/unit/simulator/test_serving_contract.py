@@ -40,7 +40,9 @@ class ServingContract:
                                                                          "created": 0, "owned_by": "rtrl"}]})
         body = json.loads(request.content)
         try:
-            req = protocol.parse_request(body, default_max_tokens=192, max_model_len=4096)
+            # the deterministic clock's event times are weeks back: the run's own simulated time, not client skew
+            req = protocol.parse_request(body, default_max_tokens=192, max_model_len=4096,
+                                         time_bounds=protocol.TimeBounds(300, 3650 * 86400))
         except protocol.RequestError as e:
             return httpx.Response(e.status, json=e.body())
         task_request = self.local.request
@@ -49,9 +51,9 @@ class ServingContract:
         gen = protocol.Generation(token_ids=list(range(n)), logprobs=[-0.25] * n, tokens=["x"] * n, text=text,
                                   finish_reason="stop")
         served = protocol.Served(request=req, arm="treatment", policy_version="3", model="rtrl-policy/v3",
-                                 prompt_token_ids=[1] * 16, generation=gen, parsed=parse_response(text),
+                                 prompt_token_ids=[1] * 16, generations=[gen], parsed=[parse_response(text)],
                                  sampling=protocol.Sampling(1.0), latency_ms=15.0)
-        self.trajectories.append(protocol.build_trajectory(served))
+        self.trajectories.extend(protocol.build_trajectories(served))
         return httpx.Response(200, json=protocol.build_response(served))
 
 
