@@ -79,12 +79,15 @@ def _hours(d: timedelta) -> str:
     return f"{d.total_seconds() / 3600:.2f} h"
 
 
-def mature_count(request_times: list[datetime], now: datetime, delay: timedelta) -> int:
+def mature_count(request_times: list[datetime], now: datetime, delay: timedelta,
+                 marks: list[datetime] | None = None) -> int:
     """How many of the requests made at `request_times` a range fixed now would emit as mature: made at least
-    `delay` (maturity + allowed lateness) before the newest of them, and before `now`."""
+    `delay` (maturity + allowed lateness) before the newest watermark time among them, and before `now`. `marks`
+    are the times each request may move the watermark to (`kafka_range.watermark_time`: its event time, at most its
+    receipt + the skew, so one event dated 2099 cannot make every request look mature); default the event times."""
     if not request_times:
         return 0
-    cutoff = min(max(request_times), now) - delay
+    cutoff = min(max(marks or request_times), now) - delay
     return sum(t <= cutoff for t in request_times)
 
 
@@ -100,7 +103,7 @@ def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
     from kafka import KafkaConsumer, TopicPartition
 
     from pipelines.rewards.cycle_job import CycleStore, start_after
-    from pipelines.rewards.kafka_range import _event_time, key
+    from pipelines.rewards.kafka_range import _event_time, key, watermark_time
     from schemas.topics import TRAJECTORY_TOPIC
 
     start = start_after(CycleStore(cfg.state_path / "rewards").latest_done(), cfg.kafka.bootstrap())
@@ -117,7 +120,7 @@ def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
             c.seek(tp, first[tp])
         ends = c.end_offsets(tps)      # a count as of now: traffic arriving while counting is left for later
         behind = {tp for tp in tps if ends.get(tp, 0) > first[tp]}
-        times, deadline = [], time.monotonic() + timeout_s
+        times, marks, deadline = [], [], time.monotonic() + timeout_s
         while behind and time.monotonic() < deadline:
             for tp, records in c.poll(timeout_ms=300).items():
                 for r in records:
@@ -125,9 +128,11 @@ def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
                         break
                     if (t := _event_time(r.value)) is not None:
                         times.append(t)
+                        if (m := watermark_time(r.value, r.timestamp)) is not None:
+                            marks.append(m)
                 if records and records[-1].offset + 1 >= ends[tp]:
                     behind.discard(tp)
                     c.pause(tp)
-        return mature_count(times, now, delay)
+        return mature_count(times, now, delay, marks)
     finally:
         c.close()

@@ -74,3 +74,14 @@ def test_requests_count_as_mature_by_the_newest_request_when_the_clients_clock_l
     assert mature_count(made, T0 + timedelta(minutes=99), delay) == 10      # made by T0 + 9 min
     # the clock behind the newest request: no more than the clock allows
     assert mature_count(made, T0 + timedelta(minutes=65), delay) == 6       # made by T0 + 5 min
+
+
+def test_a_request_dated_2099_does_not_make_every_request_look_mature():
+    from infra.orchestrator.cadence import mature_count
+
+    delay = timedelta(minutes=60)
+    made = [T0 + timedelta(minutes=m) for m in range(0, 30)] + [datetime(2099, 12, 31, tzinfo=timezone.utc)]
+    marks = made[:-1] + [T0 + timedelta(minutes=35)]  # its watermark time: its receipt + the skew
+    far_future_now = T0 + timedelta(days=1)
+    assert mature_count(made, far_future_now, delay) == 30                 # by event times alone: all mature
+    assert mature_count(made, far_future_now, delay, marks) == 0           # bounded by receipt: none yet
