@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import httpx
 
 from instrumentation.collector.auth import signature
-from instrumentation.collector.keys import signing_key
+from schemas.api_keys import signing_key
 from instrumentation.transport import Record, TransportError
 
 log = logging.getLogger("rtrl.collector_client")

@@ -279,7 +279,7 @@ class CollectorRig:
 
         from instrumentation.collector.app import create_app
         from instrumentation.collector.config import CollectorConfig
-        from instrumentation.collector.keys import KeyStore
+        from schemas.api_keys import KeyStore
 
         # rate limits out of the way: one address sends every case, and what is fuzzed is the input, not the pace
         unlimited = {"rate_limit_requests_per_s": 1e9, "rate_limit_request_burst": 10**9,
@@ -383,7 +383,7 @@ def _body(req: dict, rig: CollectorRig) -> tuple[bytes, int | None]:
 
 def collector_checker(rig: CollectorRig) -> Callable[[dict, TargetResult], None]:
     from instrumentation.collector.auth import signature
-    from instrumentation.collector.keys import signing_key
+    from schemas.api_keys import signing_key
 
     def check(req: dict, r: TargetResult) -> None:
         body, n_events = _body(req, rig)

@@ -61,7 +61,7 @@ def _sdk_stage(cfg, events, log) -> dict:
 
 
 def _collector_stage(cfg, config_path, overrides, events, log) -> dict:
-    from instrumentation.collector.keys import KeyStore
+    from schemas.api_keys import KeyStore
     from instrumentation.collector_client import CollectorTransport
     from instrumentation.transport import Record
     import subprocess

@@ -74,7 +74,7 @@ class Loop:
 
     def up(self, v0_cache: Path) -> str:
         """Stack, collector (+ the users' API key), archiver, v0, serving. Returns the users' API key."""
-        from instrumentation.collector.keys import KeyStore
+        from schemas.api_keys import KeyStore
 
         self.stack.up(log=lambda m: self.log(f"[stack] {m}"))
         key = KeyStore(self.cfg.path_or_default(self.cfg.collector.api_keys_file, "collector_keys.json")).create(

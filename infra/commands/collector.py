@@ -123,7 +123,7 @@ def add_parser(subparsers) -> None:
 
 
 def main(args, cfg: RtrlConfig) -> int:
-    from instrumentation.collector.keys import KeyStore, KeyStoreError
+    from schemas.api_keys import KeyStore, KeyStoreError
     from instrumentation.collector.server import url_of
 
     try:

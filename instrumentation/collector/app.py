@@ -43,7 +43,7 @@ from instrumentation.collector.auth import Authenticator, AuthError, NonceCache
 from instrumentation.collector.body import BadContentLength, BodyTooLarge, declared_length, read_bounded
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.collector.ingest import Admission, BadRequest, decode_batch, encodable, validate_events
-from instrumentation.collector.keys import ClientKey, KeyStore, KeyStoreError
+from schemas.api_keys import ClientKey, KeyStore, KeyStoreError
 from instrumentation.collector.openapi import build_openapi
 from instrumentation.collector.producer import GroupProducer
 from instrumentation.collector.ratelimit import RateLimiter

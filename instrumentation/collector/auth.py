@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from instrumentation.collector.keys import CLIENT_ID_RE, KeyStore
+from schemas.api_keys import CLIENT_ID_RE, KeyStore
 
 CLIENT_HEADER = "x-rtrl-client"
 TIMESTAMP_HEADER = "x-rtrl-timestamp"

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from instrumentation.collector.keys import ANY_ORG
+from schemas.api_keys import ANY_ORG
 from instrumentation.prepare import redact_model
 from instrumentation.transport import Record
 from schemas import SchemaError, parse_event

@@ -12,7 +12,7 @@ from pydantic.json_schema import models_json_schema
 
 from instrumentation.collector.auth import NONCE_RE
 from instrumentation.collector.config import CollectorConfig
-from instrumentation.collector.keys import CLIENT_ID_RE
+from schemas.api_keys import CLIENT_ID_RE
 from schemas import EVENT_TYPES
 
 REF = "#/components/schemas/{model}"

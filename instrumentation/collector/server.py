@@ -13,7 +13,7 @@ from pathlib import Path
 
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.collector.health import KafkaProbe
-from instrumentation.collector.keys import KeyStore
+from schemas.api_keys import KeyStore
 
 log = logging.getLogger("rtrl.collector")
 

@@ -22,7 +22,7 @@ from infra.argv import rtrl_argv
 from infra.config import RtrlConfig
 from instrumentation.collector.app import KAFKA_RETRY_AFTER_S
 from instrumentation.collector.auth import signature
-from instrumentation.collector.keys import KeyStore, signing_key
+from schemas.api_keys import KeyStore, signing_key
 from instrumentation.collector.server import make_server, url_of
 from instrumentation.collector_client import CollectorRejected, CollectorTransport, CollectorUnavailable
 from instrumentation.transport import Record, TransportError

@@ -23,7 +23,7 @@ import pytest
 from infra.argv import rtrl_argv
 from instrumentation.collector.app import create_app
 from instrumentation.collector.config import CollectorConfig
-from instrumentation.collector.keys import KeyStore
+from schemas.api_keys import KeyStore
 from instrumentation.collector.server import server_for, url_of
 from instrumentation.collector_client import CollectorTransport
 from instrumentation.transport import Record

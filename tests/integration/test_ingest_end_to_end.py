@@ -14,7 +14,7 @@ import pytest
 
 from infra.argv import rtrl_argv
 from instrumentation import KafkaTransport, TelemetryClient
-from instrumentation.collector.keys import KeyStore
+from schemas.api_keys import KeyStore
 from instrumentation.collector_client import CollectorTransport
 from pipelines.archive.reader import archived_event_ids, read_events
 from schemas.samples import sample_events

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from instrumentation.collector.app import create_app
 from instrumentation.collector.auth import signature
 from instrumentation.collector.config import CollectorConfig
-from instrumentation.collector.keys import KeyStore, signing_key
+from schemas.api_keys import KeyStore, signing_key
 from instrumentation.transport import Record, TransportError
 
 FIXTURES = Path(__file__).parents[3] / "schemas" / "fixtures"

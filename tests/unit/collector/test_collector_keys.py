@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from instrumentation.collector.keys import KeyStore, KeyStoreError
+from schemas.api_keys import KeyStore, KeyStoreError
 from tests.unit.collector.conftest import ORG, valid_events
 
 

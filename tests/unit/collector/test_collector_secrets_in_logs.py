@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from instrumentation.collector.keys import signing_key
+from schemas.api_keys import signing_key
 from tests.unit.collector.conftest import valid_events
 
 WRONG_KEY = "rtrl_" + "Wr0ngKeyWr0ngKeyWr0ngKeyWr0ngKey12"

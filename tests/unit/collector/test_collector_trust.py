@@ -7,7 +7,7 @@ import json
 
 from starlette.testclient import TestClient
 
-from instrumentation.collector.keys import KeyStore
+from schemas.api_keys import KeyStore
 from tests.unit.collector.conftest import ORG, T0, fixture_event, iso, valid_events
 
 DAY = 86400.0

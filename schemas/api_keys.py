@@ -1,5 +1,8 @@
 """Per-client API keys, hashed at rest, each with the tenant (org) and role it acts for.
 
+A contract shared by the ingest collector and the serving gateway: one keys file holds a deployment's keys
+(`collector.api_keys_file`, which `serving.api_keys_file` follows by default), so a client's key works at both.
+
 A key is `rtrl_` + 32 random bytes in URL-safe base64. The keys file (JSON, mode 0600, replaced atomically)
 stores only SHA-256 of each key, never the key itself: `rtrl collector --keys-new CLIENT --org ORG --role ROLE`
 prints the key once. One key per client; making a new key for an existing client replaces (rotates) the old one.
@@ -10,15 +13,15 @@ prints the key once. One key per client; making a new key for an existing client
 What a key may do is decided here, never by what a request asserts:
   * `org`: the only `org_id` its events may carry. `*` (only when asked for by name) is a gateway key that may
     write for any org -- for a trusted backend that forwards many tenants' traffic (e.g. serving, a simulator).
-  * `role`: `client` (editor / agent telemetry), `serving` (may also write `trajectory` events, the raw training
-    data), `admin` (the collector's admin endpoints; writes like `client`).
+  * `role`: `client` (editor / agent telemetry, chat at serving), `serving` (may also write `trajectory` events,
+    the raw training data), `admin` (the collector's and serving's admin endpoints; otherwise like `client`).
 
 Version-1 files (keys made before keys carried an org) stay readable: their entries load with no org and role
 `client`, and the collector refuses their ingest requests with 403 and a message saying how to re-issue the key
 (an org cannot be guessed, and guessing wrong would write into another tenant).
 
-The running collector re-reads the file when it changes (checked at most once a second), so keys made or rotated
-while it runs take effect without a restart.
+The running collector and gateway re-read the file when it changes (checked at most once a second), so keys made
+or rotated while they run take effect without a restart.
 """
 
 from __future__ import annotations
