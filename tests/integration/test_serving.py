@@ -2,8 +2,9 @@
 official `openai` client: response fields, the serving contract (logprobs = transformers' teacher-forced
 log-softmax), the trajectory event in Kafka, and a hot swap under concurrent load with zero failed requests.
 
-One gateway for the module (an engine takes ~25 s to start on CPU): arms control → alias `control`, treatment →
-alias `champion`, both on version A at first (one shared engine).
+The gateway is tests/integration/conftest.py's `served`, shared with the other tests that use it (an engine takes
+~25 s to start on CPU): version A is the default policy v0, B a random-init tiny checkpoint; arms control → alias
+`control`, treatment → alias `champion`, both on A at first (one shared engine).
 """
 
 from __future__ import annotations
@@ -14,36 +15,12 @@ import uuid
 
 import pytest
 
-from tests.conftest import free_port
-from tests.integration.gateway import openai_client, running_gateway, teacher_forced_logprobs, trajectories, users_of
+from tests.integration.gateway import openai_client, teacher_forced_logprobs, trajectories, users_of
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
 
 LOGPROB_TOLERANCE = 1e-3  # absolute, vLLM CPU fp32 vs transformers fp32 (measured differences are ~1e-5)
-
-
-@pytest.fixture(scope="module")
-def served(stack, tmp_path_factory):
-    """(cfg, gateway, url, registry, versions, folders): a running gateway in a thread of this process."""
-    from registry.client import Registry
-    from serving.server import url_of
-    from serving.testing import make_tiny_checkpoint
-
-    tmp = tmp_path_factory.mktemp("serving")
-    model = f"serving-it-{uuid.uuid4().hex[:8]}"  # the session store is shared: a registered model of our own
-    cfg = stack.cfg.model_copy(update={
-        "mlflow": stack.cfg.mlflow.model_copy(update={"registered_model": model}),
-        "serving": stack.cfg.serving.model_copy(update={"port": free_port(), "registry_poll_s": 0.5,
-                                                        "max_tokens": 48, "drain_timeout_s": 60}),
-        "sdk": stack.cfg.sdk.model_copy(update={"linger_ms": 5, "send_timeout_s": 5})})
-    registry = Registry.from_config(cfg)
-    folders = [make_tiny_checkpoint(tmp / f"ckpt{s}", seed=s) for s in (0, 1)]
-    versions = [registry.register(f, tags={"test": "serving"}) for f in folders]
-    registry.set_alias("control", versions[0])
-    registry.set_alias("champion", versions[0])
-    with running_gateway(cfg) as gateway:
-        yield cfg, gateway, url_of(cfg.serving), registry, versions, folders
 
 
 def ask(client, user: str, **kw):

@@ -1,0 +1,142 @@
+"""Fixtures shared by the integration tests: one real gateway (vLLM engines, the MLflow registry, the session
+broker) for every test that asks for `served`.
+
+A vLLM engine takes ~30 s to start on 2 cores, so the gateway is started once, by the first test that needs it,
+and stopped after the last one (`pytest_runtest_teardown` below: as soon as the next test does not use it, so
+it never idles under the tests that follow, which may want the machine to themselves). The tests that use it are
+run one after the other (`pytest_collection_modifyitems`). They are `exclusive` (tests/integration/test_serving.py
+swaps versions under load), so all of them run in the same pytest process of ./infra/test.sh's second phase.
+
+The registered versions: A = the default policy v0 (the checkpoint `rtrl demo --prepare` keeps in .rtrl/policy-v0,
+else the session's bootstrap), which writes tool calls for the built-in tools (an agent client needs a policy
+that calls tools); B = a random-init tiny checkpoint (the target of test_serving's hot swap). Arms control → alias
+`control`, treatment → alias `champion`, both on A at first (one shared engine).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+SERVED = "served"
+
+
+@dataclass
+class Served:
+    cfg: Any
+    gateway: Any
+    url: str
+    registry: Any
+    versions: list[str]   # [A: the default policy v0, B: a random-init tiny checkpoint]
+    folders: list[Path]
+
+    def __iter__(self):  # (cfg, gateway, url, registry, versions, folders), as test_serving unpacks it
+        return iter((self.cfg, self.gateway, self.url, self.registry, self.versions, self.folders))
+
+
+def default_policy(request, into: Path) -> Path:
+    """The default policy v0 as a checkpoint folder: the one `rtrl demo --prepare` caches, else the session's
+    bootstrap (which trains one when the cache is missing)."""
+    cached = REPO / ".rtrl" / "policy-v0"
+    if (cached / "config.json").exists():
+        shutil.copytree(cached, into)
+        return into
+    from infra.config import load_config
+    from registry.client import Registry
+
+    state, _, _ = request.getfixturevalue("bootstrapped")
+    registry = Registry.from_config(load_config(None, [f'state_dir="{state}"']))
+    shutil.copytree(registry.local_path(registry.version_of("champion")), into)
+    return into
+
+
+class _Gateway:
+    """The shared gateway: started on first use, stopped when no test that follows needs it."""
+
+    def __init__(self):
+        self.value: Served | None = None
+        self._exit: ExitStack | None = None
+
+    def get(self, request) -> Served:
+        if self.value is None:
+            self._exit = ExitStack()
+            try:
+                self.value = self._start(request, self._exit)
+            except BaseException:
+                self.stop()
+                raise
+        return self.value
+
+    def stop(self) -> None:
+        exit_stack, self._exit, self.value = self._exit, None, None
+        if exit_stack is not None:
+            exit_stack.close()
+
+    @staticmethod
+    def _start(request, exit_stack: ExitStack) -> Served:
+        from registry.client import Registry
+        from serving.server import url_of
+        from serving.testing import make_tiny_checkpoint
+        from tests.integration.gateway import running_gateway
+
+        stack = request.getfixturevalue("stack")
+        tmp = request.getfixturevalue("tmp_path_factory").mktemp("serving")
+        model = f"serving-it-{uuid.uuid4().hex[:8]}"  # the session store is shared: a registered model of our own
+        cfg = stack.cfg.model_copy(update={
+            "mlflow": stack.cfg.mlflow.model_copy(update={"registered_model": model}),
+            "serving": stack.cfg.serving.model_copy(update={"port": free_port(), "registry_poll_s": 0.5,
+                                                            "max_tokens": 48, "drain_timeout_s": 60}),
+            "sdk": stack.cfg.sdk.model_copy(update={"linger_ms": 5, "send_timeout_s": 5})})
+        registry = Registry.from_config(cfg)
+        folders = [default_policy(request, tmp / "ckpt0"), make_tiny_checkpoint(tmp / "ckpt1", seed=1)]
+        versions = [registry.register(f, tags={"test": "serving"}) for f in folders]
+        registry.set_alias("control", versions[0])
+        registry.set_alias("champion", versions[0])
+        gateway = exit_stack.enter_context(running_gateway(cfg))
+        return Served(cfg, gateway, url_of(cfg.serving), registry, versions, folders)
+
+
+_GATEWAY = _Gateway()
+
+
+@pytest.fixture(scope="session")
+def _shared_gateway():
+    yield _GATEWAY
+    _GATEWAY.stop()
+
+
+@pytest.fixture(scope="module")   # module: a module's own fixtures may build on it; every module gets the one gateway
+def served(request, _shared_gateway) -> Served:
+    """The shared gateway (see the module docstring); it unpacks as (cfg, gateway, url, registry, versions,
+    folders). A test that moves the aliases leaves them moved for the tests after it."""
+    return _shared_gateway.get(request)
+
+
+def _uses_gateway(item) -> bool:
+    return SERVED in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)   # after tests/conftest.py's ordering, which it keeps otherwise
+def pytest_collection_modifyitems(config, items):
+    """The tests that use the shared gateway, one after the other (where the first of them was)."""
+    users = [i for i in items if _uses_gateway(i)]
+    if len(users) < 2:
+        return
+    first = items.index(users[0])
+    ids = {id(i) for i in users}
+    rest = [i for i in items if id(i) not in ids]
+    items[:] = rest[:first] + users + rest[first:]
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if _GATEWAY.value is not None and _uses_gateway(item) and (nextitem is None or not _uses_gateway(nextitem)):
+        _GATEWAY.stop()
