@@ -10,11 +10,17 @@ Llama checkpoints of the default policy's shape (`serving.testing`, `MODEL`) reg
      `ROUNDS` batches after a warm-up.
   3. The gateway as production runs it (`rtrl serve --detach`, its own process; arms control → alias `control` →
      v1, treatment → alias `champion` → v2). `--clients` threads send chat requests (distinct users, so both arms
-     get traffic) for a steady phase: `p50_latency_ms`, `p95_latency_ms` (client-side HTTP round trip).
+     get traffic) for a steady phase: `p50_latency_ms`, `p95_latency_ms` (client-side round trip, answered
+     requests of both kinds). A `--stream-share` of the clients (default half, `streaming_clients`) send
+     `stream: true` with `stream_options.include_usage` through the official openai client and read every stream
+     to its end; a stream counts as failed when it errors, ends without a finish_reason for a choice, or ends
+     before its usage chunk (cut off). `steady_by_kind` / `swap_by_kind` give streamed and non-streamed requests
+     apart: counts, failures, p50/p95 latency (a stream's: until its end) and, for streamed ones, p50/p95 time
+     to first token (the first chunk with content or tool calls).
      Then `champion` moves to v3 while the clients keep going: `swap_seconds` (alias moved → first answer from
      v3), `swap_load_seconds` (the gateway's own count: alias seen → v3 engine serving), `swap_drain_seconds`
-     (v2's in-flight requests finished → v2 shut down), `failed_requests_during_swap` (target 0) and
-     `requests_during_swap`.
+     (v2's in-flight requests finished → v2 shut down), `failed_requests_during_swap` (target 0, streamed and
+     non-streamed; `failed_streamed_requests_during_swap` of them streamed) and `requests_during_swap`.
 """
 
 from __future__ import annotations
@@ -99,15 +105,17 @@ def hf_generate_tokens_per_s(folder: Path, prompts: list[list[int]], new_tokens:
 def vllm_tokens_per_s(folder: Path, prompts: list[list[int]], new_tokens: int, serving_cfg, log) -> tuple[float, float]:
     import asyncio
 
-    from serving.engine import VllmEngine
+    from serving.engine import VllmEngine, sampling_of
+    from serving.protocol import SampleSpec
 
     async def run() -> tuple[float, float]:
         engine = await asyncio.to_thread(VllmEngine.load, "1", folder, serving_cfg)
         try:
             async def batch() -> tuple[int, float]:
                 t0 = time.perf_counter()
-                gens = await asyncio.gather(*[engine.generate(p, new_tokens, ignore_eos=True) for p in prompts])
-                return sum(len(g.token_ids) for g in gens), time.perf_counter() - t0
+                spec = SampleSpec(new_tokens, sampling_of(serving_cfg))
+                gens = await asyncio.gather(*[engine.sample(p, spec, ignore_eos=True) for p in prompts])
+                return sum(len(g[0].token_ids) for g in gens), time.perf_counter() - t0
 
             await batch()  # warm-up
             rates = []
@@ -123,15 +131,105 @@ def vllm_tokens_per_s(folder: Path, prompts: list[list[int]], new_tokens: int, s
     return asyncio.run(run())
 
 
-class _Clients:
-    """`n` threads sending chat requests in a loop; every outcome is recorded with its time."""
+def stream_clients(clients: int, stream_share: float) -> int:
+    """How many of `clients` stream: `stream_share` of them, rounded, at least one when the share is above 0 and
+    at most all of them."""
+    if not 0.0 <= stream_share <= 1.0:
+        raise ValueError(f"stream_share must be in [0, 1] (got {stream_share})")
+    if stream_share == 0 or clients <= 0:
+        return 0
+    return min(clients, max(1, round(clients * stream_share)))
 
-    def __init__(self, url: str, n: int, max_tokens: int):
-        self.url, self.n, self.max_tokens = url, n, max_tokens
+
+class StreamTally:
+    """What one streamed answer (OpenAI `chat.completion.chunk`s) delivered, chunk by chunk, to judge it when the
+    stream is over (`problem`): every choice must end with a finish_reason and the usage chunk (asked with
+    `stream_options.include_usage`, the last one before `[DONE]`) must come, else the stream was cut off."""
+
+    def __init__(self, t0: float):
+        self.t0 = t0
+        self.first_token_at: float | None = None
+        self.started: set[int] = set()        # choice indexes seen
+        self.finished: dict[int, str] = {}    # choice index -> finish_reason
+        self.usage: dict | None = None
+        self.version: str | None = None
+        self.arm: str | None = None
+        self.chunks = 0
+
+    def add(self, chunk, now: float) -> None:
+        self.chunks += 1
+        extra = getattr(chunk, "model_extra", None) or {}
+        self.version = self.version or extra.get("policy_version")
+        self.arm = self.arm or extra.get("arm")
+        if getattr(chunk, "usage", None) is not None:
+            u = chunk.usage
+            self.usage = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens}
+        for c in chunk.choices or []:
+            self.started.add(c.index)
+            delta = c.delta
+            if self.first_token_at is None and delta is not None and (delta.content or delta.tool_calls):
+                self.first_token_at = now
+            if c.finish_reason is not None:
+                if c.index in self.finished:
+                    raise ValueError(f"choice {c.index} finished twice")
+                self.finished[c.index] = c.finish_reason
+
+    def problem(self) -> str | None:
+        """Why this stream is not a complete answer (None: it is)."""
+        if not self.started:
+            return "the stream ended before any choice"
+        unfinished = sorted(self.started - set(self.finished))
+        if unfinished:
+            return f"the stream ended without a finish_reason for choice(s) {unfinished}"
+        if self.usage is None:
+            return "the stream ended before its usage chunk (cut off)"
+        return None
+
+    def ttft_ms(self) -> float | None:
+        """Time to first token: request sent -> first chunk with content or tool calls (None: none came)."""
+        return None if self.first_token_at is None else (self.first_token_at - self.t0) * 1000
+
+
+def streamed_request(client, body: dict, clock: Callable[[], float] = time.monotonic) -> dict:
+    """One `stream: true` request through the official openai `client`, read to its end: a record with `start`,
+    `stream`, `status` (200 only for a complete stream, `StreamTally.problem`; the HTTP status of a refused one;
+    0 for a stream that errors, drops or is cut off), `error`, `ttft_ms` and the serving `version`/`arm`."""
+    import openai
+
+    t0 = clock()
+    rec: dict = {"start": t0, "stream": True}
+    tally = StreamTally(t0)
+    try:
+        stream = client.chat.completions.create(**body, stream=True, stream_options={"include_usage": True})
+        with stream:
+            for chunk in stream:
+                tally.add(chunk, clock())
+        problem = tally.problem()
+        rec["status"] = 200 if problem is None else 0
+        if problem:
+            rec["error"] = problem
+    except openai.APIStatusError as e:
+        rec["status"], rec["error"] = e.status_code, str(e)[:300]
+    except Exception as e:  # noqa: BLE001 -- a stream that errors or drops is a failed request
+        rec["status"], rec["error"] = 0, f"{type(e).__name__}: {e}"[:300]
+    if tally.version:
+        rec["version"], rec["arm"] = tally.version, tally.arm
+    rec["ttft_ms"] = tally.ttft_ms()
+    return rec
+
+
+class _Clients:
+    """`n` threads sending chat requests in a loop; every outcome is recorded with its time. The first
+    `streaming` of them send `stream: true` through the official openai client and read each stream to its end
+    (`StreamTally` judges it); the others post plain JSON bodies."""
+
+    def __init__(self, url: str, n: int, max_tokens: int, streaming: int = 0):
+        self.url, self.n, self.max_tokens, self.streaming = url, n, max_tokens, streaming
         self.results: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(k,), daemon=True) for k in range(n)]
+        self._threads = [threading.Thread(target=self._run_streamed if k < streaming else self._run, args=(k,),
+                                          daemon=True) for k in range(n)]
 
     def start(self) -> None:
         for t in self._threads:
@@ -142,18 +240,25 @@ class _Clients:
         for t in self._threads:
             t.join(timeout=120)
 
+    def _body(self, k: int, i: int) -> dict:
+        return {"model": "rtrl-policy", "user": f"bench-user-{k}-{i % 50}", "max_tokens": self.max_tokens,
+                "messages": [{"role": "user", "content": f"please fix the retry bug in file {i}.py"}]}
+
+    def _record(self, rec: dict) -> None:
+        rec["end"] = time.monotonic()
+        rec["latency_ms"] = (rec["end"] - rec["start"]) * 1000
+        with self._lock:
+            self.results.append(rec)
+
     def _run(self, k: int) -> None:
         import httpx
 
         with httpx.Client(timeout=120) as http:
             i = 0
             while not self._stop.is_set():
-                body = {"model": "rtrl-policy", "user": f"bench-user-{k}-{i % 50}", "max_tokens": self.max_tokens,
-                        "messages": [{"role": "user", "content": f"please fix the retry bug in file {i}.py"}]}
-                t0 = time.monotonic()
-                rec = {"start": t0}
+                rec = {"start": time.monotonic(), "stream": False}
                 try:
-                    r = http.post(f"{self.url}/v1/chat/completions", json=body)
+                    r = http.post(f"{self.url}/v1/chat/completions", json=self._body(k, i))
                     rec["status"] = r.status_code
                     if r.status_code == 200:
                         b = r.json()
@@ -162,16 +267,46 @@ class _Clients:
                         rec["error"] = r.text[:300]
                 except Exception as e:  # noqa: BLE001 -- a dropped connection is a failed request, counted
                     rec["status"], rec["error"] = 0, f"{type(e).__name__}: {e}"
-                rec["end"] = time.monotonic()
-                rec["latency_ms"] = (rec["end"] - t0) * 1000
-                with self._lock:
-                    self.results.append(rec)
+                self._record(rec)
                 i += 1
+
+    def _run_streamed(self, k: int) -> None:
+        import openai
+
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="bench", max_retries=0, timeout=120)
+        try:
+            i = 0
+            while not self._stop.is_set():
+                self._record(streamed_request(client, self._body(k, i)))
+                i += 1
+        finally:
+            client.close()
 
     def window(self, t0: float, t1: float) -> list[dict]:
         """Requests that were in flight at some point in [t0, t1]."""
         with self._lock:
             return [r for r in self.results if r["end"] >= t0 and r["start"] <= t1]
+
+
+def by_kind(records: list[dict]) -> dict:
+    """Streamed and non-streamed requests apart: counts, failures and latencies (ms; p50/p95 of the answered
+    ones); for streamed ones also the time to first token."""
+    out = {}
+    for kind, streamed in (("streamed", True), ("non_streamed", False)):
+        rs = [r for r in records if bool(r.get("stream")) is streamed]
+        ok = [r for r in rs if r["status"] == 200]
+        lat = [r["latency_ms"] for r in ok]
+        d = {"requests": len(rs), "failed": len(rs) - len(ok), "p50_latency_ms": _round(_pct(lat, 0.5)),
+             "p95_latency_ms": _round(_pct(lat, 0.95))}
+        if streamed:
+            ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
+            d |= {"p50_ttft_ms": _round(_pct(ttft, 0.5)), "p95_ttft_ms": _round(_pct(ttft, 0.95))}
+        out[kind] = d
+    return out
+
+
+def _round(x: float) -> float | None:
+    return None if x != x else round(x, 1)  # NaN (no values) -> None: JSON has no NaN
 
 
 def _health(url: str) -> dict | None:
@@ -183,7 +318,7 @@ def _health(url: str) -> dict | None:
 
 
 def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clients: int, max_tokens: int,
-                  steady_s: float, log) -> dict:
+                  steady_s: float, log, stream_share: float = 0.5) -> dict:
     import subprocess
 
     from infra.stack.process import ManagedProcess
@@ -196,7 +331,9 @@ def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clie
     if out.returncode != 0:
         raise RuntimeError(f"rtrl serve --detach failed:\n{out.stdout}\n{out.stderr}")
     log(f"gateway: up in {time.monotonic() - t0:.1f}s (2 engines) at {url}")
-    load = _Clients(url, clients, max_tokens)
+    streaming = stream_clients(clients, stream_share)
+    load = _Clients(url, clients, max_tokens, streaming=streaming)
+    log(f"gateway: {clients} clients, {streaming} of them streaming")
     try:
         load.start()
         time.sleep(3.0)  # first requests warm up the engines
@@ -228,6 +365,8 @@ def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clie
         after_ok = [r["latency_ms"] for r in during if r["status"] == 200]
         health = _health(url) or {}
         log(f"swap: {len(during)} requests during the swap, {len(failed)} failed; record {record}")
+        steady_kinds, swap_kinds = by_kind(steady), by_kind(during)
+        log(f"gateway: steady {steady_kinds}; during the swap {swap_kinds}")
         return {
             "p50_latency_ms": round(_pct(ok, 0.5), 1), "p95_latency_ms": round(_pct(ok, 0.95), 1),
             "steady_requests": len(steady), "steady_requests_per_s": round(len(steady) / (steady_to - steady_from), 2),
@@ -241,6 +380,10 @@ def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clie
             "failed_requests_total": sum(r["status"] != 200 for r in load.results),
             "requests_total": len(load.results),
             "trajectories_sent": (health.get("telemetry") or {}).get("sent"),
+            "stream_share": stream_share, "streaming_clients": streaming,
+            "steady_by_kind": steady_kinds, "swap_by_kind": swap_kinds,
+            "failed_streamed_requests_during_swap": swap_kinds["streamed"]["failed"],
+            "streamed_requests_during_swap": swap_kinds["streamed"]["requests"],
         }
     finally:
         load.stop()
@@ -282,7 +425,8 @@ def _device_name() -> str:
 
 
 def run(batch: int = 32, prompt_tokens: int = 64, new_tokens: int = 128, clients: int = 8, steady_s: float = 15.0,
-        log: Callable[[str], None] = print, gateway: bool = True, shape: str = "default") -> dict:
+        log: Callable[[str], None] = print, gateway: bool = True, shape: str = "default",
+        stream_share: float = 0.5) -> dict:
     """Every stage; `gateway=False` runs only the throughput comparison (no broker, no MLflow: for a GPU machine
     that has neither)."""
     from infra.config import load_config
@@ -307,14 +451,14 @@ def run(batch: int = 32, prompt_tokens: int = 64, new_tokens: int = 128, clients
         result |= throughput_stage(cfg, folder, batch, prompt_tokens, new_tokens, log)
         if gateway:
             result |= {"clients": clients, **_gateway_with_stack(cfg, overrides, tmp, clients, new_tokens,
-                                                                steady_s, log)}
+                                                                steady_s, log, stream_share)}
         return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _gateway_with_stack(cfg, overrides: list[str], tmp: Path, clients: int, new_tokens: int, steady_s: float,
-                        log) -> dict:
+                        log, stream_share: float = 0.5) -> dict:
     """A private stack and registry with versions 1-3 (seeds 0-2), then the gateway stage."""
     from registry.client import Registry
     from infra.stack.stack import Stack
@@ -329,7 +473,7 @@ def _gateway_with_stack(cfg, overrides: list[str], tmp: Path, clients: int, new_
                                       tags={"bench": "serving"}) for s in range(3)]
         registry.set_alias("control", versions[0])
         registry.set_alias("champion", versions[1])
-        return gateway_stage(cfg, overrides, registry, versions, clients, new_tokens, steady_s, log)
+        return gateway_stage(cfg, overrides, registry, versions, clients, new_tokens, steady_s, log, stream_share)
     finally:
         stack.down(log=lambda *_: None)
 

@@ -54,6 +54,8 @@ def add_parser(subparsers) -> None:
     bsv.add_argument("--prompt-tokens", type=int, default=64, help="prompt length (default 64)")
     bsv.add_argument("--new-tokens", type=int, default=128, help="tokens generated per sequence (default 128)")
     bsv.add_argument("--clients", type=int, default=8, help="concurrent gateway clients during the swap (default 8)")
+    bsv.add_argument("--stream-share", type=float, default=0.5, help="share of the clients that stream (stream: "
+                     "true through the official openai client, each stream read to its end; default 0.5)")
     bsv.add_argument("--shape", choices=("default", "1b"), default="default", help="model shape of the throughput "
                      "stage: the default policy's (default) or a ~1B-parameter Llama")
     bsv.add_argument("--throughput-only", action="store_true", help="only vLLM vs HF generate (no broker or MLflow "
@@ -122,7 +124,7 @@ def main(args, cfg) -> int:
 
         result = {"benchmark": "serving", "cpus": os.cpu_count(),
                   **run_serving(args.batch, args.prompt_tokens, args.new_tokens, args.clients, log=log,
-                              gateway=not args.throughput_only, shape=args.shape)}
+                              gateway=not args.throughput_only, shape=args.shape, stream_share=args.stream_share)}
         print(json.dumps(result))
         ok = args.throughput_only or (result["failed_requests_during_swap"] == 0 and result["old_engine_shut_down"])
         return 0 if ok else 1
