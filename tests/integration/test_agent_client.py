@@ -10,8 +10,9 @@ answers), `seed`, `temperature` and `max_tokens` through its model settings, and
 
 Configuration: the shared gateway of tests/integration/conftest.py, i.e. the default policy v0 (a 2M-parameter
 Llama, max_position_embeddings 1024) at the default `serving.max_model_len` 1024. pydantic-ai adds no system
-prompt of its own and v0's chat template does not render `tools`, so a first request is ~150-300 tokens of v0's
-tokenizer and a three-request session stays well under 1024; no larger `max_model_len` is needed.
+prompt of its own and v0's chat template does not render `tools`, so a first request is ~140-150 tokens of v0's
+tokenizer (the three tools' JSON would add ~460 if a template rendered them) and a three-request session stays
+well under 1024: no larger `max_model_len` is needed.
 
 The sessions are the default policy's own kind of task (codetasks: a file and a request to change it), so v0
 answers with Hermes `<tool_call>` blocks for `edit_file`. A session ends when the model answers in text or after
