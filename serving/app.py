@@ -26,13 +26,16 @@ from contextlib import asynccontextmanager
 from typing import Any, Callable
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from schemas.api_keys import KeyStore
 from schemas.events import Trajectory
 from schemas.tool_protocol import parse_response
 from serving.arms import Fleet
+from serving.auth import AuthMiddleware
 from serving.config import CPU_CORES_PATTERN, ServingConfig
 from serving.protocol import RequestError, Served, build_response, build_trajectory, fit_max_tokens, parse_request
 from serving.router import Router
@@ -165,8 +168,9 @@ def _error(status: int, message: str, type_: str, param: str | None = None) -> J
     return JSONResponse(RequestError(message, param, status, type_).body(), status_code=status)
 
 
-def create_app(gateway: Gateway, *, poll: bool = True) -> Starlette:
-    """The Starlette app; its lifespan loads the engines (startup) and shuts them down (shutdown)."""
+def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = None) -> Starlette:
+    """The Starlette app; its lifespan loads the engines (startup) and shuts them down (shutdown). `keys`: the API
+    keys (serving.auth; None = none valid, so /admin/* refuses every request and /v1/* too when a key is required)."""
 
     async def chat_completions(request: Request) -> JSONResponse:
         if not gateway.fleet.ready:
@@ -254,4 +258,5 @@ def create_app(gateway: Gateway, *, poll: bool = True) -> Starlette:
                              Route("/v1/models", models, methods=["GET"]),
                              Route("/health", health, methods=["GET"]),
                              Route("/admin/stage", stage, methods=["POST"]),
-                             Route("/admin/unstage", unstage, methods=["POST"])], lifespan=lifespan)
+                             Route("/admin/unstage", unstage, methods=["POST"])], lifespan=lifespan,
+                     middleware=[Middleware(AuthMiddleware, keys=keys, require_key=gateway.cfg.key_required)])

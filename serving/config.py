@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -16,6 +17,16 @@ class ArmConfig(BaseModel):
     name: str = Field(min_length=1, max_length=64, description="Arm name, logged with every request.")
     alias: str = Field(min_length=1, max_length=64, description="Registry alias of the model version it serves.")
     share: float = Field(ge=0, le=1, description="Fraction of users assigned to it (shares sum to 1).")
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or "localhost"; anything else (0.0.0.0, ::, a name) may be reachable from other machines."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _default_arms() -> list[ArmConfig]:
@@ -83,6 +94,22 @@ class ServingConfig(BaseModel):
                                         "this client), so a kill of serving loses no answered request's "
                                         "trajectory; false follows sdk.write_ahead.")
     access_log: bool = False
+    api_keys_file: str = Field(default="", description="Hashed client keys (JSON, schemas.api_keys); '' = the "
+                               "collector's (collector.api_keys_file, <state_dir>/collector_keys.json by default): "
+                               "one file holds a deployment's keys, so a client's key works at both servers.")
+    require_key: bool | None = Field(default=None, description="Whether /v1/* needs an API key (401 without one). "
+                                     "None = auto: required unless `host` is a loopback address (127.0.0.0/8, ::1, "
+                                     "localhost), since no server binds beyond loopback without auth; false is "
+                                     "refused for such a host. /admin/* always needs a key with role admin.")
+    user_header: str = Field(default="", pattern=r"^$|^[A-Za-z0-9-]{1,64}$",
+                             description="A header that names the A/B user when a request's body has no `user`, "
+                                         "e.g. \"x-rtrl-user\": for a trusted proxy in front of serving that "
+                                         "knows its users. '' = the user is the key's client id. Any client "
+                                         "that can reach serving can set it, so set it only behind such a proxy.")
+    tls_cert_file: str = Field(default="", description="PEM certificate (chain) to terminate TLS with; '' = plain "
+                               "HTTP. Needs tls_key_file. Keys travel in every request's headers: use TLS "
+                               "whenever serving is reached over a network.")
+    tls_key_file: str = Field(default="", description="PEM private key of tls_cert_file.")
 
     @model_validator(mode="after")
     def _arms_are_a_split(self):
@@ -93,3 +120,22 @@ class ServingConfig(BaseModel):
         if abs(total - 1.0) > 1e-9:
             raise ValueError(f"arm shares must sum to 1, got {total}")
         return self
+
+    @model_validator(mode="after")
+    def _no_open_bind_beyond_loopback(self):
+        if self.require_key is False and not is_loopback(self.host):
+            raise ValueError(f"serving.require_key = false with host {self.host!r}: no server binds beyond loopback "
+                             "without auth (DESIGN.md §8a); give clients keys (`rtrl collector --keys-new CLIENT "
+                             "--org ORG`) or bind to 127.0.0.1")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both to serve HTTPS, or neither")
+        return self
+
+    @property
+    def key_required(self) -> bool:
+        """require_key resolved: an explicit value, else required unless bound to loopback."""
+        return self.require_key if self.require_key is not None else not is_loopback(self.host)
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert_file)

@@ -4,15 +4,25 @@
     server.run()                  # blocks; SIGINT/SIGTERM stop it (in-flight requests finish, engines shut down)
 
 The program calling this must guard its entry point with `if __name__ == "__main__":` (vLLM spawns processes).
+
+Keys: `keys_path(cfg)` (serving.api_keys_file, '' = the collector's keys file: one file holds a deployment's keys);
+who may do what is serving.auth's. TLS: with serving.tls_cert_file and tls_key_file set, uvicorn terminates TLS
+itself (HTTPS only on that port), `url_of` says https://, and `health` trusts exactly that certificate.
+Admin credentials of local tools: `admin_key(cfg)` (RTRL_ADMIN_KEY, else <state_dir>/admin.key, which
+`ensure_local_admin_key` makes when `rtrl serve` starts; see serving.auth).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from pathlib import Path
 
+from schemas.api_keys import KeyStore
 from serving.app import Gateway, create_app
 from serving.arms import Fleet
+from serving.auth import ADMIN_KEY_ENV, ADMIN_KEY_FILE, ensure_admin_key, read_admin_key
 
 log = logging.getLogger("rtrl.serving")
 
@@ -54,10 +64,16 @@ def make_server(cfg, *, gateway: Gateway | None = None, log_level: str = "info")
     """A `uvicorn.Server` (not started) for `cfg.serving.host:port`."""
     import uvicorn
 
-    app = create_app(gateway or build_gateway(cfg))
-    config = uvicorn.Config(app, host=cfg.serving.host, port=cfg.serving.port, loop="auto", http="auto",
-                            lifespan="on", access_log=cfg.serving.access_log, log_level=log_level,
-                            server_header=False, timeout_graceful_shutdown=cfg.serving.shutdown_grace_s)
+    scfg = cfg.serving
+    keys = KeyStore(keys_path(cfg))
+    if scfg.key_required and not len(keys):
+        log.warning("serving needs an API key on %s but %s holds none: every request will get 401; make one with "
+                    "`rtrl collector --keys-new CLIENT --org ORG`", scfg.host, keys.path)
+    app = create_app(gateway or build_gateway(cfg), keys=keys)
+    tls = {"ssl_certfile": scfg.tls_cert_file, "ssl_keyfile": scfg.tls_key_file} if scfg.tls else {}
+    config = uvicorn.Config(app, host=scfg.host, port=scfg.port, loop="auto", http="auto",
+                            lifespan="on", access_log=scfg.access_log, log_level=log_level,
+                            server_header=False, timeout_graceful_shutdown=scfg.shutdown_grace_s, **tls)
     return uvicorn.Server(config)
 
 
@@ -67,4 +83,62 @@ def url_of(scfg) -> str:
         host = "127.0.0.1"
     elif ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{scfg.port}"
+    return f"{'https' if scfg.tls else 'http'}://{host}:{scfg.port}"
+
+
+def keys_path(cfg) -> Path:
+    """serving's keys file: serving.api_keys_file, '' = the collector's (the same file: a key works at both)."""
+    return cfg.path_or_default(cfg.serving.api_keys_file or cfg.collector.api_keys_file, "collector_keys.json")
+
+
+def admin_key_file(cfg) -> Path:
+    return cfg.state_path / ADMIN_KEY_FILE
+
+
+def admin_key(cfg) -> str | None:
+    """The admin key local tools send to /admin/*: RTRL_ADMIN_KEY, else <state_dir>/admin.key, else None."""
+    return read_admin_key(admin_key_file(cfg))
+
+
+def ensure_local_admin_key(cfg) -> bool:
+    """At `rtrl serve`'s start: make <state_dir>/admin.key (and its key, client rtrl-local-admin, org *, role admin)
+    unless RTRL_ADMIN_KEY is set, the file already holds an admin key, or the keys file lies outside the state dir
+    (a deployment's own, whose operator makes admin keys). True when a key was made."""
+    path = keys_path(cfg)
+    if os.environ.get(ADMIN_KEY_ENV, "").strip() or not path.is_relative_to(cfg.state_path):
+        return False
+    made = ensure_admin_key(KeyStore(path), admin_key_file(cfg))
+    if made:
+        log.info("made the local admin key (client rtrl-local-admin) in %s; tools read it from %s", path,
+                 admin_key_file(cfg))
+    return made
+
+
+def tls_client_context(cert_file: str):
+    """For probing our own HTTPS listener: trust exactly the configured certificate (self-signed or a leaf of a
+    private CA); the host name is not checked since the probe dials the bind address, not the certificate's name."""
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=cert_file)
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    ctx.check_hostname = False
+    return ctx
+
+
+def health(scfg, timeout_s: float = 3.0) -> tuple[int, dict] | None:
+    """(status, body) of serving's GET /health (200 ready, 503 loading), over HTTPS when configured; None when
+    nothing answers or the answer is not JSON."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        ctx = tls_client_context(scfg.tls_cert_file) if scfg.tls else None
+        with urllib.request.urlopen(f"{url_of(scfg)}/health", timeout=timeout_s, context=ctx) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, json.loads(e.read())
+        except ValueError:
+            return None
+    except (OSError, ValueError):
+        return None

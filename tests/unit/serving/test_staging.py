@@ -8,6 +8,7 @@ import asyncio
 
 from starlette.testclient import TestClient
 
+from schemas.api_keys import KeyStore
 from serving.app import EVAL_ARM, Gateway, create_app
 from serving.arms import Fleet
 from serving.config import ServingConfig
@@ -75,18 +76,22 @@ def test_a_stage_no_alias_took_expires_after_its_ttl():
     asyncio.run(scenario())
 
 
-def test_pinned_requests_reach_the_staged_version_and_are_never_logged():
+def test_pinned_requests_reach_the_staged_version_and_are_never_logged(tmp_path):
     scfg = ServingConfig()
+    keys = KeyStore(tmp_path / "keys.json")
+    admin = {"authorization": f"Bearer {keys.create('gate', org='*', role='admin')}"}
     loader, events = FakeLoader(), []
     gw = Gateway(scfg, Fleet(scfg, FakeRegistry({"control": "1", "champion": "1"}), loader), "rtrl-policy",
                  emit=events.append)
     body = {"user": "gate", "messages": [{"role": "user", "content": "fix it"}]}
-    with TestClient(create_app(gw, poll=False)) as client:
+    with TestClient(create_app(gw, poll=False, keys=keys)) as client:
         r = client.post("/v1/chat/completions", json={**body, "model": "rtrl-policy/v5"})
         assert r.status_code == 404 and "not staged" in r.json()["error"]["message"]
-        assert client.post("/admin/stage", json={"version": "five"}).status_code == 400
-        assert client.post("/admin/stage", json={"version": "5", "cpu_cores": "1; rm -rf /"}).status_code == 400
-        r = client.post("/admin/stage", json={"version": 5})
+        assert client.post("/admin/stage", json={"version": "5"}).status_code == 401      # no admin key
+        assert client.post("/admin/stage", json={"version": "five"}, headers=admin).status_code == 400
+        assert client.post("/admin/stage", json={"version": "5", "cpu_cores": "1; rm -rf /"},
+                           headers=admin).status_code == 400
+        r = client.post("/admin/stage", json={"version": 5}, headers=admin)
         assert r.status_code == 200 and r.json()["staged"] == ["5"]
         assert client.get("/health").json()["staged"] == ["5"]
         r = client.post("/v1/chat/completions", json={**body, "model": "rtrl-policy/v5"})
@@ -94,6 +99,6 @@ def test_pinned_requests_reach_the_staged_version_and_are_never_logged():
         assert events == []                                                 # evaluation is not training data
         r = client.post("/v1/chat/completions", json={**body, "model": "anything-else"})
         assert r.json()["policy_version"] == "1" and len(events) == 1       # routed and logged as usual
-        assert client.post("/admin/unstage", json={"version": "5"}).json()["unstaged"] is True
+        assert client.post("/admin/unstage", json={"version": "5"}, headers=admin).json()["unstaged"] is True
         r = client.post("/v1/chat/completions", json={**body, "model": "rtrl-policy/v5"})
         assert r.status_code == 404
