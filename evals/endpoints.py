@@ -8,7 +8,8 @@
     episodes = run_suite(tasks, OpenAIPolicy(url, model=model), ...)
     unstage(cfg, "7")
 
-`stage` asks the running gateway to load the version beside its arms' engines (POST /admin/stage); requests
+`stage` asks the running gateway to load the version beside its arms' engines (POST /admin/stage, with the admin
+key of local tools: RTRL_ADMIN_KEY, else <state_dir>/admin.key, which `rtrl serve` makes; see serving.auth); requests
 whose model names it are pinned to it and never logged as trajectories. The champion is usually loaded there
 already, and a candidate that is promoted is switched to without a second load: the gate leaves a candidate it
 promotes staged, the deploy step unstages it once the alias holds it, and serving expires a forgotten stage.
@@ -61,6 +62,7 @@ def serve_version(cfg, registry, version: str, *, arm: str, log_level: str = "wa
         "host": "127.0.0.1", "port": 0, "telemetry": False, "registry_poll_s": 3600.0,   # port 0: ephemeral
         "cpu_cores": cfg.gate.engine_cpu_cores or cfg.serving.cpu_cores,
         "spare_engines": 0,                       # one version, never swapped: no warm spares to fill
+        "require_key": None, "tls_cert_file": "", "tls_key_file": "",   # a private loopback endpoint: plain, open
         "arms": [ArmConfig(name=arm, alias=alias, share=1.0)]})
     run_cfg = cfg.model_copy(update={"serving": scfg})
     gateway = build_gateway(run_cfg, registry=PinnedRegistry(registry, alias, version))
@@ -91,31 +93,39 @@ def serve_version(cfg, registry, version: str, *, arm: str, log_level: str = "wa
         thread.join(timeout=120)
 
 
-def _admin(base: str, path: str, body: dict, timeout_s: float) -> dict:
-    req = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(), method="POST",
-                                 headers={"content-type": "application/json"})
+def _admin(cfg, path: str, body: dict, timeout_s: float) -> dict:
+    """POST an admin request to the running gateway with the admin key of local tools (over HTTPS when serving
+    terminates TLS, trusting exactly its configured certificate)."""
+    from serving.auth import ADMIN_KEY_ENV
+    from serving.server import admin_key, admin_key_file, tls_client_context, url_of
+
+    base = url_of(cfg.serving)
+    headers = {"content-type": "application/json"}
+    if key := admin_key(cfg):
+        headers["authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(), method="POST", headers=headers)
+    ctx = tls_client_context(cfg.serving.tls_cert_file) if cfg.serving.tls else None
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
         detail = e.read().decode("utf-8", "replace")[:500]
-        raise EndpointError(f"serving refused {path} {body}: HTTP {e.code}: {detail}") from None
+        hint = ""
+        if e.code in (401, 403):
+            hint = (f" (the admin key comes from {ADMIN_KEY_ENV}, else {admin_key_file(cfg)}, which `rtrl serve` "
+                    "makes; it needs role admin)")
+        raise EndpointError(f"serving refused {path} {body}: HTTP {e.code}: {detail}{hint}") from None
     except (urllib.error.URLError, OSError) as e:
         raise EndpointError(f"serving at {base} is not reachable for {path}: {e}") from None
 
 
 def stage(cfg, version: str, cpu_cores: str = "") -> float:
     """Load `version` in the running gateway for pinned requests; the seconds the load took (0: was loaded)."""
-    from serving.server import url_of
-
-    return _admin(url_of(cfg.serving), "/admin/stage", {"version": str(version), "cpu_cores": cpu_cores},
-                  STARTUP_TIMEOUT_S)["load_s"]
+    return _admin(cfg, "/admin/stage", {"version": str(version), "cpu_cores": cpu_cores}, STARTUP_TIMEOUT_S)["load_s"]
 
 
 def unstage(cfg, version: str) -> bool:
-    from serving.server import url_of
-
-    return bool(_admin(url_of(cfg.serving), "/admin/unstage", {"version": str(version)}, 60.0)["unstaged"])
+    return bool(_admin(cfg, "/admin/unstage", {"version": str(version)}, 60.0)["unstaged"])
 
 
 def staged_model(cfg, version: str) -> tuple[str, str]:

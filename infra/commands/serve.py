@@ -5,11 +5,15 @@
 
 Before anything heavy starts, the arms' registry aliases must be set (`rtrl bootstrap` registers the default
 policy and points them at it) and the port must be free.
+
+At start, `rtrl serve` makes the admin key of local tools (<state_dir>/admin.key, mode 0600) when it is absent,
+RTRL_ADMIN_KEY is unset and the keys file lies under the state dir: the gate's POST /admin/stage sends it
+(serving.auth). With serving.tls_cert_file/tls_key_file set it serves HTTPS, and `--detach` probes /health
+trusting exactly that certificate.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -25,18 +29,12 @@ def _url(cfg) -> str:
     return url_of(cfg.serving)
 
 
-def _health(url: str) -> dict | None:
-    """The /health body when it answers 200 (every arm's engine loaded), else None."""
-    import urllib.error
-    import urllib.request
+def _health(cfg) -> dict | None:
+    """The /health body when it answers 200 (every arm's engine loaded), else None; over HTTPS when configured."""
+    from serving.server import health
 
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=3) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError:
-        return None
-    except (OSError, ValueError):
-        return None
+    answer = health(cfg.serving)
+    return answer[1] if answer is not None and answer[0] == 200 else None
 
 
 def check_ready_to_serve(cfg) -> dict[str, str]:
@@ -101,7 +99,7 @@ def start_detached(cfg, config: str | None, overrides: list[str], say=lambda m: 
     proc.start(argv, extra={"url": url, LEADER_STOPS_GROUP: True})
     say(f"serving: loading {len(set(versions.values()))} engine(s); waiting up to "
         f"{cfg.serving.startup_timeout_s:.0f}s for {url}/health")
-    proc.wait_healthy(lambda: _health(url) is not None, cfg.serving.startup_timeout_s, f"GET {url}/health")
+    proc.wait_healthy(lambda: _health(cfg) is not None, cfg.serving.startup_timeout_s, f"GET {url}/health")
     say(_arms_line(url, versions))
     say(f"serving: running in the background (pid {proc.info()['pid']}); log: {proc.logfile}; stop with `rtrl down`")
 
@@ -110,7 +108,7 @@ def _serve(cfg) -> int:
     import logging
 
     from infra.stack.process import hold_port
-    from serving.server import make_server
+    from serving.server import ensure_local_admin_key, make_server
 
     versions = check_ready_to_serve(cfg)
     # the port is held from here: the engines load for a minute before the gateway listens, and a port picked
@@ -118,6 +116,7 @@ def _serve(cfg) -> int:
     sock = hold_port(cfg.serving.host, cfg.serving.port)
     _warn_if_no_kafka(cfg)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ensure_local_admin_key(cfg)
     # kafka-python logs every failed reconnect as an error; the SDK already says when it starts spooling and when
     # the broker is back.
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
@@ -139,8 +138,10 @@ def _serve(cfg) -> int:
 def add_parser(subparsers) -> None:
     p = add_command(subparsers, "serve", main,
                     "serve the policy: OpenAI-compatible gateway, A/B arms on registry aliases, vLLM engines, hot swap",
-                    epilog="Endpoints: POST /v1/chat/completions (needs `user`), GET /v1/models, GET /health. The "
-                           "arms' aliases must be set first (`rtrl bootstrap`). Settings: [serving] in rtrl.toml.")
+                    epilog="Endpoints: POST /v1/chat/completions and GET /v1/models (an API key, required unless serving "
+                           "binds to loopback), GET /health (open), POST /admin/stage|unstage (a key with role admin; "
+                           "local tools use <state_dir>/admin.key, made at start). The arms' aliases must be set first "
+                           "(`rtrl bootstrap`). Settings: [serving] in rtrl.toml.")
     p.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
 
 

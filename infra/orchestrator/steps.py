@@ -27,8 +27,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -181,18 +179,12 @@ def promote(ctx: CycleContext) -> dict:
 
 
 def serving_status(cfg, timeout_s: float = 5.0) -> dict | None:
-    """serving's GET /health body, or None when nothing answers on serving.host:port."""
-    url = f"http://{cfg.serving.host}:{cfg.serving.port}/health"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as e:     # 503 while loading still carries the status body
-        try:
-            return json.loads(e.read())
-        except ValueError:
-            return None
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
+    """serving's GET /health body (503 while loading still carries it), or None when nothing answers on
+    serving.host:port; over HTTPS when serving terminates TLS."""
+    from serving.server import health
+
+    answer = health(cfg.serving, timeout_s)
+    return None if answer is None else answer[1]
 
 
 def arms_on(status: dict | None, alias: str) -> dict[str, str]:
