@@ -3,6 +3,9 @@
 Mapping: str -> string, int -> int64, float -> float64, bool -> bool, datetime -> timestamp[us, UTC],
 Enum/Literal -> string, list[X] -> list<X>, nested model -> struct, `X | None` -> nullable X.
 Every event table also carries `event_date` (date32 of event_time, the archive's partition key).
+
+Parquet written before a version that added fields lacks their columns; `fill_defaults` adds them with the
+field's default, column-wise (the compatibility rule, `schemas/compat.py`, gives every added field one).
 """
 
 from __future__ import annotations
@@ -67,6 +70,29 @@ def _fields(model: type[BaseModel]) -> list[pa.Field]:
 def model_arrow_schema(model: type[BaseModel]) -> pa.Schema:
     """The Arrow schema of any rtrl model (events, reward rows), field for field."""
     return pa.schema(_fields(model))
+
+
+def column_defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """The value of every field that has a default, as Arrow stores it (an enum by its value): what a column the
+    model has and an older table lacks reads as."""
+    out = {}
+    for name, info in model.model_fields.items():
+        if not info.is_required():
+            value = info.get_default(call_default_factory=True)
+            out[name] = value.value if isinstance(value, enum.Enum) else value
+    return out
+
+
+def fill_defaults(table: pa.Table, model: type[BaseModel]) -> pa.Table:
+    """`table` with each column of `model` that it lacks and that has a default appended, every row holding that
+    default (older Parquet: rows written before the field existed read as the model reads them). A missing column
+    without a default stays missing, for the caller's cast to report."""
+    schema = model_arrow_schema(model)
+    for name, value in column_defaults(model).items():
+        if name not in table.column_names:
+            field = schema.field(name)
+            table = table.append_column(field, pa.repeat(pa.scalar(value, field.type), table.num_rows))
+    return table
 
 
 @functools.cache

@@ -24,6 +24,13 @@ UPGRADERS: dict[tuple[str, int], Upgrader] = {
 }
 
 
+def is_additive(event_type: str, version: int, current: int) -> bool:
+    """No upgrader between `version` and `current`: every step only added fields with defaults, so a table written
+    at `version` reads at `current` by filling those defaults column by column (`schemas.arrow.fill_defaults`),
+    without taking each row through the model."""
+    return 1 <= version <= current and all((event_type, v) not in UPGRADERS for v in range(version, current))
+
+
 def upgrade(d: dict[str, Any], current: int) -> dict[str, Any]:
     """Apply upgraders until `d` is at `current`. Raises ValueError for a version newer than this code knows."""
     event_type = d.get("event_type")

@@ -3,8 +3,9 @@
 Only files of committed batches (listed by a manifest) are read, so a reader running beside the archiver never
 sees a half-committed batch. Results are `polars.DataFrame`s with the Arrow schema of `schemas/` (timestamps are
 `Datetime("us", "UTC")`, nested hunks/tool calls are structs/lists) plus the provenance columns `_topic`,
-`_partition`, `_offset`. Files written under an older schema version are upgraded row by row through
-`schemas.from_arrow`, so every row reads at the current version.
+`_partition`, `_offset`. Files written under an older schema version read at the current one: when the versions
+since only added fields, their columns take the fields' defaults (`schemas.arrow.fill_defaults`); otherwise rows
+are upgraded one by one through `schemas.from_arrow`.
 
 Rows come sorted by (event_time, event_id, _topic, _partition, _offset): the same archive always gives the same
 frame. With `dedupe=True` (the default) only the first row of each event_id in that order is kept.
@@ -24,6 +25,8 @@ from pipelines.archive.deadletter import DEAD_LETTER_SCHEMA
 from pipelines.archive.manifest import ArchiveError, manifested_files
 from pipelines.archive.writer import DEAD_LETTERS, EVENTS, PROVENANCE, PROVENANCE_COLUMNS, FileEntry
 from schemas import EVENT_TYPES, Event, arrow_schema, from_arrow, to_arrow
+from schemas.arrow import fill_defaults
+from schemas.compat import is_additive
 
 SORT_KEY = ["event_time", "event_id", *PROVENANCE_COLUMNS]
 
@@ -55,12 +58,31 @@ def _read(root: Path, f: FileEntry, columns: list[str] | None = None) -> pa.Tabl
         raise ArchiveError(f"{root / f.path} is listed by a manifest but missing: the archive is damaged") from None
 
 
+def _file_version(table: pa.Table) -> int | None:
+    """The schema version a data file was written at (its metadata), None when absent or unreadable."""
+    raw = (table.schema.metadata or {}).get(b"rtrl.schema_version", b"")
+    return int(raw) if raw.isdigit() else None
+
+
+def _fill_added_fields(table: pa.Table, event_type: str, target: pa.Schema) -> pa.Table:
+    """A file written before versions that only added fields: those columns take their defaults, every row reads
+    at the current version -- what `from_arrow` would give, column-wise (an archive written before a bump is read
+    whole by every replay; taking each row through the model would cost more than the replay itself)."""
+    cls = EVENT_TYPES[event_type]
+    filled = fill_defaults(table, cls)
+    current = pa.repeat(pa.scalar(cls.SCHEMA_VERSION, pa.int64()), filled.num_rows)
+    filled = filled.set_column(filled.schema.get_field_index("schema_version"), "schema_version", current)
+    return filled.select(target.names).cast(target)
+
+
 def conform(table: pa.Table, event_type: str) -> pa.Table:
     """A data file's table at the current schema version of its event type."""
     target = event_table_schema(event_type)
-    version = (table.schema.metadata or {}).get(b"rtrl.schema_version")
-    if version == target.metadata[b"rtrl.schema_version"] and table.column_names == target.names:
+    version, current = _file_version(table), EVENT_TYPES[event_type].SCHEMA_VERSION
+    if version == current and table.column_names == target.names:
         return table if table.schema.equals(target) else table.cast(target)
+    if version is not None and version < current and is_additive(event_type, version, current):
+        return _fill_added_fields(table, event_type, target)
     data = table.drop_columns([c for c in PROVENANCE_COLUMNS if c in table.column_names])
     upgraded = to_arrow(from_arrow(data), event_type)  # older versions -> current (schemas.compat upgraders)
     for field in PROVENANCE:

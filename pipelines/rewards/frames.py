@@ -13,6 +13,7 @@ import polars as pl
 import pyarrow as pa
 
 from schemas import Event, arrow_schema, to_arrow
+from schemas.arrow import column_defaults
 from schemas.events import EVENT_TYPES
 
 
@@ -28,9 +29,13 @@ def frames_from_events(events: Iterable[Event]) -> dict[str, pl.DataFrame]:
 
 
 def conform(frame: pl.DataFrame, event_type: str) -> pl.DataFrame:
-    """Select and order exactly the schema's columns (drops provenance columns such as `_offset`)."""
+    """Select and order exactly the schema's columns (drops provenance columns such as `_offset`). A column the
+    frame lacks takes its field's default: frames made before a schema version added it (a cycle's carried join
+    state, synthetic or test frames) read as the model reads such events."""
     schema = empty_frame(event_type).schema
-    return frame.select([pl.col(n).cast(schema[n]) for n in schema])
+    defaults = column_defaults(EVENT_TYPES[event_type])
+    return frame.select([pl.col(n).cast(schema[n]) if n in frame.columns or n not in defaults
+                         else pl.lit(defaults[n], dtype=schema[n]).alias(n) for n in schema])
 
 
 def concat_frames(parts: Iterable[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:

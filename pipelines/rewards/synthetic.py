@@ -1,9 +1,10 @@
 """A coherent synthetic event log for the reward benchmark, built column-wise (millions of events in seconds).
 
-Per request: a trajectory (10% question-only, 5% with a broken tool call), a suggestion (80%), applied (60%,
-within a minute) or rejected (20%), two snapshots of the edited file (the horizon one keeps 0-4 of the 4 lines),
-a follow-up (50%), a tool-call result (10% errors). About 6 events per request. Not the user simulator (issue 4):
-no behaviour, only shapes and joins that exercise every branch of the reward spec.
+Per request: a trajectory (10% question-only, 5% with a broken tool call, 2% cut short, no n > 1 groups), a
+suggestion (80%), applied (60%, within a minute) or rejected (20%), two snapshots of the edited file (the horizon
+one keeps 0-4 of the 4 lines), a follow-up (50%), a tool-call result (10% errors). About 6 events per request.
+Not the user simulator (issue 4): no behaviour, only shapes and joins that exercise every branch of the reward
+spec.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from pipelines.rewards.frames import conform, empty_frame
-from schemas.events import EVENT_TYPES
+from schemas.events import EVENT_TYPES, Trajectory
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 TEXTS = ["thanks", "that is wrong, revert it", "now add a test", "why are you asking? just do it", "ok"]
@@ -57,10 +58,11 @@ def synthetic_frames(n_requests: int, seed: int = 0, spacing_ms: int = 40) -> di
         "tokens": rng.integers(10, 500, n), "question": u[0] < 0.10, "broken": u[1] < 0.05,
         "shown": u[2] < 0.80, "applied": u[3] < 0.75, "keep": rng.integers(0, 5, n),
         "followup": u[4] < 0.5, "text": rng.integers(0, len(TEXTS), n), "tool_ok": u[5] < 0.9,
+        "cut_short": u[6] < 0.02,
     }).with_columns(pl.col("t").dt.replace_time_zone("UTC"), file_id=pl.lit("f") + (pl.col("i") % 13).cast(pl.String))
     frames: dict[str, pl.DataFrame] = {}
     traj = _envelope(req, 1, "trajectory", 0.0).with_columns(
-        schema_version=pl.lit(3, pl.Int64), policy_version=pl.lit("1"),
+        schema_version=pl.lit(Trajectory.SCHEMA_VERSION, pl.Int64), policy_version=pl.lit("1"),
         arm=pl.when(req["i"] % 2 == 0).then(pl.lit("control")).otherwise(pl.lit("treatment")),
         prompt_token_ids=pl.int_ranges(0, 64), completion_token_ids=pl.int_ranges(0, req["tokens"]),
         behaviour_logprobs=pl.int_ranges(0, req["tokens"]).list.eval(pl.element().cast(pl.Float64) * -0.001),
@@ -69,7 +71,8 @@ def synthetic_frames(n_requests: int, seed: int = 0, spacing_ms: int = 40) -> di
                                             error=pl.lit(""))),
         latency_ms=pl.lit(120.0), prompt_tokens=pl.lit(64, pl.Int64), completion_tokens=req["tokens"].cast(pl.Int64),
         temperature=pl.lit(1.0), top_p=pl.lit(1.0), top_k=pl.lit(-1, pl.Int64),
-        response_kind=pl.when(req["question"]).then(pl.lit("question")).otherwise(pl.lit("edit")))
+        response_kind=pl.when(req["question"]).then(pl.lit("question")).otherwise(pl.lit("edit")),
+        group_id=pl.lit(None, pl.String), cut_short=req["cut_short"])
     frames["trajectory"] = traj
     edits = req.filter(pl.col("shown") & ~pl.col("question"))
     lines = pl.concat_list([_fps(pl.col("i") * 8 + k) for k in range(4)])
