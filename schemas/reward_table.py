@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from schemas.arrow import model_arrow_schema
+from schemas.arrow import fill_defaults, model_arrow_schema
 from schemas.rewards import RewardRow
 
 ROW_SCHEMA = model_arrow_schema(RewardRow)
@@ -29,5 +29,7 @@ def read_reward_table(path: str | Path, window: str | None = None) -> pl.DataFra
     if not files:
         return pl.from_arrow(ROW_SCHEMA.empty_table())
     # pyarrow reads each file (its errors -- ArrowInvalid for a file that is not Parquet -- are what callers
-    # handle); no hive partitioning, so directory names never become columns.
-    return pl.concat([pl.from_arrow(pq.read_table(f)) for f in files], how="diagonal_relaxed").sort("request_id")
+    # handle); no hive partitioning, so directory names never become columns. A file written before a field was
+    # added to RewardRow gets that field's default (the trainer reads cut_short of every row).
+    return pl.concat([pl.from_arrow(fill_defaults(pq.read_table(f), RewardRow)) for f in files],
+                     how="diagonal_relaxed").sort("request_id")

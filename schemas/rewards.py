@@ -3,7 +3,8 @@
 Produced by: the Beam reward job (`pipelines/rewards`). Consumed by: the data-quality suite, the trainer (token
 ids, behaviour log-probs, reward, policy_version) and the A/B metrics (components, arm). Keyed by `request_id`:
 writing a row twice overwrites it (idempotent). Every component is stored beside the scalar, with the version of
-the reward spec that computed it. Privacy-mode requests never produce a row.
+the reward spec that computed it. Privacy-mode requests never produce a row. Fields with a default were added
+later: a table written before them reads with the default (`schemas.reward_table.read_reward_table`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class RewardRow(BaseModel):
     mature_time: datetime = Field(description="request_time + the longest window + allowed lateness: the "
                                               "event time after which the row can no longer change.")
     response_kind: str
+    group_id: str | None = Field(default=None, description="The trajectory's group_id: the samples of one request "
+                                 "with n > 1 share it (the trainer's prompt group); None for a single sample.")
+    cut_short: bool = Field(default=False, description="The trajectory's cut_short: the client left the stream "
+                            "before the answer ended, so the completion is what was sampled by then (the trainer "
+                            "drops such rows unless trainer.train_on_cut_short).")
     # what the trainer needs
     prompt_token_ids: list[int]
     completion_token_ids: list[int]

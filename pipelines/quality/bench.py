@@ -56,6 +56,7 @@ def synthetic_rewards(n: int, spec: RewardSpec | None = None, seed: int = 0, max
         "org_id": [f"org{i % 7}" for i in range(n)], "workspace_id": [f"ws{i % 200}" for i in range(n)],
         "session_id": [f"s{i % 1000}" for i in range(n)], "request_time": request_time,
         "mature_time": [t + delay for t in request_time], "response_kind": ["edit"] * n,
+        "group_id": pa.nulls(n, pa.string()), "cut_short": np.zeros(n, bool),
         "prompt_token_ids": prompt, "completion_token_ids": tokens, "behaviour_logprobs": logprobs,
         "temperature": np.ones(n), "top_p": np.ones(n), "top_k": np.full(n, -1), "prompt_tokens": np.full(n, 4),
         "completion_tokens": k, "latency_ms": rng.uniform(50, 900, n), "tool_calls": tool_calls,

@@ -24,14 +24,16 @@ def env(t: float, **kw) -> dict:
                 client_version="test/1", privacy_mode=kw.pop("privacy_mode", False))
 
 
-def trajectory(rid: str, t: float = 0, *, kind: str = "edit", tokens: int = 0, calls: tuple[str, ...] = (), **kw):
+def trajectory(rid: str, t: float = 0, *, kind: str = "edit", tokens: int = 0, calls: tuple[str, ...] = (),
+               group_id: str | None = None, cut_short: bool = False, **kw):
     e = env(t, **kw)
     return Trajectory(**e, request_id=rid, policy_version="1", arm="treatment",
                       prompt_token_ids=[] if e["privacy_mode"] else [1, 2],
                       completion_token_ids=[] if e["privacy_mode"] else [3] * tokens,
                       behaviour_logprobs=[] if e["privacy_mode"] else [-0.5] * tokens,
                       tool_calls=[ToolCallRecord(name="edit_file", status=s) for s in calls],
-                      latency_ms=10, prompt_tokens=2, completion_tokens=tokens, response_kind=kind)
+                      latency_ms=10, prompt_tokens=2, completion_tokens=tokens, response_kind=kind,
+                      group_id=group_id, cut_short=cut_short)
 
 
 def applied(rid: str, t: float, lines: str, file: str = "f1", **kw):

@@ -110,3 +110,12 @@ def test_every_row_carries_the_spec_version_and_the_trainer_fields():
     assert r["spec_version"] == SPEC.version() and r["spec_version"] != RewardSpec(clip=1.0).version()
     assert r["completion_token_ids"] == [3, 3, 3] and r["behaviour_logprobs"] == [-0.5] * 3
     assert (r["policy_version"], r["arm"], r["mature_time"]) == ("1", "treatment", at(SPEC.maturity_delay_s()))
+
+
+def test_rows_carry_the_trajectorys_group_and_whether_it_was_cut_short():
+    r = rows(trajectory("s0", tokens=2, group_id="req-1"), trajectory("s1", tokens=4, group_id="req-1", cut_short=True),
+             trajectory("solo", tokens=1))
+    assert [(r[k]["group_id"], r[k]["cut_short"]) for k in ("s0", "s1", "solo")] == [
+        ("req-1", False), ("req-1", True), (None, False)]
+    # a cut-short answer is rewarded like any other (its tokens are what the user saw); the trainer decides on it
+    assert r["s1"]["completion_tokens"] == 4 and r["s1"]["reward"] == pytest.approx(r["s1"]["r_length"])
