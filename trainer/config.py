@@ -16,6 +16,11 @@ class TrainerConfig(BaseModel):
     max_rows: int = Field(default=0, ge=0, description="Train on at most this many usable rows per run (on-policy "
                           "first, a seeded random sample); 0 = all. Bounds a cycle's training time when traffic "
                           "outgrows it.")
+    train_on_cut_short: bool = Field(default=False, description="Train on rows whose client left the stream before "
+                                     "the answer ended (cut_short) instead of dropping them (dropped_cut_short). Off "
+                                     "by default: the client, not the policy, ended such a sequence, so its tokens do "
+                                     "not end where the policy would have. A cut-short row without a completion "
+                                     "token is dropped either way.")
     # batch: one pass over the selected rows, one optimizer step per `rows_per_step` rows
     micro_batch: int = Field(default=8, ge=1, le=4096, description="Sequences per forward/backward.")
     rows_per_step: int = Field(default=256, ge=1, description="Effective batch: rows per optimizer step "

@@ -11,7 +11,8 @@ Notation, per sample i (a served request) and completion token t (mask m_it = 1 
 
 Baselines (`advantages`):
     group mean     b_i = mean of R over the samples of i's prompt group (GRPO, Shao et al. 2024, DeepSeekMath);
-                   used where a group has at least 2 samples;
+                   used where a group has at least 2 samples. The group is the request's `group_id` where serving
+                   drew n > 1 samples for one request, else the prompt's token ids (`trainer.train.prompt_groups`);
     leave-one-out  b_i = mean of R over the other samples of i's stratum in the batch (`trainer.stratify_by`,
                    e.g. the org; one stratum by default) (Kool et al. 2019 "Buy 4 REINFORCE samples, get a
                    baseline for free!"; RLOO, Ahmadian et al. 2024), for samples without a group.

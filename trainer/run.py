@@ -74,7 +74,7 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
         return TrainResult(cycle, parent, existing, already_done=True)
     rows = read_reward_table(rewards, window)
     sel = select_rows(rows, parent, ancestors(registry, parent, cfg.staleness), cfg.staleness, cfg.min_rows, as_of,
-                      max_rows=cfg.max_rows, seed=cfg.seed)
+                      max_rows=cfg.max_rows, seed=cfg.seed, train_on_cut_short=cfg.train_on_cut_short)
     log(f"train: cycle {cycle}: champion v{parent}; {json.dumps(sel.counts)}")
     config_hash = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]
     mlflow_run = registry.client.create_run(registry.experiment_id(EXPERIMENT), run_name=f"train-{cycle}",

@@ -9,9 +9,16 @@ Rules, in order (each dropped row is counted under its reason):
      sampled from an older policy; the loss corrects them per token with truncated importance weights from the
      logged behaviour log-probs, see `trainer.losses`);
   4. drop every other row (`other_version`), and rows without a reward (`no_reward`);
-  5. refuse if fewer than `min_rows` remain;
-  6. with `max_rows`, keep at most that many: on-policy rows before stale ones, each group in a seeded random
-     order (an unbiased sample of the cycle's traffic; the rest are counted as `dropped_over_max_rows`).
+  5. drop the rows whose stream the client left before the answer ended (`cut_short`), unless
+     `train_on_cut_short`: the client, not the policy, ended those sequences, so their tokens do not end where the
+     policy would have, and their reward judges an answer the policy never finished. A cut-short row with no
+     completion token is dropped either way (nothing was sampled);
+  6. refuse if fewer than `min_rows` remain;
+  7. with `max_rows`, keep at most that many: on-policy rows before stale ones, each group in a seeded random
+     order (an unbiased sample of the cycle's traffic; the rest are counted as `dropped_over_max_rows`); the
+     samples of one request (`group_id`) are drawn together, so the cap does not thin out their group baseline.
+
+A table written before reward rows had `group_id` and `cut_short` reads as single samples that ran to the end.
 """
 
 from __future__ import annotations
@@ -32,41 +39,59 @@ class Selection:
     counts: dict[str, int] = field(default_factory=dict)   # kept_on_policy, kept_stale, dropped_<reason>
 
 
-def select_rows(rows: pl.DataFrame, champion: str, ancestors: list[str], staleness: int, min_rows: int,
-                as_of: datetime | None = None, max_rows: int = 0, seed: int = 0) -> Selection:
-    """`ancestors`: the champion's parent, grandparent, ... (nearest first). `max_rows` 0: no cap."""
+def _with_v4_columns(rows: pl.DataFrame) -> pl.DataFrame:
+    """`group_id` and `cut_short` as a table written before them reads (single samples that ran to the end)."""
+    missing = {"group_id": pl.lit(None, pl.String), "cut_short": pl.lit(False)}
+    return rows.with_columns([v.alias(k) for k, v in missing.items() if k not in rows.columns])
+
+
+def _refuse_untrainable(rows: pl.DataFrame, as_of: datetime | None) -> None:
+    """Rule 1. A cut-short row may have an empty completion (the client left before the first token): not a sign
+    of stripped content, it is dropped under `cut_short`."""
     if as_of is not None and rows.height:
         immature = rows.filter(pl.col("mature_time") > as_of).height
         if immature:
             raise SelectionError(f"{immature} reward row(s) mature after {as_of.isoformat()}: their labels can "
                                  "still change; train only on mature rows (rerun the reward job for this cycle)")
-    empty = rows.filter((pl.col("prompt_token_ids").list.len() == 0) | (pl.col("completion_token_ids").list.len() == 0))
+    empty = rows.filter((pl.col("prompt_token_ids").list.len() == 0)
+                        | ((pl.col("completion_token_ids").list.len() == 0) & ~pl.col("cut_short")))
     if empty.height:
         raise SelectionError(f"{empty.height} reward row(s) have no token ids (privacy-mode or stripped content, "
                              f"e.g. request {empty['request_id'][0]}): refusing to train on this table")
+
+
+def select_rows(rows: pl.DataFrame, champion: str, ancestors: list[str], staleness: int, min_rows: int,
+                as_of: datetime | None = None, max_rows: int = 0, seed: int = 0,
+                train_on_cut_short: bool = False) -> Selection:
+    """`ancestors`: the champion's parent, grandparent, ... (nearest first). `max_rows` 0: no cap."""
+    rows = _with_v4_columns(rows)
+    _refuse_untrainable(rows, as_of)
     recent = [str(v) for v in ancestors[:staleness]]
     version = pl.col("policy_version")
+    cut = pl.col("cut_short") & (pl.lit(not train_on_cut_short) | (pl.col("completion_token_ids").list.len() == 0))
     labelled = rows.with_columns(
         reason=pl.when(pl.col("reward").is_null()).then(pl.lit("no_reward"))
+        .when(~version.is_in([str(champion), *recent])).then(pl.lit("other_version"))
+        .when(cut).then(pl.lit("cut_short"))
         .when(version == str(champion)).then(pl.lit("on_policy"))
-        .when(version.is_in(recent)).then(pl.lit("stale"))
-        .otherwise(pl.lit("other_version")))
+        .otherwise(pl.lit("stale")))
     counts = {"rows_read": rows.height}
     by_reason = dict(labelled.group_by("reason").len().iter_rows())
     counts["kept_on_policy"] = by_reason.get("on_policy", 0)
     counts["kept_stale"] = by_reason.get("stale", 0)
     counts["dropped_other_version"] = by_reason.get("other_version", 0)
     counts["dropped_no_reward"] = by_reason.get("no_reward", 0)
+    counts["dropped_cut_short"] = by_reason.get("cut_short", 0)
     kept = (labelled.filter(pl.col("reason").is_in(["on_policy", "stale"]))
             .with_columns(stale=pl.col("reason") == "stale").drop("reason").sort("request_id"))
     if kept.height < min_rows:
         raise SelectionError(f"only {kept.height} usable reward row(s) (champion {champion}: "
                              f"{counts['kept_on_policy']} on-policy, {counts['kept_stale']} within staleness "
-                             f"{staleness}; dropped {counts['dropped_other_version']} from other versions); "
-                             f"the minimum batch is {min_rows}")
+                             f"{staleness}; dropped {counts['dropped_other_version']} from other versions, "
+                             f"{counts['dropped_cut_short']} cut short); the minimum batch is {min_rows}")
     counts["dropped_over_max_rows"] = 0
     if max_rows and kept.height > max_rows:
         counts["dropped_over_max_rows"] = kept.height - max_rows
-        order = pl.col("request_id").hash(seed)
-        kept = kept.sort([pl.col("stale"), order]).head(max_rows).sort("request_id")
+        order = pl.coalesce("group_id", "request_id").hash(seed)
+        kept = kept.sort([pl.col("stale"), order, pl.col("request_id")]).head(max_rows).sort("request_id")
     return Selection(kept, counts)

@@ -98,6 +98,17 @@ def _prompt_key(ids: list[int]) -> str:
     return hashlib.blake2b(json.dumps(ids).encode(), digest_size=12).hexdigest()
 
 
+def prompt_groups(rows: pl.DataFrame) -> list[str]:
+    """Each row's prompt group for the group-mean baseline: its request's `group_id`, else its prompt's token ids.
+    A group_id says what serving knows: these samples were drawn together for one request (n > 1) and share
+    everything but the sample. Two requests with group_ids are two groups even when their prompts are the
+    same tokens (another user, another moment, another outcome). Rows without a group_id (single samples, tables
+    written before reward rows had one) group by prompt as before, in a key space of their own."""
+    ids = rows["group_id"].to_list() if "group_id" in rows.columns else [None] * rows.height
+    return [f"request:{g}" if g is not None else f"prompt:{_prompt_key(p)}"
+            for g, p in zip(ids, rows["prompt_token_ids"].to_list())]
+
+
 class Trainer:
     def __init__(self, cfg: TrainerConfig, rows: pl.DataFrame, parent_dir: str | Path, run_dir: str | Path,
                  on_step: Callable[[StepMetrics], None] | None = None):
@@ -123,7 +134,7 @@ class Trainer:
             self.parent = copy.deepcopy(model).eval().requires_grad_(False)
             if torch.cuda.is_available():
                 self.parent = self.parent.cuda()
-        groups = [_prompt_key(p) for p in self.rows["prompt_token_ids"].to_list()]
+        groups = prompt_groups(self.rows)
         by = self.cfg.stratify_by
         if by and by not in self.rows.columns:
             raise ValueError(f"trainer.stratify_by: the reward table has no column {by!r}")

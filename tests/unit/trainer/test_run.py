@@ -1,6 +1,7 @@
 """`run_training` end to end on a tiny checkpoint: champion from the registry, a reward table on disk, a
 candidate version registered with its lineage and metrics in MLflow; a second run of the cycle does nothing."""
 
+import polars as pl
 import pytest
 
 from registry.client import Registry
@@ -16,15 +17,18 @@ def test_candidate_is_registered_with_lineage_metrics_and_config_and_a_rerun_is_
     reg = Registry(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", "policy", tmp_path / "cache")
     v1 = reg.register(tiny_checkpoint(tmp_path / "v1"), tags={"parent": ""})
     reg.set_alias("champion", v1)
-    rows = sampled_rows(reg.local_path(v1), 40, version=v1)
+    rows = sampled_rows(reg.local_path(v1), 44, version=v1)
+    rows = rows.with_columns(cut_short=pl.Series([i < 4 for i in range(rows.height)]))   # clients that left
     table = tmp_path / "rewards" / "policy_version=1" / "window=c1"
     table.mkdir(parents=True)
-    rows.vstack(sampled_rows(reg.local_path(v1), 5, seed=1, version="7").with_columns(
-        request_id=rows["request_id"].head(5) + "x")).write_parquet(table / "part-0.parquet")
+    other = sampled_rows(reg.local_path(v1), 5, seed=1, version="7").with_columns(
+        request_id=rows["request_id"].head(5) + "x", cut_short=pl.lit(False))
+    rows.vstack(other).write_parquet(table / "part-0.parquet")
     cfg = TrainerConfig(micro_batch=4, rows_per_step=16, lr=1e-3, max_tokens=8, min_rows=8, threads=1)
     result = run_training(cfg, reg, tmp_path / "rewards", "c1", tmp_path / "train", log=lambda *_: None)
     assert result.candidate == "2" and result.parent == "1" and result.steps == 3
     assert result.counts["kept_on_policy"] == 40 and result.counts["dropped_other_version"] == 5
+    assert result.counts["dropped_cut_short"] == 4                       # trainer.train_on_cut_short is off
     tags = reg.info("2").tags
     assert tags["candidate"] == "true" and tags["parent"] == "1" and tags["cycle"] == "c1"
     history = reg.client.get_metric_history(tags["train_run"], "loss")

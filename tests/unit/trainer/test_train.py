@@ -130,6 +130,20 @@ def test_baseline_strata_come_from_the_configured_column_and_an_unknown_one_is_r
         Trainer(_cfg(stratify_by="task_kind"), rows, folder, tmp_path / "c").setup()
 
 
+def test_samples_of_one_request_share_a_group_mean_baseline_from_their_group_id(parent, tmp_path):
+    folder, rows = parent
+    grouped = rows.with_columns(group_id=pl.Series([f"req{i // 4}" for i in range(rows.height)]))
+    t = Trainer(_cfg(), grouped, folder, tmp_path / "g")
+    t.setup()
+    by_group: dict[str, list[float]] = {}
+    for g, a in zip(t.rows["group_id"].to_list(), t.adv.tolist()):
+        by_group.setdefault(g, []).append(a)
+    assert len(by_group) == rows.height // 4
+    for g, advs in by_group.items():      # reward minus the mean of the request's own four samples
+        rewards = grouped.filter(pl.col("group_id") == g)["reward"]
+        assert sum(advs) == pytest.approx(0.0, abs=1e-5) and max(advs) == pytest.approx(rewards.max() - rewards.mean())
+
+
 def test_rows_whose_loss_term_is_zero_are_not_run_and_the_update_is_the_same(parent, tmp_path):
     skipped, s1 = _run(parent, tmp_path / "skip", negative_weight=0.0)
     full, s2 = _run(parent, tmp_path / "full", negative_weight=0.0, skip_inert_rows=False)
