@@ -18,6 +18,7 @@ latency) through the telemetry SDK.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -28,16 +29,19 @@ from typing import Any, Callable
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from schemas.api_keys import KeyStore
 from schemas.events import Trajectory
 from schemas.tool_protocol import parse_response
 from serving.arms import Fleet
-from serving.auth import AuthMiddleware
+from serving.auth import AuthMiddleware, principal_of
 from serving.config import CPU_CORES_PATTERN, ServingConfig
-from serving.protocol import RequestError, Served, build_response, build_trajectory, fit_max_tokens, parse_request
+from serving.protocol import (Caller, ChatRequest, Generation, RequestError, SampleSpec, Served, TimeBounds,
+                              build_response, build_trajectories, final_content, fit_max_tokens, parse_request)
+from serving.streaming import (DONE, ChunkHead, ContentStream, Sample, content_chunk, last_chunk, role_chunk, sse,
+                               usage_chunk)
 from serving.router import Router
 
 log = logging.getLogger("rtrl.serving")
@@ -105,7 +109,8 @@ class Gateway:
         self.cfg, self.fleet, self.model_name = cfg, fleet, model_name
         self.router = Router(cfg.experiment, cfg.arms)
         self.emit, self._on_close, self.telemetry_stats = emit, on_close, telemetry_stats
-        self.counts = {"served": 0, "failed": 0, "rejected": 0, "telemetry_errors": 0, "secret_requests_not_logged": 0}
+        self.counts = {"served": 0, "failed": 0, "rejected": 0, "telemetry_errors": 0, "secret_requests_not_logged": 0,
+                       "streams_cut_short": 0, "event_time_clamped": 0}
 
     async def start(self, poll: bool = True) -> None:
         await self.fleet.start()
@@ -133,35 +138,177 @@ class Gateway:
         except LookupError as e:
             raise RequestError(f"model: {e} (POST /admin/stage first)", "model", 404, "model_not_found") from None
 
-    async def chat(self, body: Any) -> dict:
+    def _prepare(self, body: Any, caller: Caller):
+        """(request, pinned version, arm): validation and routing, before anything is leased or sampled."""
         check_bounds(body, self.cfg.max_model_len)
-        req = parse_request(body, default_max_tokens=self.cfg.max_tokens, max_model_len=self.cfg.max_model_len)
+        req = parse_request(body, default_max_tokens=self.cfg.max_tokens, max_model_len=self.cfg.max_model_len,
+                            caller=caller, time_bounds=TimeBounds(self.cfg.max_event_skew_future_s,
+                                                                  self.cfg.max_event_skew_past_s))
+        if req.event_time_clamped:
+            self.counts["event_time_clamped"] += 1
         pinned = self.pinned_version(body)
-        arm = EVAL_ARM if pinned is not None else self.router.assign(req.user_id)
+        return req, pinned, EVAL_ARM if pinned is not None else self.router.assign(req.user_id)
+
+    def _render(self, engine, req: ChatRequest) -> tuple[list[int], SampleSpec]:
+        """The prompt's token ids (the checkpoint's chat template, given the request's tools) and what to sample."""
+        try:
+            prompt_ids = engine.prompt_ids(req.messages, tools=req.template_tools)
+        except Exception as e:  # noqa: BLE001 -- a template that rejects the conversation is the client's 400
+            raise RequestError(f"messages: the model's chat template rejected them: {e}", "messages") from None
+        max_tokens = fit_max_tokens(len(prompt_ids), req.max_tokens, engine.max_model_len)
+        return prompt_ids, req.spec(max_tokens, self.cfg.temperature)
+
+    def _served(self, req: ChatRequest, arm: str, slot, prompt_ids: list[int], spec: SampleSpec,
+                generations: list[Generation], t0: float) -> Served:
+        return Served(request=req, arm=arm, policy_version=slot.version, model=f"{self.model_name}/v{slot.version}",
+                      prompt_token_ids=prompt_ids, generations=generations,
+                      parsed=[parse_response(g.text, req.tools) for g in generations], sampling=spec.sampling,
+                      latency_ms=(time.perf_counter() - t0) * 1000)
+
+    def _log(self, served: Served, pinned: str | None) -> None:
+        """The request's trajectory events (one per sample), unless it is evaluation traffic."""
+        req = served.request
+        if self.emit is None or pinned is not None:
+            return
+        # Token ids cannot be redacted: a request whose prompt or completion holds a secret is logged like a
+        # privacy-mode one (no token ids, no logprobs), so the secret never reaches Kafka or a training batch.
+        if not req.privacy_mode and holds_secret([m["content"] for m in req.messages] +
+                                                 [g.text for g in served.generations]):
+            req.privacy_mode = True
+            self.counts["secret_requests_not_logged"] += 1
+        try:
+            for trajectory in build_trajectories(served):
+                self.emit(trajectory)
+        except Exception as e:  # noqa: BLE001 -- telemetry must never fail a served request
+            self.counts["telemetry_errors"] += 1
+            log.warning("trajectory of request %s not emitted: %s: %s", req.request_id, type(e).__name__, e)
+
+    async def chat(self, body: Any, caller: Caller = Caller()) -> dict:
+        """A non-streamed completion: the OpenAI response body."""
+        req, pinned, arm = self._prepare(body, caller)
         t0 = time.perf_counter()
         with self._lease(pinned, arm) as slot:
-            engine = slot.engine
-            try:
-                prompt_ids = engine.prompt_ids(req.messages)
-            except Exception as e:  # noqa: BLE001 -- a template that rejects the conversation is the client's 400
-                raise RequestError(f"messages: the model's chat template rejected them: {e}", "messages") from None
-            max_tokens = fit_max_tokens(len(prompt_ids), req.max_tokens, engine.max_model_len)
-            gen = await engine.generate(prompt_ids, max_tokens, seed=req.seed, request_id=req.request_id)
-        served = Served(request=req, arm=arm, policy_version=slot.version, model=f"{self.model_name}/v{slot.version}",
-                        prompt_token_ids=prompt_ids, generation=gen, parsed=parse_response(gen.text),
-                        sampling=engine.sampling, latency_ms=(time.perf_counter() - t0) * 1000)
-        if self.emit is not None and pinned is None:
-            # Token ids cannot be redacted: a request whose prompt or completion holds a secret is logged like a
-            # privacy-mode one (no token ids, no logprobs), so the secret never reaches Kafka or a training batch.
-            if not req.privacy_mode and holds_secret([m["content"] for m in req.messages] + [gen.text]):
-                req.privacy_mode = True
-                self.counts["secret_requests_not_logged"] += 1
-            try:
-                self.emit(build_trajectory(served))
-            except Exception as e:  # noqa: BLE001 -- telemetry must never fail a served request
-                self.counts["telemetry_errors"] += 1
-                log.warning("trajectory of request %s not emitted: %s: %s", req.request_id, type(e).__name__, e)
+            prompt_ids, spec = self._render(slot.engine, req)
+            generations = await slot.engine.sample(prompt_ids, spec, request_id=req.request_id)
+        served = self._served(req, arm, slot, prompt_ids, spec, generations, t0)
+        self._log(served, pinned)
         return build_response(served)
+
+    def open_stream(self, body: Any, caller: Caller = Caller()) -> "Stream":
+        """A streamed completion, validated, routed, leased and rendered (so a bad request is still a plain 4xx);
+        iterate `Stream.chunks()` to sample and send, and `close()` it whatever happens."""
+        req, pinned, arm = self._prepare(body, caller)
+        lease = self._lease(pinned, arm)
+        slot = lease.__enter__()
+        try:
+            prompt_ids, spec = self._render(slot.engine, req)
+        except BaseException:
+            lease.__exit__(None, None, None)
+            raise
+        return Stream(self, req, pinned, arm, lease, slot, prompt_ids, spec)
+
+
+class Stream:
+    """One streamed request (serving.streaming): the chunks as the engine samples, and on every way out (the end,
+    an engine failure, a client that disconnected) the trajectories of what was sampled -- a sample that had not
+    ended is marked `cut_short` -- and the engine's lease released."""
+
+    def __init__(self, gateway: Gateway, req: ChatRequest, pinned: str | None, arm: str, lease, slot,
+                 prompt_ids: list[int], spec: SampleSpec):
+        self.gw, self.req, self.pinned, self.arm, self.lease, self.slot = gateway, req, pinned, arm, lease, slot
+        self.prompt_ids, self.spec = prompt_ids, spec
+        self.samples = [Sample(i, ContentStream(spec.stop)) for i in range(spec.n)]
+        self.t0 = time.perf_counter()
+        self.failed = False
+        self.closed = False
+        self.head = ChunkHead(req.request_id, int(time.time()), f"{gateway.model_name}/v{slot.version}",
+                              slot.version, arm)
+
+    def _generation(self, s: Sample) -> Generation:
+        engine = self.slot.engine
+        return engine.finish(s.index, s.token_ids, s.logprobs, s.top, s.finish_reason or "length", self.spec,
+                             cut_short=s.finish_reason is None)
+
+    async def chunks(self):
+        engine = self.slot.engine
+        try:
+            yield role_chunk(self.head, self.spec.n)
+            async for d in engine.stream(self.prompt_ids, self.spec, request_id=self.req.request_id):
+                s = self.samples[d.index]
+                s.add(d)
+                if s.finish_reason is None:
+                    if text := s.content.update(engine.partial_text(s.token_ids)):
+                        yield content_chunk(self.head, s.index, text)
+                    continue
+                served = self.served()
+                g, p = served.generations[s.index], served.parsed[s.index]
+                yield last_chunk(self.head, served, s.index, s.content.rest(final_content(g, p)))
+            if self.req.include_usage:
+                yield usage_chunk(self.head, self.served())
+            yield DONE
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except Exception as e:  # noqa: BLE001 -- the answer has begun: the failure is the stream's last event
+            self.failed = True
+            log.exception("streamed request %s failed", self.req.request_id)
+            yield sse(RequestError(f"generation failed: {type(e).__name__}: {e}", None, 500, "server_error").body())
+        finally:
+            self.close()
+
+    def served(self) -> Served:
+        return self.gw._served(self.req, self.arm, self.slot, self.prompt_ids, self.spec,
+                               [self._generation(s) for s in self.samples], self.t0)
+
+    def close(self) -> None:
+        """Log the trajectories (once) and release the engine."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.failed:
+                self.gw.counts["failed"] += 1
+            else:
+                cut = sum(s.finish_reason is None for s in self.samples)
+                self.gw.counts["served"] += 1
+                self.gw.counts["streams_cut_short"] += bool(cut)
+                self.gw._log(self.served(), self.pinned)
+        finally:
+            self.lease.__exit__(None, None, None)
+
+
+def caller_of(request: Request, user_header: str) -> Caller:
+    """Who the server says is calling (never the body): the authenticated key (serving.auth) and, when
+    `serving.user_header` is set, the user that header names (a trusted proxy's). RequestError for a malformed
+    header value."""
+    principal = principal_of(request.scope)
+    user = principal.client_id
+    hint = "an API key"
+    if user_header:
+        hint = f"an API key or the {user_header} header"
+        value = request.headers.get(user_header)
+        if value is not None:
+            if not value.strip() or len(value) > 128:
+                raise RequestError(f"header {user_header} must be a non-empty user id of at most 128 characters",
+                                   user_header)
+            user = value
+    return Caller(user=user, org=principal.org, user_hint=hint)
+
+
+class SSEResponse(StreamingResponse):
+    """Server-sent events of a `Stream`; closes the stream however the response ends (a client that disconnects
+    included), so its trajectories are logged and its engine released."""
+
+    def __init__(self, stream: Stream):
+        super().__init__(stream.chunks(), media_type="text/event-stream",
+                         headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        self.stream = stream
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+            self.stream.close()
 
 
 def _error(status: int, message: str, type_: str, param: str | None = None) -> JSONResponse:
@@ -172,7 +319,7 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
     """The Starlette app; its lifespan loads the engines (startup) and shuts them down (shutdown). `keys`: the API
     keys (serving.auth; None = none valid, so /admin/* refuses every request and /v1/* too when a key is required)."""
 
-    async def chat_completions(request: Request) -> JSONResponse:
+    async def chat_completions(request: Request) -> Response:
         if not gateway.fleet.ready:
             return _error(503, "the model is still loading; retry shortly", "service_unavailable")
         try:
@@ -186,7 +333,11 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
             gateway.counts["rejected"] += 1
             return _error(400, f"the body is not valid JSON: {e}", "invalid_request_error")
         try:
-            answer = await gateway.chat(body)
+            caller = caller_of(request, gateway.cfg.user_header)
+            if isinstance(body, dict) and body.get("stream") is True:
+                stream = gateway.open_stream(body, caller)
+                return SSEResponse(stream)
+            answer = await gateway.chat(body, caller)
         except RequestError as e:
             gateway.counts["rejected"] += 1
             return JSONResponse(e.body(), status_code=e.status)

@@ -110,6 +110,14 @@ class ServingConfig(BaseModel):
                                "HTTP. Needs tls_key_file. Keys travel in every request's headers: use TLS "
                                "whenever serving is reached over a network.")
     tls_key_file: str = Field(default="", description="PEM private key of tls_cert_file.")
+    max_event_skew_future_s: float = Field(
+        default=300, ge=1, le=86400, description="A request's metadata.event_time more than this after the receipt "
+        "time is replaced by the receipt time and counted (GET /health requests.event_time_clamped): a client's "
+        "clock must not move a cycle's cut-off.")
+    max_event_skew_past_s: float = Field(
+        default=7 * 86400, ge=60, le=3650 * 86400, description="A request's metadata.event_time more than this "
+        "before the receipt time is replaced by the receipt time and counted. Raise it to replay old simulated "
+        "time through a live gateway.")
 
     @model_validator(mode="after")
     def _arms_are_a_split(self):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from schemas.chat_format import render
 from serving.config import ServingConfig
-from serving.protocol import Generation, Sampling
+from serving.protocol import Delta, Generation, SampleSpec, Sampling, cut_at_stop
 
 
 class FakeRegistry:
@@ -43,18 +43,56 @@ class FakeEngine:
         self.shut_down = False
         self.calls: list[dict] = []
         self.binds: list[str] = []        # cores it was moved to (`bind`)
+        self.reply_for = None             # index -> text, for samples that differ
+        self.step_s = 0.0                 # streamed: seconds per character
+        self.tools_seen = None            # what the chat template was given
 
-    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+    def prompt_ids(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
+        self.tools_seen = tools
         return [ord(c) % 500 for c in render(messages)]
 
-    async def generate(self, prompt_ids, max_tokens, seed=None, request_id=""):
+    def _text(self, spec: SampleSpec, index: int) -> tuple[str, str]:
+        """(the sample's text, why it ended): the reply (`reply_for(index)` when set), cut at a stop string or at
+        max_tokens."""
+        text = self.reply_for(index) if self.reply_for else self.reply
+        for stop in spec.stop:
+            if stop in text:
+                return text[:text.index(stop) + len(stop)], "stop"
+        return text[:spec.max_tokens], "stop" if len(text) <= spec.max_tokens else "length"
+
+    async def sample(self, prompt_ids, spec: SampleSpec, request_id=""):
         assert not self.shut_down, "a request reached an engine that was shut down"
-        self.calls.append({"prompt_ids": prompt_ids, "max_tokens": max_tokens, "seed": seed})
+        self.calls.append({"prompt_ids": prompt_ids, "max_tokens": spec.max_tokens, "seed": spec.seed, "spec": spec})
         if self.delay_s:
             await asyncio.sleep(self.delay_s)  # a slow generation (the behaviour under test): requests stay in flight
-        text = self.reply[:max_tokens]
-        return Generation(token_ids=[ord(c) % 500 for c in text], logprobs=[math.log(0.5)] * len(text),
-                          tokens=list(text), text=text, finish_reason="stop" if len(text) < max_tokens else "length")
+        out = []
+        for i in range(spec.n):
+            text, why = self._text(spec, i)
+            ids = [ord(c) for c in text]
+            out.append(self.finish(i, ids, [math.log(0.5)] * len(ids), [], why, spec))
+        return out
+
+    async def stream(self, prompt_ids, spec: SampleSpec, request_id=""):
+        """One character per step per sample; `step_s` between steps."""
+        assert not self.shut_down, "a request reached an engine that was shut down"
+        self.calls.append({"prompt_ids": prompt_ids, "max_tokens": spec.max_tokens, "seed": spec.seed, "spec": spec,
+                           "stream": True})
+        texts = [self._text(spec, i) for i in range(spec.n)]
+        for k in range(max(len(t) for t, _ in texts) + 1):
+            for i, (text, why) in enumerate(texts):
+                if k < len(text):
+                    await asyncio.sleep(self.step_s)
+                    yield Delta(i, [ord(text[k])], [math.log(0.5)], [], why if k == len(text) - 1 else None)
+                elif k == len(text) == 0:
+                    yield Delta(i, [], [], [], why)
+
+    def finish(self, index, ids, logprobs, top, finish, spec: SampleSpec, cut_short: bool = False) -> Generation:
+        text = cut_at_stop(self.partial_text(ids), spec.stop)
+        return Generation(token_ids=list(ids), logprobs=list(logprobs), tokens=[chr(i) for i in ids], text=text,
+                          finish_reason=finish, index=index, cut_short=cut_short)
+
+    def partial_text(self, ids) -> str:
+        return "".join(chr(i) for i in ids)
 
     def bind(self, cores: str) -> bool:
         if cores and cores != self.cpu_cores:

@@ -79,7 +79,7 @@ def test_a_failing_request_with_a_secret_in_its_prompt_logs_no_secret(caplog):
         for e in loader.engines:
             async def boom(*a, **k):
                 raise RuntimeError("engine died")
-            e.generate = boom
+            e.sample = boom
         r = chat(client, messages=[{"role": "user", "content": f"token {GITHUB_TOKEN}"}])
         bad = client.post("/v1/chat/completions", content=f'{{"user": "u", "messages": "{GITHUB_TOKEN}'.encode(),
                           headers={"content-type": "application/json"})

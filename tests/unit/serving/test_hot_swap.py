@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from serving.protocol import SampleSpec, Sampling
 from serving.arms import Fleet
 from serving.config import ServingConfig
 from tests.unit.serving.fakes import FakeLoader, FakeRegistry
@@ -20,7 +21,7 @@ def fleet(aliases, **kw) -> tuple[Fleet, FakeRegistry, FakeLoader]:
 
 async def request(f: Fleet, arm: str) -> str:
     with f.lease(arm) as slot:
-        gen = await slot.engine.generate([1, 2], 64)
+        (gen,) = await slot.engine.sample([1, 2], SampleSpec(64, Sampling(1.0)))
         return f"{slot.version}:{gen.text}"
 
 

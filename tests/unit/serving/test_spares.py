@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from serving.protocol import SampleSpec, Sampling
 from serving.arms import Fleet
 from tests.unit.serving.fakes import fake_fleet
 from tests.waiting import wait_for_async
@@ -18,7 +19,7 @@ async def until(check, timeout_s: float = 5.0) -> None:
 
 async def answer(f: Fleet, version: str) -> str:
     with f.lease_version(version) as slot:
-        return (await slot.engine.generate([1, 2], 64)).text
+        return (await slot.engine.sample([1, 2], SampleSpec(64, Sampling(1.0))))[0].text
 
 
 def test_a_staged_version_takes_the_warm_spare_and_returns_to_the_pool_when_unstaged():
