@@ -1,4 +1,4 @@
-"""Secret redaction for free text that leaves the client (docs/reliability-security.md: secrets never leave the client).
+"""Secret redaction for free text that leaves the client (docs/security.md: secrets never leave the client).
 
 `redact(text) -> (text, n)` replaces each secret with `[REDACTED:<kind>]` and says how many it replaced. It runs
 on the SDK's sender thread, so every pattern is compiled once and most are anchored on a literal prefix.

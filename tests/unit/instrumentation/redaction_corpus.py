@@ -1,7 +1,7 @@
 """The redaction corpus: secret shapes that must not survive `redact`, and ordinary text that must come back as is.
 
 Every value is fake. `measure()` gives recall (secrets fully removed / secrets) and false positives (negatives
-changed / negatives); docs/reliability-security.md ("Redaction recall") publishes them, and
+changed / negatives); docs/security.md ("Redaction recall") publishes them, and
 tests/unit/instrumentation/test_redaction.py checks that the published figures are the measured ones.
 
     .venv/bin/python -m tests.unit.instrumentation.redaction_corpus     # prints the figures as JSON

@@ -1,5 +1,5 @@
 """The redactor on a corpus: every secret shape is removed (and marked), ordinary code comes back unchanged, and
-the recall and false positives published in docs/reliability-security.md are the measured ones."""
+the recall and false positives published in docs/security.md are the measured ones."""
 
 import re
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 from instrumentation.redaction import looks_random, redact, shannon_entropy
 from tests.unit.instrumentation.redaction_corpus import NEGATIVES, SECRETS, leaked, measure
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "reliability-security.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "security.md"
 
 
 @pytest.mark.parametrize("case, text, secret", SECRETS, ids=[c[0] for c in SECRETS])
