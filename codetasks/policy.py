@@ -93,15 +93,26 @@ def parsed_from_openai(content: str | None, tool_calls: list[Any] | None, kind: 
     return ParsedResponse(rkind, calls, recs, content)
 
 
+PLACEHOLDER_KEY = "rtrl-simulator"   # what the client sends without a key: no `rtrl_` prefix, so serving reads it
+                                     # as no key where chat needs none (the official client always sends one)
+
+
 class OpenAIPolicy:
-    """Any OpenAI-compatible chat endpoint, through the official client (the real path)."""
+    """Any OpenAI-compatible chat endpoint, through the official client (the real path).
 
-    def __init__(self, base_url: str, model: str = "", *, api_key: str = "rtrl-simulator", timeout_s: float = 120.0,
-                 max_retries: int = 1, http_client: Any = None):
-        from openai import OpenAI
+    `api_key`: sent as `Authorization: Bearer <key>` (an rtrl key where serving requires one; None or "" sends the
+    placeholder). `verify`: how to check the endpoint's TLS certificate when `http_client` is not given (an
+    `ssl.SSLContext` that trusts serving's own certificate, a CA bundle's path, or False); None keeps the client's
+    default (the system's CAs)."""
 
+    def __init__(self, base_url: str, model: str = "", *, api_key: str | None = PLACEHOLDER_KEY,
+                 timeout_s: float = 120.0, max_retries: int = 1, http_client: Any = None, verify: Any = None):
+        from openai import DefaultHttpxClient, OpenAI
+
+        if http_client is None and verify is not None:
+            http_client = DefaultHttpxClient(verify=verify)
         self.base_url = base_url
-        self.client = OpenAI(base_url=base_url, api_key=api_key or "rtrl-simulator", timeout=timeout_s,
+        self.client = OpenAI(base_url=base_url, api_key=api_key or PLACEHOLDER_KEY, timeout=timeout_s,
                              max_retries=max_retries, http_client=http_client)
         self.model = model
 
@@ -116,7 +127,8 @@ class OpenAIPolicy:
         except openai.NotFoundError:  # no /models route: the chat route may still work
             models = []
         except openai.APIError as e:
-            raise PolicyError(f"the policy endpoint {self.base_url} answered an error: {e}") from None
+            raise PolicyError(f"the policy endpoint {self.base_url} answered an error: {e}",
+                              getattr(e, "status_code", None)) from None
         if not self.model:
             self.model = models[0] if models else "default"
         return self.model
