@@ -5,12 +5,14 @@
 
     stage(cfg, "7", cpu_cores="1")                          # on the running `rtrl serve` (gate.via_serving)
     url, model = staged_model(cfg, "7")
-    episodes = run_suite(tasks, OpenAIPolicy(url, model=model), ...)
+    episodes = run_suite(tasks, OpenAIPolicy(url, model=model, **serving_chat_options(cfg)), ...)
     unstage(cfg, "7")
 
 `stage` asks the running gateway to load the version beside its arms' engines (POST /admin/stage, with the admin
 key of local tools: RTRL_ADMIN_KEY, else <state_dir>/admin.key, which `rtrl serve` makes; see serving.auth); requests
-whose model names it are pinned to it and never logged as trajectories. The champion is usually loaded there
+whose model names it are pinned to it and never logged as trajectories. The chat requests on the running gateway
+carry the same admin key (any valid key may chat; it is the one the gate holds) and, when serving terminates TLS,
+trust exactly its configured certificate (`serving_chat_options`). The champion is usually loaded there
 already, and a candidate that is promoted is switched to without a second load: the gate leaves a candidate it
 promotes staged, the deploy step unstages it once the alias holds it, and serving expires a forgotten stage.
 
@@ -126,6 +128,16 @@ def stage(cfg, version: str, cpu_cores: str = "") -> float:
 
 def unstage(cfg, version: str) -> bool:
     return bool(_admin(cfg, "/admin/unstage", {"version": str(version)}, 60.0)["unstaged"])
+
+
+def serving_chat_options(cfg) -> dict:
+    """`OpenAIPolicy` keyword arguments for chat on the running gateway: `api_key`, the admin key of local tools
+    (None when there is none: the placeholder, which chat accepts where it needs no key), and `verify`, an SSL
+    context trusting exactly serving's configured certificate when it speaks TLS (else None: the default)."""
+    from serving.server import admin_key, tls_client_context
+
+    return {"api_key": admin_key(cfg),
+            "verify": tls_client_context(cfg.serving.tls_cert_file) if cfg.serving.tls else None}
 
 
 def staged_model(cfg, version: str) -> tuple[str, str]:

@@ -100,12 +100,20 @@ class Progress:
                      f"infra failures {self.infra}, {rate:.2f} ep/s, eta {eta:.0f}s")
 
 
-def _episodes(tasks: list[Task], url: str, model: str, arm: str, version: str, suite_dir: Path, samples: int,
-              workers: int, seed: int, log: Callable[[str], None]) -> tuple[list[Episode], float]:
-    from evals.harness import run_suite
+def arm_policy(url: str, model: str, **options):
+    """The eval's client of one arm's endpoint; `options` (api_key, verify) for the running gateway
+    (`evals.endpoints.serving_chat_options`), none for a private endpoint (plain, open, loopback)."""
     from codetasks.policy import OpenAIPolicy
 
-    endpoint = OpenAIPolicy(url, model=model, timeout_s=300.0, max_retries=0)
+    return OpenAIPolicy(url, model=model, timeout_s=300.0, max_retries=0, **options)
+
+
+def _episodes(tasks: list[Task], url: str, model: str, arm: str, version: str, suite_dir: Path, samples: int,
+              workers: int, seed: int, log: Callable[[str], None],
+              options: dict | None = None) -> tuple[list[Episode], float]:
+    from evals.harness import run_suite
+
+    endpoint = arm_policy(url, model, **(options or {}))
     endpoint.check()
     t0 = time.monotonic()
     episodes = run_suite(tasks, endpoint, arm=arm, samples=samples, seed=seed, workers=workers,
@@ -143,7 +151,7 @@ def run_arms_on_serving(cfg, versions: dict[str, str], tasks: list[Task], suite_
     gate.engine_cpu_cores, the champion's usually already serving the treatment arm)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from evals.endpoints import stage, staged_model
+    from evals.endpoints import serving_chat_options, stage, staged_model
 
     for arm, version in versions.items():
         t1 = time.monotonic()
@@ -151,10 +159,11 @@ def run_arms_on_serving(cfg, versions: dict[str, str], tasks: list[Task], suite_
         timings[f"{arm}_stage"] = time.monotonic() - t1
         log(f"[gate] {arm}: version {version} staged on serving" + (f" (loaded in {load_s:.1f}s)" if load_s
                                                                      else " (already loaded)"))
+    options = serving_chat_options(cfg)   # the admin key the gate staged with; serving's certificate under TLS
     t0 = time.monotonic()
     with ThreadPoolExecutor(len(versions), thread_name_prefix="gate-arm") as pool:
         futures = {arm: pool.submit(_episodes, tasks, *staged_model(cfg, v), arm, v, suite_dir, samples, workers,
-                                    cfg.gate.seed, log) for arm, v in versions.items()}
+                                    cfg.gate.seed, log, options) for arm, v in versions.items()}
         episodes: list[Episode] = []
         for arm, fut in futures.items():
             eps, running = fut.result()
