@@ -1,7 +1,9 @@
 """The simulated users of a chaos run, in the runner's process (they are the clients, not a fault target): the
 real population driving serving through the official OpenAI client, telemetry through the SDK to the ingest
 collector (so collector and broker faults are felt by a real client: it spools and replays). A recording policy
-keeps the client's side of every call -- answered (with serving's request_id) or failed -- for the audit.
+keeps the client's side of every call -- answered (with serving's request_id) or failed -- for the audit. They
+reach serving as `rtrl simulate` does (`infra.commands.simulate.serving_policy`): $RTRL_SERVING_KEY, else a key of
+client rtrl-simulator where serving requires one, and serving's own certificate when it speaks TLS.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from infra.chaos.audit import ClientRecord
 from codetasks.policy import OpenAIPolicy, PolicyError, PolicyReply, PolicyRequest
+from infra.commands.simulate import serving_policy
 from schemas.events import ResponseKind
 
 USERS_LINGER_MS = 5000   # the users' SDK sends a batch every 5 s: fewer, larger objects in the broker's store
@@ -48,15 +51,18 @@ class Users:
     """Start the population in a background thread; `stop()` ends it and flushes the SDK (spool included)."""
 
     def __init__(self, cfg, api_key: str, log=print):
+        """`api_key`: the collector's key of the users' SDK (serving's comes from `serving_policy`)."""
         from instrumentation.collector_client import CollectorTransport
         from instrumentation.sdk import TelemetryClient
         from instrumentation.simulator.clock import ScaledClock, parse_instant
         from instrumentation.simulator.population import Population
 
         sim = cfg.simulator
-        self.policy = RecordingPolicy(OpenAIPolicy(f"http://{cfg.serving.host}:{cfg.serving.port}/v1",
-                                                   timeout_s=sim.request_timeout_s))
+        inner, url, key_from = serving_policy(cfg, timeout_s=sim.request_timeout_s)
+        self.policy = RecordingPolicy(inner)
         self.model = self.policy.inner.check()
+        if key_from != "none":
+            log(f"[users] serving at {url}, API key from {key_from}")
         transport = CollectorTransport(f"http://{cfg.collector.host}:{cfg.collector.port}", api_key,
                                        timeout_s=cfg.sdk.send_timeout_s)
         sdk = cfg.sdk.model_copy(update={"linger_ms": USERS_LINGER_MS})
