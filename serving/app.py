@@ -1,19 +1,21 @@
 """The OpenAI-compatible gateway: route the user to an arm, render the chat, sample, parse, answer, log.
 
-    POST /v1/chat/completions   OpenAI chat body (non-streaming) with `user`; see serving.protocol
+    POST /v1/chat/completions   an OpenAI chat body, streamed (serving.streaming) or not; see serving.protocol
     GET  /v1/models             the served model and the version each arm serves
     GET  /health                200 {"status": "ok", arms, engines, staged, swaps} once every arm's engine is loaded
     POST /admin/stage           {"version": "7", "cpu_cores": "1"}: load a version for evaluation (no arm gets it)
     POST /admin/unstage         {"version": "7"}: stop; its engine retires unless an alias holds it
+Who may call what is serving.auth's (the caller's key, never the body); /admin/* needs the admin role.
 
 A request whose `model` is "<registered model>/v<N>" is pinned to staged version N: no router, arm "eval", and no
 trajectory is logged (evaluation traffic never becomes training traffic). Any other `model` value is ignored.
 
-Per request: `Router.assign(user)` → arm → `Fleet.lease(arm)` (the engine of the version the arm's alias points
-to, held until the answer is built, so a hot swap never cuts it off) → the checkpoint's chat template over
-`schemas.chat_format.to_text_messages(messages)` → `engine.generate` → `schemas.tool_protocol.parse_response` →
-the OpenAI response and one `Trajectory` event (server side: token ids, behaviour logprobs, tool-call records,
-latency) through the telemetry SDK.
+Per request: the caller (key, user header) and the body → `parse_request` → `Router.assign(user)` → arm →
+`Fleet.lease(arm)` (the engine of the version the arm's alias points to, held until the answer is built or the
+stream ends, so a hot swap never cuts it off) → the checkpoint's chat template over the messages and the request's
+tools → `engine.sample` (or `engine.stream`) → `schemas.tool_protocol.parse_response` against the request's tools
+→ the OpenAI response and one `Trajectory` event per sample (server side: token ids, behaviour logprobs,
+tool-call records, latency) through the telemetry SDK.
 """
 
 from __future__ import annotations
