@@ -26,24 +26,15 @@ def _keys_path(cfg: RtrlConfig):
     return cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json")
 
 
-def _tls_context(cert_file: str):
-    """For probing our own HTTPS listener: trust exactly the configured certificate (self-signed or a leaf of a
-    private CA); the host name is not checked since the probe dials the bind address, not the certificate's name."""
-    import ssl
-
-    ctx = ssl.create_default_context(cafile=cert_file)
-    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-    ctx.check_hostname = False
-    return ctx
-
-
 def _health(url: str, cert_file: str = "") -> dict | None:
     """The /healthz body (200 or 503), or None if nothing answers."""
     import urllib.error
     import urllib.request
 
     try:
-        ctx = _tls_context(cert_file) if url.startswith("https:") else None
+        from serving.server import tls_client_context  # the same probe context as serving's own
+
+        ctx = tls_client_context(cert_file) if url.startswith("https:") else None
         with urllib.request.urlopen(f"{url}/healthz", timeout=3, context=ctx) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
