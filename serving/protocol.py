@@ -434,6 +434,14 @@ def build_response(s: Served) -> dict:
     }
 
 
+def _behaviour(logprobs: list[float], sampling: Sampling) -> list[float]:
+    """The log-probs of the distribution each token was drawn from: at temperature 0 (greedy) that distribution
+    is a point mass, so every token had probability 1, whatever log-probs the engine reports for it."""
+    if sampling.temperature == 0:
+        return [0.0] * len(logprobs)
+    return [behaviour_logprob(x) for x in logprobs]
+
+
 def build_trajectories(s: Served) -> list[Trajectory]:
     """One trajectory event per sample (privacy mode: no token ids or logprobs); the samples of a group share
     `group_id` (the request's id)."""
@@ -447,7 +455,7 @@ def build_trajectories(s: Served) -> list[Trajectory]:
             client_version=r.client_version, request_id=r.sample_id(i), policy_version=s.policy_version, arm=s.arm,
             prompt_token_ids=[] if private else list(s.prompt_token_ids),
             completion_token_ids=[] if private else list(g.token_ids),
-            behaviour_logprobs=[] if private else [behaviour_logprob(x) for x in g.logprobs],
+            behaviour_logprobs=[] if private else _behaviour(g.logprobs, s.sampling),
             tool_calls=list(p.records)[:MAX_RECORDS], latency_ms=max(0.0, s.latency_ms),
             prompt_tokens=len(s.prompt_token_ids), completion_tokens=len(g.token_ids),
             temperature=s.sampling.temperature, top_p=s.sampling.top_p, top_k=s.sampling.top_k,

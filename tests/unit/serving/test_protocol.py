@@ -312,3 +312,13 @@ def test_tool_choice_none_offers_nothing_and_a_named_function_offers_only_it():
 def test_the_developer_role_is_the_system_role():
     r = parse(body(messages=[{"role": "developer", "content": "be terse"}, {"role": "user", "content": "hi"}]))
     assert r.messages[0] == {"role": "system", "content": "be terse"}
+
+
+def test_a_greedy_sample_logs_behaviour_log_probs_of_zero():
+    """At temperature 0 the sampled token had probability 1: the trainer's importance weights must see that."""
+    req = parse(body(temperature=0))
+    s = served("x" * 12, req)
+    s.sampling = Sampling(temperature=0.0)
+    (t,) = build_trajectories(s)
+    assert t.behaviour_logprobs == [0.0, 0.0, 0.0] and t.temperature == 0.0
+    assert [c["logprob"] for c in build_response(s)["choices"][0]["logprobs"]["content"]] == [-0.5, -0.5, 0.0]
