@@ -1,7 +1,9 @@
-"""`rtrl archive [--until-idle S] [--detach]`: archive the event topics to the Parquet event log."""
+"""`rtrl archive [--until-idle S] [--detach]`: archive the event topics to the Parquet event log.
+`rtrl archive import FILE_OR_DIR`: build an archive from wire-format JSON lines, without Kafka."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -33,11 +35,40 @@ def _detach(args, cfg) -> int:
     return 0
 
 
+IMPORT_HELP = "build (or add to) an archive from wire-format JSON lines, without Kafka; bad lines are dead letters"
+
+IMPORT_DESCRIPTION = IMPORT_HELP + """
+
+Each line is one event in the wire format (a JSON object with its event_type and schema_version: what the SDK
+sends and the collector produces). A directory is read recursively: *.jsonl, *.ndjson, *.json (each read as JSON
+lines), optionally gzipped (.gz). Every line is validated as the archiver validates a Kafka message; older schema
+versions are upgraded. Valid events are written as committed archive files (replayable by `rtrl replay`); each
+invalid line is a dead letter (file, line, reason, field, detail, the raw line) in a JSON-lines file. An event
+without received_time is imported as received at its event_time (on time, for a replay's lateness). A repeated
+event_id is imported once. Progress goes to stderr; stdout gets one JSON summary: events read, imported per
+event type, dead letters by reason and their file, the event-time span, the archive path.
+
+exit status: 0 imported (dead letters or not), 1 nothing valid to import, no such input, or the root is locked
+by a running archiver, 3 with --strict when any line was a dead letter (the valid ones are imported)."""
+
+
 def add_parser(subparsers) -> None:
     p = add_command(subparsers, "archive", main, "archive Kafka topics to the Parquet event log")
     p.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
     p.add_argument("--until-idle", type=float, metavar="SECONDS",
                    help="stop after SECONDS with no new message (default: run until stopped)")
+    subs = p.add_subparsers(dest="archive_command", metavar="SUBCOMMAND", required=False,
+                            title="subcommands (without one: archive Kafka)")
+    imp = subs.add_parser("import", help=IMPORT_HELP, description=IMPORT_DESCRIPTION,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    imp.set_defaults(handler=import_main)
+    imp.add_argument("path", metavar="FILE_OR_DIR", help="a wire JSON-lines file, or a directory of them")
+    imp.add_argument("--archive", metavar="PATH",
+                     help="archive root to write (default: archive.output_dir, else <state_dir>/archive: where "
+                     "`rtrl archive` writes and `rtrl replay` reads)")
+    imp.add_argument("--dead-letters", metavar="FILE", help="dead-letter JSON-lines file (default: "
+                     "<archive>/_imports/<import id>.dead_letters.jsonl, written only when there are any)")
+    imp.add_argument("--strict", action="store_true", help="exit 3 when any line is a dead letter")
 
 
 def main(args, cfg) -> int:
@@ -63,4 +94,46 @@ def main(args, cfg) -> int:
               "`rtrl up`)", file=sys.stderr)
         return 1
     print(json.dumps({"archive": stats.as_dict()}), flush=True)
+    return 0
+
+
+def import_main(args, cfg) -> int:
+    from pathlib import Path
+
+    from infra.progress import ProgressLine
+    from pipelines.archive.layout import archive_root
+    from pipelines.archive.manifest import ArchiveError
+    from pipelines.archive.wire_import import ImportSummary, import_wire, new_import_id
+
+    root = Path(args.archive) if args.archive else archive_root(cfg)
+    summary = ImportSummary(str(root), new_import_id())
+    print(f"archive import: {args.path} -> {root} (import id {summary.import_id})", file=sys.stderr)
+
+    def line(elapsed: float) -> str:
+        rate = summary.events_read / elapsed if elapsed > 0 else 0.0
+        return (f"archive import: {summary.events_read:,} lines read ({rate:,.0f}/s), {summary.imported_total:,} "
+                f"imported, {summary.dead_letters:,} dead letters, {elapsed:.0f}s"
+                + (f" [{summary.current_file}]" if summary.current_file else ""))
+
+    try:
+        with ProgressLine(line):
+            import_wire(args.path, root, args.dead_letters, import_id=summary.import_id, summary=summary)
+    except (FileNotFoundError, ArchiveError) as e:
+        print(f"rtrl archive import: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps({"archive_import": summary.as_dict()}, indent=2), flush=True)
+    if not summary.files:
+        print(f"rtrl archive import: no *.jsonl, *.ndjson or *.json file (optionally .gz) under {args.path}",
+              file=sys.stderr)
+        return 1
+    if not summary.imported_total:
+        print(f"rtrl archive import: no valid event in {args.path} ({summary.events_read} lines read, "
+              f"{summary.dead_letters} dead letters{', see ' + summary.dead_letter_file if summary.dead_letter_file else ''})",
+              file=sys.stderr)
+        return 1
+    if summary.dead_letters:
+        print(f"rtrl archive import: {summary.dead_letters} dead letter(s), see {summary.dead_letter_file}",
+              file=sys.stderr)
+        if args.strict:
+            return 3
     return 0

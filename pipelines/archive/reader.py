@@ -159,3 +159,24 @@ def read_dead_letters(root: str | Path) -> pl.DataFrame:
     tables = [_read(root, f) for f in manifested_files(root, DEAD_LETTERS)]
     table = pa.concat_tables(tables) if tables else DEAD_LETTER_SCHEMA.empty_table()
     return pl.from_arrow(table).sort(["cluster_id", "topic", "partition", "offset"])
+
+
+def event_time_span(root: str | Path, start: datetime | None = None,
+                    end: datetime | None = None) -> tuple[datetime, datetime] | None:
+    """(earliest, latest) event_time of the committed events with start <= event_time < end (either bound
+    optional), None when there is none. Reads only the event_time column of the files whose dates can hold such
+    events: cheap enough to check an archive before a replay."""
+    _check_tz("start", start)
+    _check_tz("end", end)
+    root = Path(root)
+    lo = hi = None
+    for f in list_files(root, None, start, end):
+        col = pl.from_arrow(_read(root, f, ["event_time"]).column("event_time"))
+        if start is not None:
+            col = col.filter(col >= start)
+        if end is not None:
+            col = col.filter(col < end)
+        if col.len():
+            a, b = col.min(), col.max()
+            lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
+    return None if lo is None else (lo, hi)
