@@ -1,5 +1,6 @@
 """`rtrl replay`: recompute rewards from the archived event log over a time range (the reward job of
-infra/commands/rewards.py on files instead of a Kafka range). A progress line on stderr, a JSON summary on stdout."""
+infra/commands/rewards.py on files instead of a Kafka range). A progress line on stderr, a JSON summary on stdout.
+Exit 1, before any work, when the archive does not exist or holds no event in [start, end)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,42 @@ def add_parser(subparsers) -> None:
                      help="after --: Beam pipeline options, e.g. -- --runner=FlinkRunner --flink_master=HOST:8081")
 
 
+BUILD_ONE = ("build one with `rtrl archive` (from Kafka) or `rtrl archive import FILE_OR_DIR` (from wire JSON "
+             "lines), or name another with --events")
+
+
+def archive_problem(archive: str, start, end) -> str | None:
+    """Why a replay of [start, end) over `archive` would have nothing to read, or None when it has events there."""
+    from pathlib import Path
+
+    from pipelines.archive.manifest import ArchiveError, load_manifests
+    from pipelines.archive.reader import event_time_span
+
+    root = Path(archive)
+    if not root.is_dir():
+        return f"no archive at {root}: {BUILD_ONE}"
+    try:
+        if not any(m.files for m in load_manifests(root)):
+            return f"the archive at {root} holds no committed events: {BUILD_ONE}"
+        if event_time_span(root, start, end) is not None:
+            return None
+        span = event_time_span(root)
+    except ArchiveError as e:
+        return str(e)
+    held = f"its events span {span[0].isoformat()} .. {span[1].isoformat()}" if span else "it holds no events"
+    return (f"the archive at {root} holds no event in [{start.isoformat()}, {end.isoformat()}) ({held}); "
+            "nothing to replay")
+
+
 def replay(args, cfg) -> int:
     from infra.progress import ProgressLine
     from pipelines.rewards import progress, replay_job
 
     archive = args.events or str(cfg.path_or_default(cfg.archive.output_dir, "archive"))
     start, end = _time(args.start, "start"), _time(args.end, "end")
+    if (problem := archive_problem(archive, start, end)) is not None:
+        print(f"rtrl replay: {problem}", file=sys.stderr)
+        return 1
     print(f"replay: {archive} [{start.isoformat()}, {end.isoformat()}) -> {args.out} "
           f"(spec {cfg.rewards.version()})", file=sys.stderr)
     t0 = time.perf_counter()
