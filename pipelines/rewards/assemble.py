@@ -50,18 +50,21 @@ def _mature_requests(traj: pl.DataFrame, spec: RewardSpec) -> pl.DataFrame:
                           .then(pl.lit(q_delay)).otherwise(pl.lit(delay))))
 
 
-def _next_turns(emit: pl.DataFrame, requests: pl.DataFrame, spec: RewardSpec) -> pl.DataFrame:
-    """For each question in `emit`: the next trajectory of the same session within the follow-up window."""
+def _next_turns(emit: pl.DataFrame, turns: pl.DataFrame, spec: RewardSpec) -> pl.DataFrame:
+    """For each question in `emit`: the next trajectory of the same session within the follow-up window, among
+    all `turns` (privacy-mode ones included). A question whose next turn is privacy-mode gets none: that turn's
+    outcome is unknown, and the turn after it is not the question's next turn."""
     questions = emit.filter(pl.col("is_question")).select("request_id", "session_id", "request_time")
     if questions.is_empty():
         return pl.DataFrame(schema={"request_id": pl.String, "deferred_to_request_id": pl.String})
-    later = requests.select(pl.col("request_id").alias("next_id"), "session_id",
-                            pl.col("request_time").alias("next_time"))
+    later = turns.select(pl.col("request_id").alias("next_id"), "session_id",
+                         pl.col("event_time").alias("next_time"), pl.col("privacy_mode").alias("next_private"))
     w = _seconds(spec.followup_window_s)
     return (questions.join(later, on="session_id")
             .filter((pl.col("next_time") > pl.col("request_time")) & (pl.col("next_time") <= pl.col("request_time") + w))
             .sort("next_time", "next_id")
             .group_by("request_id", maintain_order=True).first()
+            .filter(~pl.col("next_private"))
             .select("request_id", pl.col("next_id").alias("deferred_to_request_id")))
 
 
@@ -192,7 +195,7 @@ def assemble_rewards(frames: dict[str, pl.DataFrame], spec: RewardSpec, classifi
     counts = {"privacy_excluded": int(traj["privacy_mode"].sum()) if fire_at is None else 0}
     if emit.is_empty():
         return Assembled(_EMPTY_ROWS, counts | {"rows": 0})
-    nxt = _next_turns(emit, requests, spec)
+    nxt = _next_turns(emit, traj.select("request_id", "session_id", "event_time", "privacy_mode"), spec)
     targets = requests.join(nxt.select(request_id="deferred_to_request_id"), on="request_id", how="semi")
     comps = _components(pl.concat([emit.drop("is_question", "mature_time"),
                                    targets.drop("is_question", "mature_time")]).unique("request_id"),

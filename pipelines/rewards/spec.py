@@ -18,7 +18,8 @@ Per served request r (request time t = the trajectory's event_time), all in even
   clarification       a question-only response q inherits the next turn's edit outcome: the next trajectory in
   deferral            the same session within followup_window_s; r_deferral = deferral_discount * its
                       r_persistence, minus w.unnecessary_question when q's follow-up says the question was
-                      unnecessary.
+                      unnecessary. When that next turn is privacy-mode its outcome is unknown: no deferral (0),
+                      and never the turn after it (rules 2).
   length              x = completion_tokens / length_token_budget, y = tool_calls / length_tool_budget;
                       r_length = -w.length * ((x ** length_exponent) + (y ** length_exponent)) / 2
                       (about 0 for short answers, growing fast past the budget).
@@ -34,6 +35,11 @@ import hashlib
 import json
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+RULES = 2
+"""The version of the reward rules this code computes, part of `RewardSpec.version()`. 2: a question whose next
+turn is privacy-mode defers to nothing (1 skipped to the next non-private turn, an outcome not its own)."""
 
 
 class RewardWeights(BaseModel):
@@ -71,8 +77,9 @@ class RewardSpec(BaseModel):
                             "pipelines.rewards.classifiers).")
 
     def version(self) -> str:
-        """A short stable hash of everything that changes the rows: stored in every row."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """A short stable hash of everything that changes the rows (the settings and the rules' version): stored
+        in every row."""
+        blob = json.dumps({**self.model_dump(mode="json"), "_rules": RULES}, sort_keys=True).encode()
         return "rs-" + hashlib.sha256(blob).hexdigest()[:12]
 
     def maturity_delay_s(self, question: bool = False) -> float:

@@ -77,6 +77,22 @@ def test_question_inherits_the_next_turns_edit_outcome_discounted_and_pays_for_n
     assert q["reward"] == pytest.approx(-0.2)                   # a needless question scores below zero even here
 
 
+def test_a_question_whose_next_turn_is_private_inherits_nothing_and_never_the_turn_after():
+    """Rules 2: the privacy-mode turn's outcome is unknown; the turn after it is not the question's next turn."""
+    got = rows(trajectory("q", 0, kind="question"), trajectory("private", 60, privacy_mode=True),
+               trajectory("r3", 120), applied("r3", 130, "ab"), snapshot(500, "ab"))
+    q = got["q"]
+    assert q["deferred_to_request_id"] is None and q["r_deferral"] == 0.0
+    assert "private" not in got and got["r3"]["persistence"] == 1.0   # r3 itself is rewarded as usual
+
+
+def test_the_rules_version_is_part_of_the_spec_version():
+    from pipelines.rewards import spec
+
+    assert spec.RULES == 2 and SPEC.version() == RewardSpec().version()
+    assert SPEC.version() != RewardSpec(deferral_discount=0.5).version()
+
+
 def test_question_without_a_next_turn_inherits_nothing():
     q = rows(trajectory("q", 0, kind="question"), trajectory("other", 100, session_id="s2"))["q"]
     assert q["deferred_to_request_id"] is None and q["r_deferral"] == 0.0
