@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from schemas import Event, to_wire, topic_for
+from schemas.kafka_clients import KafkaTarget, bootstrap_of, kafka_client_args
 
 
 class TransportError(RuntimeError):
@@ -42,11 +43,12 @@ class KafkaTransport:
     stamps_received_time = True
     """Events go straight to Kafka, not through the collector: the SDK's sender stamps `received_time`."""
 
-    def __init__(self, bootstrap_servers: str, *, timeout_s: float = 10.0, client_id: str = "rtrl-sdk",
+    def __init__(self, bootstrap_servers: KafkaTarget, *, timeout_s: float = 10.0, client_id: str = "rtrl-sdk",
                  linger_ms: int = 5, max_request_size: int = 8 * 1024 * 1024):
-        self.bootstrap_servers = bootstrap_servers
+        self.bootstrap_servers = bootstrap_of(bootstrap_servers)
         self.timeout_s = timeout_s
-        self._conf = dict(bootstrap_servers=bootstrap_servers, acks="all", client_id=client_id, linger_ms=linger_ms,
+        self._kafka = kafka_client_args(bootstrap_servers)  # read now: a missing password fails at start, not per send
+        self._conf = dict(acks="all", client_id=client_id, linger_ms=linger_ms,
                           retries=0, max_request_size=max_request_size, request_timeout_ms=int(timeout_s * 1000),
                           max_block_ms=int(timeout_s * 1000), bootstrap_timeout_ms=int(timeout_s * 1000),
                           batch_size=256 * 1024, compression_type=None)
@@ -58,7 +60,7 @@ class KafkaTransport:
             from kafka.errors import KafkaError
 
             try:
-                self._producer = KafkaProducer(**self._conf)
+                self._producer = KafkaProducer(**self._kafka, **self._conf)
             except (KafkaError, OSError) as e:
                 raise TransportError(f"cannot reach Kafka at {self.bootstrap_servers}: {e}") from e
         return self._producer
@@ -90,14 +92,15 @@ class KafkaTransport:
             self._producer = None
 
 
-def kafka_reachable(bootstrap_servers: str, timeout_s: float = 2.0, client_id: str = "rtrl-probe") -> bool:
+def kafka_reachable(bootstrap_servers: KafkaTarget, timeout_s: float = 2.0, client_id: str = "rtrl-probe") -> bool:
     """True when the cluster answers a metadata request (list topics) within `timeout_s`."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
     ms = int(timeout_s * 1000)
+    args = kafka_client_args(bootstrap_servers)  # outside the try: a config error (no password) is not "unreachable"
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id=client_id, request_timeout_ms=ms,
+        admin = KafkaAdminClient(**args, client_id=client_id, request_timeout_ms=ms,
                                  bootstrap_timeout_ms=ms)
     except (KafkaError, OSError, ValueError):
         return False

@@ -50,7 +50,7 @@ def build_gateway(cfg, *, registry=None, loader=None) -> Gateway:
 
         # write-ahead: a trajectory is on disk before its request is answered, so a kill of serving loses none
         sdk = cfg.sdk.model_copy(update={"write_ahead": True}) if cfg.serving.telemetry_write_ahead else cfg.sdk
-        client = TelemetryClient(KafkaTransport(cfg.kafka.bootstrap(), timeout_s=cfg.sdk.send_timeout_s,
+        client = TelemetryClient(KafkaTransport(cfg.kafka, timeout_s=cfg.sdk.send_timeout_s,
                                                 client_id="rtrl-serving"), sdk, spool_dir(cfg), name="serving")
         emit, stats = client.emit, client.stats
 

@@ -17,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import Callable
+from schemas.kafka_clients import KafkaTarget
 
 
 def _events(n: int):
@@ -33,12 +34,13 @@ def _events(n: int):
         yield parse_event(d)
 
 
-def _produce(bootstrap: str, n: int) -> dict:
+def _produce(bootstrap: KafkaTarget, n: int) -> dict:
     from kafka import KafkaProducer
 
     from schemas import to_wire, topic_for
+    from schemas.kafka_clients import kafka_client_args
 
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024)
+    p = KafkaProducer(**kafka_client_args(bootstrap), acks="all", linger_ms=20, batch_size=512 * 1024)
     t0, size, futures = time.monotonic(), 0, []
     for e in _events(n):
         v = to_wire(e)
@@ -76,7 +78,7 @@ def run(events: int = 100_000, batch: int = 50_000, bootstrap: str = "", config_
             stack.up(log=lambda *_: None)
         try:
             log(f"bench: producing {events} events to {cfg.kafka.bootstrap()}")
-            out = _produce(cfg.kafka.bootstrap(), events)
+            out = _produce(cfg.kafka, events)
             log("bench: archiving them until idle")
             t0 = time.monotonic()
             last_commit = [t0]

@@ -37,7 +37,7 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 def _sdk_stage(cfg, events, log) -> dict:
     from instrumentation import KafkaTransport, TelemetryClient
 
-    client = TelemetryClient(KafkaTransport(cfg.kafka.bootstrap()), cfg.sdk, cfg.state_path / "spool" / "bench",
+    client = TelemetryClient(KafkaTransport(cfg.kafka), cfg.sdk, cfg.state_path / "spool" / "bench",
                              name="bench")
     now = time.perf_counter_ns
     lat = [0] * len(events)

@@ -109,7 +109,9 @@ def _offset_range(tmp: Path, frames: dict[str, pl.DataFrame], spec, ref: pl.Data
     try:
         from kafka import KafkaProducer
 
-        producer = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap(), acks="all", linger_ms=20,
+        from schemas.kafka_clients import kafka_client_args
+
+        producer = KafkaProducer(**kafka_client_args(cfg.kafka), acks="all", linger_ms=20,
                                  batch_size=512 * 1024)
         n = 0
         for t, f in frames.items():
@@ -121,7 +123,7 @@ def _offset_range(tmp: Path, frames: dict[str, pl.DataFrame], spec, ref: pl.Data
         producer.close()
         log(f"bench: produced {n} events; running a cycle over the range")
         t0 = time.perf_counter()
-        m = run_cycle("bench", cfg.kafka.bootstrap(), cfg.state_path / "rewards", tmp / "cycle", spec, shards=shards,
+        m = run_cycle("bench", cfg.kafka, cfg.state_path / "rewards", tmp / "cycle", spec, shards=shards,
                       idle_s=2.0, log=lambda *_: None)
         t_cycle = time.perf_counter() - t0 - 2.0  # minus the idle wait that ends the range
         got = read_reward_table(tmp / "cycle")

@@ -15,6 +15,7 @@ import random
 from datetime import datetime
 
 from infra.chaos.kafka_io import Message, produce, read
+from schemas.kafka_clients import KafkaTarget
 from schemas.topics import EVENT_TOPICS
 
 
@@ -25,7 +26,7 @@ def _event_time(m: Message) -> datetime | None:
         return None
 
 
-def flood(kind: str, bootstrap: str, size: int, seed: int, partitions: int) -> dict:
+def flood(kind: str, bootstrap: KafkaTarget, size: int, seed: int, partitions: int) -> dict:
     """Replay about `size` messages of the event topics as `kind`; what was sent, for the run's record."""
     per_partition = max(1, size // max(1, len(EVENT_TOPICS) * partitions))
     rng = random.Random(seed)

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from pipelines.rewards.kafka_range import partitions_of
+from schemas.kafka_clients import KafkaTarget, kafka_client_args
 
 
 @dataclass(frozen=True)
@@ -18,14 +19,14 @@ class Message:
     value: bytes
 
 
-def _consumer(bootstrap: str):
+def _consumer(bootstrap: KafkaTarget):
     from kafka import KafkaConsumer
 
-    return KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+    return KafkaConsumer(**kafka_client_args(bootstrap), enable_auto_commit=False, group_id=None,
                          max_poll_records=5000, request_timeout_ms=20000)
 
 
-def read(bootstrap: str, topics: tuple[str, ...], per_partition: int | None = None, newest: bool = True,
+def read(bootstrap: KafkaTarget, topics: tuple[str, ...], per_partition: int | None = None, newest: bool = True,
          idle_s: float = 2.0, timeout_s: float = 300.0) -> list[Message]:
     """Up to `per_partition` messages of each partition of `topics` (None: all of them): the newest ones (from
     the reported end backwards; Tansu's end offset may lag, so a few newer ones can come too) or the oldest.
@@ -72,13 +73,13 @@ def read(bootstrap: str, topics: tuple[str, ...], per_partition: int | None = No
         c.close()
 
 
-def produce(bootstrap: str, messages: list[Message], partition_of=None, timeout_s: float = 30.0) -> int:
+def produce(bootstrap: KafkaTarget, messages: list[Message], partition_of=None, timeout_s: float = 30.0) -> int:
     """Produce `messages` in the given order (acks=all); `partition_of(message)` picks the partition (default:
     the original one). Returns how many were acknowledged."""
     from kafka import KafkaProducer
 
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, request_timeout_ms=int(timeout_s * 1000),
-                      max_block_ms=int(timeout_s * 1000))
+    p = KafkaProducer(**kafka_client_args(bootstrap), acks="all", linger_ms=5,
+                      request_timeout_ms=int(timeout_s * 1000), max_block_ms=int(timeout_s * 1000))
     try:
         futures = [p.send(m.topic, value=m.value, key=m.key,
                           partition=m.partition if partition_of is None else partition_of(m)) for m in messages]

@@ -113,7 +113,7 @@ class ChaosRun:
             return self.trainer_fault(f)
         if f.kind in FLOODS:
             try:
-                detail = flood(f.kind, self.cfg.kafka.bootstrap(), f.size, f.seed, self.cfg.kafka.partitions)
+                detail = flood(f.kind, self.cfg.kafka, f.size, f.seed, self.cfg.kafka.partitions)
             except TimeoutError as e:   # the broker did not deliver what it holds: reported, the run goes on
                 return FaultRecord(f, False, None, {"reason": str(e)[:300]})
             return FaultRecord(f, detail["acknowledged"] > 0, None, detail)
@@ -261,7 +261,7 @@ class ChaosRun:
 
     def trajectories(self) -> pl.DataFrame:
         recs = []
-        for m in read(self.cfg.kafka.bootstrap(), ("trajectories",), None, idle_s=3.0):
+        for m in read(self.cfg.kafka, ("trajectories",), None, idle_s=3.0):
             d = json.loads(m.value)
             recs.append({"event_id": d["event_id"], "request_id": d["request_id"],
                          "event_time": datetime.fromisoformat(d["event_time"].replace("Z", "+00:00")),

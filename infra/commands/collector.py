@@ -89,7 +89,7 @@ def _serve(cfg: RtrlConfig, url: str) -> int:
         raise StackError(f"port {cfg.collector.port} on {cfg.collector.host} is taken; choose another with "
                          "--set collector.port=PORT")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = make_server(cfg.collector, cfg.kafka.bootstrap(), _keys_path(cfg))
+    server = make_server(cfg.collector, cfg.kafka, _keys_path(cfg))
     _announce(url, None)
     print(f"collector: Kafka at {cfg.kafka.bootstrap()}, keys in {_keys_path(cfg)}; Ctrl-C stops", flush=True)
     t0 = time.monotonic()

@@ -96,7 +96,7 @@ def cycle(args, cfg) -> int:
     progress.reset()
     try:
         with ProgressLine(lambda s: _line(f"rewards {args.cycle}", s)):
-            m = run_cycle(args.cycle, cfg.kafka.bootstrap(), root, out, cfg.rewards, shards=args.shards,
+            m = run_cycle(args.cycle, cfg.kafka, root, out, cfg.rewards, shards=args.shards,
                           idle_s=args.idle, beam_args=args.beam_args or None,
                           log=lambda msg: print(msg, file=sys.stderr, flush=True))
     except ValueError as e:
@@ -126,7 +126,7 @@ def stream(args, cfg) -> int:
         return 2
     options.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(options=options)
-    stream_job.build(p, stream_job.kafka_source(cfg.kafka.bootstrap(), group_id=args.group_id,
+    stream_job.build(p, stream_job.kafka_source(cfg.kafka, group_id=args.group_id,
                                                 expansion_service=args.expansion_service),
                      cfg.rewards, args.out, args.shards)
     print(f"rewards-stream: {runner} reading {cfg.kafka.bootstrap()} -> {args.out}", file=sys.stderr)

@@ -65,7 +65,7 @@ def _warn_if_no_kafka(cfg) -> None:
         return
     from instrumentation.transport import kafka_reachable
 
-    if not kafka_reachable(cfg.kafka.bootstrap(), timeout_s=2.0):
+    if not kafka_reachable(cfg.kafka, timeout_s=2.0):
         print(f"serving: warning: Kafka at {cfg.kafka.bootstrap()} is not reachable (`rtrl up`?): trajectory "
               f"events are spooled on disk until it answers", file=sys.stderr, flush=True)
 

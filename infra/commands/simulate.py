@@ -51,9 +51,9 @@ def _transport(cfg):
     from instrumentation.transport import KafkaTransport, kafka_reachable
 
     bootstrap = cfg.kafka.bootstrap()
-    if not kafka_reachable(bootstrap, timeout_s=3.0, client_id="rtrl-simulate-probe"):
+    if not kafka_reachable(cfg.kafka, timeout_s=3.0, client_id="rtrl-simulate-probe"):
         raise ValueError(f"Kafka at {bootstrap} is not reachable (start the stack with `rtrl up`)")
-    return KafkaTransport(bootstrap, timeout_s=cfg.sdk.send_timeout_s, client_id="rtrl-simulator"), \
+    return KafkaTransport(cfg.kafka, timeout_s=cfg.sdk.send_timeout_s, client_id="rtrl-simulator"), \
         f"kafka {bootstrap}"
 
 

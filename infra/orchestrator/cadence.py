@@ -104,11 +104,12 @@ def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
 
     from pipelines.rewards.cycle_job import CycleStore, start_after
     from pipelines.rewards.kafka_range import _event_time, key, watermark_time
+    from schemas.kafka_clients import kafka_client_args
     from schemas.topics import TRAJECTORY_TOPIC
 
-    start = start_after(CycleStore(cfg.state_path / "rewards").latest_done(), cfg.kafka.bootstrap())
+    start = start_after(CycleStore(cfg.state_path / "rewards").latest_done(), cfg.kafka)
     delay = timedelta(seconds=cfg.rewards.maturity_delay_s() + cfg.rewards.allowed_lateness_s)
-    c = KafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap(), enable_auto_commit=False, group_id=None,
+    c = KafkaConsumer(**kafka_client_args(cfg.kafka), enable_auto_commit=False, group_id=None,
                       max_poll_records=5000, fetch_max_bytes=64 * 1024 * 1024)
     try:
         tps = [TopicPartition(TRAJECTORY_TOPIC, p) for p in sorted(c.partitions_for_topic(TRAJECTORY_TOPIC) or ())]

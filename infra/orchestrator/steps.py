@@ -80,7 +80,7 @@ def collect(ctx: CycleContext) -> dict:
     champion = ctx.registry().version_of("champion")
     if champion is None:
         raise StepFailed("alias champion is not set: run `rtrl bootstrap` first")
-    m = plan(CycleStore(ctx.cfg.state_path / "rewards"), ctx.cycle_id, ctx.cfg.kafka.bootstrap(), ctx.cfg.rewards,
+    m = plan(CycleStore(ctx.cfg.state_path / "rewards"), ctx.cycle_id, ctx.cfg.kafka, ctx.cfg.rewards,
              ctx.cfg.orchestrator.range_idle_s, ctx.log)
     return {"champion": champion, "records": m.range["records"], "reward_cycle_seq": m.seq, "after": m.after,
             "as_of": m.as_of}

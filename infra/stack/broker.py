@@ -18,6 +18,7 @@ from pathlib import Path
 from infra.stack.config import KafkaConfig
 from infra.stack.process import ManagedProcess, StackError, port_accepts, port_is_free
 from instrumentation.transport import kafka_reachable
+from schemas.kafka_clients import KafkaTarget, kafka_client_args
 
 S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "rtrl-local", "AWS_SECRET_ACCESS_KEY": "rtrl-local",
                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
@@ -116,7 +117,7 @@ class Broker:
     def answers_metadata(self) -> bool:
         if not port_accepts(self.cfg.host, self.cfg.port):
             return False
-        return kafka_reachable(self.cfg.bootstrap(), timeout_s=2.0, client_id="rtrl-stack-health")
+        return kafka_reachable(self.cfg, timeout_s=2.0, client_id="rtrl-stack-health")
 
     def stop(self) -> bool:
         """Stop the broker and its object store. The store is stopped whenever one is recorded in the state dir,
@@ -126,16 +127,19 @@ class Broker:
         return ManagedProcess("objectstore", self.state_dir).stop() or stopped
 
 
-def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.0) -> list[str]:
-    """Create any missing topic with its partition count (replication 1 locally). Returns the created ones."""
+def ensure_topics(kafka: KafkaTarget, topics: dict[str, int], timeout_s: float = 30.0,
+                  replication: dict[str, int] | None = None) -> list[str]:
+    """Create any missing topic with its partition count and replication factor (`replication`, default 1: the
+    embedded broker). Returns the created ones."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    admin = KafkaAdminClient(**kafka_client_args(kafka), request_timeout_ms=int(timeout_s * 1000))
     try:
         existing = set(admin.list_topics())
-        missing = [NewTopic(name, n, 1) for name, n in sorted(topics.items()) if name not in existing]
+        missing = [NewTopic(name, n, (replication or {}).get(name, 1)) for name, n in sorted(topics.items())
+                   if name not in existing]
         created = []
         for t in missing:
             try:

@@ -2,16 +2,53 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# The same names as schemas.kafka_clients (SECURITY_PROTOCOLS, SASL_MECHANISMS, EXTRA_CLIENT_KEYS; a unit test
+# keeps them equal), written out so that loading config imports nothing of `schemas` (its package pulls pyarrow).
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+EXTRA_CLIENT_KEYS = frozenset({
+    "api_version", "bootstrap_timeout_ms", "client_dns_lookup", "connections_max_idle_ms",
+    "max_in_flight_requests_per_connection", "metadata_max_age_ms", "metrics_num_samples", "metrics_sample_window_ms",
+    "proxy_url", "receive_buffer_bytes", "receive_message_max_bytes", "reconnect_backoff_max_ms",
+    "reconnect_backoff_ms", "request_timeout_ms", "retry_backoff_ms", "sasl_kerberos_domain_name",
+    "sasl_kerberos_name", "sasl_kerberos_service_name", "send_buffer_bytes", "socks5_proxy", "ssl_check_hostname",
+    "ssl_crlfile"})
 
 
 class KafkaConfig(BaseModel):
+    """`[kafka]`: the cluster, its client security settings (every producer, consumer and admin client, and Beam's
+    KafkaIO, take them through `schemas.kafka_clients`), the embedded broker, and the topics' layout. The SASL
+    password is never a literal here: it is read from a file or an environment variable when a client is made."""
+
     model_config = ConfigDict(extra="forbid")
 
     bootstrap_servers: str = Field(default="", description="An existing Kafka cluster ('host:port,...'). When set, "
                                    "`rtrl up` starts no broker and only creates the topics there.")
+    security_protocol: SecurityProtocol = Field(
+        default="PLAINTEXT", description="PLAINTEXT, SSL (TLS; with ssl_certfile and ssl_keyfile: mutual TLS), "
+        "SASL_PLAINTEXT or SASL_SSL.")
+    sasl_mechanism: SaslMechanism | None = Field(default=None, description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; "
+                                                 "required with SASL_*.")
+    sasl_username: str = Field(default="", description="SASL user; required with SASL_*.")
+    sasl_password_file: str = Field(default="", description="File holding the SASL password (trailing newline "
+                                    "ignored). With SASL_*, exactly one of this and sasl_password_env.")
+    sasl_password_env: str = Field(default="", description="Name of the environment variable holding the SASL "
+                                   "password.")
+    ssl_cafile: str = Field(default="", description="PEM file of the CA(s) that signed the brokers' certificates "
+                            "('' = the system's trust store). SSL and SASL_SSL only.")
+    ssl_certfile: str = Field(default="", description="PEM client certificate (chain), for mutual TLS.")
+    ssl_keyfile: str = Field(default="", description="PEM private key of ssl_certfile, unencrypted (PKCS#8 for "
+                             "Beam's Java KafkaIO).")
+    extra: dict[str, Any] = Field(default_factory=dict, description="Further kafka-python settings for every "
+                                  "producer, consumer and admin client, e.g. {ssl_check_hostname = false}; only "
+                                  "settings all three accept.")
+    extra_properties: dict[str, str] = Field(default_factory=dict, description="Further Java client properties for "
+                                             "Beam's KafkaIO (the streaming reward job).")
     host: str = Field(default="127.0.0.1", description="Embedded broker bind address.")
     port: int = Field(default=19092, ge=1, le=65535, description="Embedded broker port.")
     storage_engine: Literal["memory", "s3"] = Field(
@@ -20,13 +57,56 @@ class KafkaConfig(BaseModel):
         "survives broker crashes and restarts (about 4x lower throughput here).")
     partitions: int = Field(default=3, ge=1, le=1024, description="Partitions per topic unless overridden.")
     topic_partitions: dict[str, int] = Field(default_factory=dict, description="Per-topic partition overrides.")
+    replication_factor: int = Field(default=1, ge=1, le=16, description="Replicas per topic that `rtrl up` creates "
+                                    "unless overridden (1 for the embedded broker; 3 is usual on a cluster).")
+    topic_replication: dict[str, Annotated[int, Field(ge=1, le=16)]] = Field(
+        default_factory=dict, description="Per-topic replication overrides.")
     startup_timeout_s: float = Field(default=30.0, gt=0, le=600, description="Health-check deadline at start.")
 
     def bootstrap(self) -> str:
         return self.bootstrap_servers or f"{self.host}:{self.port}"
 
+    @field_validator("sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
+    @classmethod
+    def _file_exists(cls, v: str, info) -> str:
+        if v and not Path(v).expanduser().is_file():
+            raise ValueError(f"{v!r} is not a readable file")
+        return v
+
+    @field_validator("extra")
+    @classmethod
+    def _known_extra(cls, v: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(k for k in v if k not in EXTRA_CLIENT_KEYS)
+        if unknown:
+            raise ValueError(f"{unknown} cannot go in extra: security settings and bootstrap_servers have their own "
+                             "keys, client_id is set per client, and extra takes only settings every kafka-python "
+                             f"client accepts ({', '.join(sorted(EXTRA_CLIENT_KEYS))})")
+        return v
+
+    @model_validator(mode="after")
+    def _coherent_security(self):
+        p = self.security_protocol
+        if p.startswith("SASL_"):
+            missing = [k for k in ("sasl_mechanism", "sasl_username") if not getattr(self, k)]
+            if missing:
+                raise ValueError(f"security_protocol {p} needs {' and '.join(missing)}")
+            if bool(self.sasl_password_file) == bool(self.sasl_password_env):
+                raise ValueError(f"security_protocol {p} needs the password from exactly one of sasl_password_file "
+                                 "and sasl_password_env (never a literal in config)")
+        elif self.sasl_mechanism or self.sasl_username or self.sasl_password_file or self.sasl_password_env:
+            raise ValueError(f"sasl_* settings are set but security_protocol is {p} (SASL_SSL or SASL_PLAINTEXT "
+                             "use them)")
+        if p not in ("SSL", "SASL_SSL") and (self.ssl_cafile or self.ssl_certfile or self.ssl_keyfile):
+            raise ValueError(f"ssl_* files are set but security_protocol is {p} (SSL or SASL_SSL use them)")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise ValueError("mutual TLS needs both ssl_certfile and ssl_keyfile")
+        return self
+
     def partitions_for(self, topic: str) -> int:
         return self.topic_partitions.get(topic, self.partitions)
+
+    def replication_for(self, topic: str) -> int:
+        return self.topic_replication.get(topic, self.replication_factor)
 
 
 class MlflowConfig(BaseModel):

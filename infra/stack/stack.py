@@ -44,7 +44,8 @@ class Stack:
         if self.embedded_broker:
             log(f"broker: starting Tansu on {self.cfg.kafka.bootstrap()} (storage: {self.cfg.kafka.storage_engine})")
             self.broker.start()
-        created = ensure_topics(self.cfg.kafka.bootstrap(), self.topic_partitions())
+        created = ensure_topics(self.cfg.kafka, self.topic_partitions(),
+                                replication={t: self.cfg.kafka.replication_for(t) for t in TOPICS})
         log(f"topics: {len(TOPICS)} ready ({len(created)} created)")
         self.mlflow.ensure_store()
         log(f"mlflow: tracking store {self.mlflow.tracking_uri}")

@@ -6,10 +6,11 @@ import threading
 import time
 
 from instrumentation.transport import kafka_reachable
+from schemas.kafka_clients import KafkaTarget
 
 
 class KafkaProbe:
-    def __init__(self, bootstrap_servers: str, *, timeout_s: float = 2.0, cache_s: float = 1.0,
+    def __init__(self, bootstrap_servers: KafkaTarget, *, timeout_s: float = 2.0, cache_s: float = 1.0,
                  clock=time.monotonic):
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s

@@ -14,12 +14,14 @@ from pathlib import Path
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.collector.health import KafkaProbe
 from schemas.api_keys import KeyStore
+from schemas.kafka_clients import KafkaTarget
 
 log = logging.getLogger("rtrl.collector")
 
 
-def build_app(cfg: CollectorConfig, bootstrap_servers: str, keys_path: Path):
-    """The production app: KafkaTransport (acks=all) to `bootstrap_servers`, keys from `keys_path`."""
+def build_app(cfg: CollectorConfig, bootstrap_servers: KafkaTarget, keys_path: Path):
+    """The production app: KafkaTransport (acks=all) to `bootstrap_servers` (a bootstrap string or the `[kafka]`
+    settings, security included), keys from `keys_path`."""
     from instrumentation.collector.app import create_app
     from instrumentation.transport import KafkaTransport
 
@@ -102,7 +104,7 @@ def limited_http_protocol(max_header_bytes: int, max_headers: int):
     return LimitedHttpToolsProtocol
 
 
-def make_server(cfg: CollectorConfig, bootstrap_servers: str, keys_path: Path, *, log_level: str = "info"):
+def make_server(cfg: CollectorConfig, bootstrap_servers: KafkaTarget, keys_path: Path, *, log_level: str = "info"):
     """A `uvicorn.Server` (not started). `server.run()` blocks; SIGINT/SIGTERM stop it cleanly (in-flight
     requests finish, then the producer is flushed and closed)."""
     return server_for(build_app(cfg, bootstrap_servers, keys_path), cfg, log_level=log_level)

@@ -78,7 +78,7 @@ class Archiver:
         """An archiver over the configured Kafka (an `RtrlConfig`), writing to `archive.output_dir`."""
         from schemas.topics import DEAD_LETTER_TOPIC, EVENT_TOPICS
 
-        bootstrap = cfg.kafka.bootstrap()
+        bootstrap = cfg.kafka  # its client settings, security included (schemas.kafka_clients)
         source = KafkaSource(bootstrap, EVENT_TOPICS, cfg.archive.group_id, cfg.archive.topic_wait_s,
                              check_crcs=cfg.archive.check_crcs)
         try:

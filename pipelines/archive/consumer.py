@@ -14,6 +14,7 @@ import time
 from typing import Protocol
 
 from pipelines.archive.messages import SourceMessage
+from schemas.kafka_clients import KafkaTarget, bootstrap_of, kafka_client_args
 
 TopicPartitionKey = tuple[str, int]
 
@@ -35,17 +36,17 @@ class SourceError(RuntimeError):
 class KafkaSource:
     """`Source` over kafka-python. `assign({tp: offset or None})`: None reads that partition from its beginning."""
 
-    def __init__(self, bootstrap_servers: str, topics: tuple[str, ...], group_id: str, topic_wait_s: float = 30.0,
-                 client_id: str = "rtrl-archiver", check_crcs: bool = True):
+    def __init__(self, bootstrap_servers: KafkaTarget, topics: tuple[str, ...], group_id: str,
+                 topic_wait_s: float = 30.0, client_id: str = "rtrl-archiver", check_crcs: bool = True):
         from kafka import KafkaAdminClient, KafkaConsumer
 
-        self.bootstrap_servers = bootstrap_servers
+        self.bootstrap_servers = bootstrap_of(bootstrap_servers)
         self.topics = topics
         self.topic_wait_s = topic_wait_s
-        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=group_id, client_id=client_id,
-                                       enable_auto_commit=False, auto_offset_reset="earliest",
+        self._consumer = KafkaConsumer(**kafka_client_args(bootstrap_servers), group_id=group_id,
+                                       client_id=client_id, enable_auto_commit=False, auto_offset_reset="earliest",
                                        max_partition_fetch_bytes=4 * 1024 * 1024, check_crcs=check_crcs)
-        self._admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id=client_id + "-admin")
+        self._admin = KafkaAdminClient(**kafka_client_args(bootstrap_servers), client_id=client_id + "-admin")
 
     def cluster_id(self) -> str:
         cid = self._admin.describe_cluster().get("cluster_id")

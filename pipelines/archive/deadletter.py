@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from pipelines.archive.messages import SourceMessage
 from schemas import SchemaError
+from schemas.kafka_clients import KafkaTarget, kafka_client_args
 
 # Reason codes (stats count by these).
 EMPTY = "empty_message"            # no value (a tombstone)
@@ -112,12 +113,12 @@ class KafkaDeadLetterSink:
     crash after publishing and before the batch's manifest publishes them again on restart (the headers identify
     the source record, so consumers can dedupe)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, timeout_s: float = 30.0):
+    def __init__(self, bootstrap_servers: KafkaTarget, topic: str, timeout_s: float = 30.0):
         from kafka import KafkaProducer
 
         self.topic = topic
         self.timeout_s = timeout_s
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5,
+        self._producer = KafkaProducer(**kafka_client_args(bootstrap_servers), acks="all", linger_ms=5,
                                        client_id="rtrl-archiver-dlq", max_request_size=8 * 1024 * 1024)
 
     def publish(self, letters: Sequence[DeadLetter], cluster_id: str) -> None:

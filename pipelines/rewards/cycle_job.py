@@ -38,6 +38,7 @@ from pipelines.rewards.kafka_range import (MAX_SKEW_S, FixedRange, ReadKafkaRang
 from pipelines.rewards.parse import DEAD_LETTER, ParseEventsFn
 from pipelines.rewards.sink import WriteRewardTable, partitions_written
 from pipelines.rewards.spec import RewardSpec
+from schemas.kafka_clients import KafkaTarget, bootstrap_of
 from schemas.topics import EVENT_TOPICS
 
 
@@ -99,7 +100,7 @@ def _dt(s: str | None) -> datetime | None:
     return None if s is None else datetime.fromisoformat(s)
 
 
-def start_after(prev: CycleManifest | None, bootstrap: str, log=None) -> dict[str, int]:
+def start_after(prev: CycleManifest | None, bootstrap: KafkaTarget, log=None) -> dict[str, int]:
     """Where the range after `prev` starts: its stop offsets, or the log's beginning when the cluster is another
     incarnation than the one those offsets refer to (a broker over memory storage restarted: its offsets start
     over; what the old log held past `prev` is only in the event archive, for a replay)."""
@@ -114,7 +115,7 @@ def start_after(prev: CycleManifest | None, bootstrap: str, log=None) -> dict[st
     return prev.range["stop"]
 
 
-def plan(store: CycleStore, cycle_id: str, bootstrap: str, spec: RewardSpec, idle_s: float, log,
+def plan(store: CycleStore, cycle_id: str, bootstrap: KafkaTarget, spec: RewardSpec, idle_s: float, log,
          max_skew_s: float = MAX_SKEW_S) -> CycleManifest:
     """The manifest of `cycle_id`: an existing one, or a new one with the range fixed now."""
     existing = store.load(cycle_id)
@@ -167,8 +168,8 @@ def _write_carry(directory: Path, batches) -> int:
     return n
 
 
-def run_cycle(cycle_id: str, bootstrap: str, state_root: Path, out: Path, spec: RewardSpec, shards: int | None = None,
-              idle_s: float = 2.0, beam_args: list[str] | None = None, log=print,
+def run_cycle(cycle_id: str, bootstrap: KafkaTarget, state_root: Path, out: Path, spec: RewardSpec,
+              shards: int | None = None, idle_s: float = 2.0, beam_args: list[str] | None = None, log=print,
               max_skew_s: float = MAX_SKEW_S) -> CycleManifest:
     """`max_skew_s`: how far past its receipt time an event's time may count for the cut-off (see kafka_range)."""
     store = CycleStore(state_root)
@@ -184,8 +185,9 @@ def run_cycle(cycle_id: str, bootstrap: str, state_root: Path, out: Path, spec: 
     r = FixedRange(**m.range)
     progress.put("events_total", r.records)
     if r.cluster_id and (now := cluster_id(bootstrap)) != r.cluster_id:
-        raise ValueError(f"cycle {cycle_id}'s range refers to Kafka cluster {r.cluster_id}, but {bootstrap} is "
-                         f"{now}: the log those offsets point into is gone (replay the archive instead)")
+        raise ValueError(f"cycle {cycle_id}'s range refers to Kafka cluster {r.cluster_id}, but "
+                         f"{bootstrap_of(bootstrap)} is {now}: the log those offsets point into is gone (replay the "
+                         "archive instead)")
     log(f"rewards: cycle {cycle_id}: {r.records} records in range, carry from {m.previous or 'nothing'}, "
         f"emitting rows maturing in ({m.after}, {m.as_of}]")
     carry_dir = store.carry_dir(cycle_id)

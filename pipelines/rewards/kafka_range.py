@@ -25,6 +25,7 @@ from pydantic import AwareDatetime, BaseModel, ValidationError
 
 from pipelines.archive.messages import SourceMessage
 from pipelines.rewards import progress
+from schemas.kafka_clients import KafkaTarget, bootstrap_of, kafka_client_args
 
 Partition = tuple[str, int]
 
@@ -47,24 +48,24 @@ def parse_key(k: str) -> Partition:
     return topic, int(p)
 
 
-def _consumer(bootstrap: str):
+def _consumer(bootstrap: KafkaTarget):
     from kafka import KafkaConsumer
 
-    return KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+    return KafkaConsumer(**kafka_client_args(bootstrap), enable_auto_commit=False, group_id=None,
                          max_poll_records=5000, fetch_max_bytes=64 * 1024 * 1024)
 
 
-def cluster_id(bootstrap: str) -> str:
+def cluster_id(bootstrap: KafkaTarget) -> str:
     from kafka import KafkaAdminClient
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(**kafka_client_args(bootstrap))
     try:
         return str(admin.describe_cluster().get("cluster_id") or "")
     finally:
         admin.close()
 
 
-def partitions_of(bootstrap: str, topics: tuple[str, ...]) -> list[Partition]:
+def partitions_of(bootstrap: KafkaTarget, topics: tuple[str, ...]) -> list[Partition]:
     c = _consumer(bootstrap)
     try:
         return sorted((t, p) for t in topics for p in (c.partitions_for_topic(t) or ()))
@@ -117,7 +118,7 @@ def watermark_time(value: bytes | None, kafka_timestamp_ms: int | None, max_skew
         return event_time
 
 
-def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], idle_s: float = 2.0,
+def fix_range(bootstrap: KafkaTarget, topics: tuple[str, ...], start: dict[str, int], idle_s: float = 2.0,
               progress=None, catch_up_timeout_s: float = 300.0, max_skew_s: float = MAX_SKEW_S) -> FixedRange:
     """Read every partition from `start` to where the range ends, recording the stop offsets.
 
@@ -160,7 +161,7 @@ def fix_range(bootstrap: str, topics: tuple[str, ...], start: dict[str, int], id
             if behind and time.monotonic() - last_data > catch_up_timeout_s:
                 raise TimeoutError(f"fixing the range: no record for {catch_up_timeout_s:.0f}s while "
                                    f"{sorted(key((tp.topic, tp.partition)) for tp in behind)} are still short of "
-                                   f"the log end {bootstrap} reported; is the broker up?")
+                                   f"the log end {bootstrap_of(bootstrap)} reported; is the broker up?")
             got = c.poll(timeout_ms=200)
             for tp, records in got.items():
                 k = key((tp.topic, tp.partition))
@@ -201,7 +202,7 @@ def range_watermark(r: FixedRange, lateness_s: float) -> datetime | None:
 class ReadKafkaRangeFn(beam.DoFn):
     """(topic, partition, start, stop) -> exactly those records, as `SourceMessage`s."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 60.0):
+    def __init__(self, bootstrap: KafkaTarget, timeout_s: float = 60.0):
         self.bootstrap, self.timeout_s = bootstrap, timeout_s
         self.read = Metrics.counter("rewards", "events_read")
         self.consumer = None
@@ -243,7 +244,7 @@ class ReadKafkaRangeFn(beam.DoFn):
 
 
 class ReadKafkaRange(beam.PTransform):
-    def __init__(self, bootstrap: str, r: FixedRange):
+    def __init__(self, bootstrap: KafkaTarget, r: FixedRange):
         super().__init__()
         self.bootstrap, self.r = bootstrap, r
 

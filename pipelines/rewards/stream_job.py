@@ -23,16 +23,18 @@ from pipelines.rewards.compute import ComputeRewards
 from pipelines.rewards.parse import DEAD_LETTER, ParseEventsFn
 from pipelines.rewards.sink import WriteRewardParts
 from pipelines.rewards.spec import RewardSpec
+from schemas.kafka_clients import KafkaTarget, kafka_consumer_config
 from schemas.topics import EVENT_TOPICS
 
 
-def kafka_source(bootstrap: str, topics: tuple[str, ...] = EVENT_TOPICS, group_id: str = "rtrl-rewards",
+def kafka_source(bootstrap: KafkaTarget, topics: tuple[str, ...] = EVENT_TOPICS, group_id: str = "rtrl-rewards",
                  expansion_service: str | None = None):
-    """Beam's ReadFromKafka configured for the telemetry topics (raw bytes, with metadata, CreateTime)."""
+    """Beam's ReadFromKafka configured for the telemetry topics (raw bytes, with metadata, CreateTime); bootstrap and
+    security from `kafka_consumer_config` (Java client properties)."""
     from apache_beam.io.kafka import ReadFromKafka
 
     return ReadFromKafka(
-        consumer_config={"bootstrap.servers": bootstrap, "group.id": group_id, "auto.offset.reset": "earliest",
+        consumer_config={**kafka_consumer_config(bootstrap), "group.id": group_id, "auto.offset.reset": "earliest",
                          "enable.auto.commit": "false"},
         topics=list(topics), with_metadata=True, timestamp_policy=ReadFromKafka.create_time_policy,
         commit_offset_in_finalize=True, expansion_service=expansion_service)
