@@ -120,30 +120,49 @@ def _persistence(reqs: pl.DataFrame, frames: dict[str, pl.DataFrame], spec: Rewa
                .agg(edit_lines=pl.col("n_lines").sum(),
                     known_lines=pl.col("n_lines").filter(pl.col("has_snap")).sum(),
                     known_present=pl.col("n_present").filter(pl.col("has_snap")).sum()))
-    shown_or_rejected = pl.concat([
-        _in_window(frames["edit_rejected"], reqs, spec.apply_window_s).select("request_id"),
-        _in_window(frames["suggestion_shown"], reqs, spec.apply_window_s).select("request_id")]).unique()
+    rejected = _rejected_lines(reqs, frames, applied, spec)
     out = (reqs.select("request_id")
            .join(applied.select("request_id").unique().with_columns(was_applied=pl.lit(True)), on="request_id",
                  how="left")
            .join(per_req, on="request_id", how="left")
-           .join(shown_or_rejected.with_columns(was_rejected=pl.lit(True)), on="request_id", how="left")
+           .join(rejected, on="request_id", how="left")
            .with_columns(pl.col("was_applied").fill_null(False), pl.col("was_rejected").fill_null(False),
                          pl.col("edit_lines").fill_null(0), pl.col("known_lines").fill_null(0),
-                         pl.col("known_present").fill_null(0)))
+                         pl.col("known_present").fill_null(0), pl.col("rejected_lines").fill_null(0)))
+    # every edit the request suggested counts: a rejected (or shown, never applied) one persists 0 of its lines
+    denominator = pl.col("known_lines") + pl.col("rejected_lines")
     return out.select(
         "request_id",
         edit_status=pl.when("was_applied").then(pl.lit("applied"))
         .when("was_rejected").then(pl.lit("rejected")).otherwise(pl.lit("none")),
         edit_lines=pl.col("edit_lines").cast(pl.Int64),
-        persistence=pl.when(pl.col("was_applied") & (pl.col("known_lines") > 0))
-        .then(pl.col("known_present") / pl.col("known_lines"))
+        persistence=pl.when(pl.col("was_applied") & (denominator > 0))
+        .then(pl.col("known_present") / denominator)
         .when(~pl.col("was_applied") & pl.col("was_rejected")).then(pl.lit(0.0))
         .otherwise(pl.lit(None, dtype=pl.Float64)),
-        persistence_label=pl.when(pl.col("was_applied") & (pl.col("known_lines") > 0)).then(pl.lit("known"))
+        persistence_label=pl.when(pl.col("was_applied") & (denominator > 0)).then(pl.lit("known"))
         .when(pl.col("was_applied") & (pl.col("edit_lines") > 0)).then(pl.lit("unknown"))
         .when(~pl.col("was_applied") & pl.col("was_rejected")).then(pl.lit("known"))
         .otherwise(pl.lit("not_applicable")))
+
+
+def _rejected_lines(reqs: pl.DataFrame, frames: dict[str, pl.DataFrame], applied: pl.DataFrame,
+                    spec: RewardSpec) -> pl.DataFrame:
+    """Per request with a file rejected, or shown and not applied, in the apply window: was_rejected and
+    rejected_lines, the lines its suggestions showed for those files (a file whose shown lines are unknown counts
+    one line), each persisting 0 (rules 2)."""
+    shown = _in_window(frames["suggestion_shown"], reqs, spec.apply_window_s)
+    files = pl.concat([
+        _in_window(frames["edit_rejected"], reqs, spec.apply_window_s).select("request_id", "file_id"),
+        shown.select("request_id", "file_id")]).unique()
+    files = files.join(applied.select("request_id", "file_id").unique(), on=["request_id", "file_id"], how="anti")
+    shown_lines = (shown.select("request_id", "file_id", n=pl.col("hunks").list.eval(
+        pl.element().struct.field("new_fingerprints").list.len()).list.sum().fill_null(0))
+        .group_by("request_id", "file_id").agg(pl.col("n").max()))
+    return (files.join(shown_lines, on=["request_id", "file_id"], how="left")
+            .with_columns(n=pl.when(pl.col("n").fill_null(0) > 0).then(pl.col("n")).otherwise(1))
+            .group_by("request_id").agg(rejected_lines=pl.col("n").sum())
+            .with_columns(was_rejected=pl.lit(True)))
 
 
 def _followups(reqs: pl.DataFrame, messages: pl.DataFrame, spec: RewardSpec,

@@ -11,7 +11,9 @@ Per served request r (request time t = the trajectory's event_time), all in even
                       applied_time <= S.time <= applied_time + horizon_s;
                       p = (sum over edits of |{l in L : l in S}|) / (sum of |L|) over edits with such an S;
                       no such S for every edit -> label unknown (excluded, counted).
-                      A rejected edit (or one shown and never applied in the window) persists 0.
+                      A rejected edit (or one shown and never applied in the window) persists 0 of its lines
+                      (the lines its suggestion_shown hunks show; one when unknown), beside the applied ones:
+                      p = present / (known applied lines + rejected lines) (rules 2).
                       r_persistence = w.persistence * (2p - 1)  (kept +w, reverted -w); 0 when unknown / no edit.
   follow-up           the first followup_message with previous_request_id = r within followup_window_s,
                       classified by `classifier`; r_followup = -w.followup if dissatisfied else 0.
@@ -39,7 +41,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 RULES = 2
 """The version of the reward rules this code computes, part of `RewardSpec.version()`. 2: a question whose next
-turn is privacy-mode defers to nothing (1 skipped to the next non-private turn, an outcome not its own)."""
+turn is privacy-mode defers to nothing (1 skipped to the next non-private turn, an outcome not its own); a
+request's persistence counts every edit it suggested, a rejected one persisting 0 of its lines (1 ignored a
+rejected edit beside an applied one: an edit the user threw away did not persist)."""
 
 
 class RewardWeights(BaseModel):

@@ -45,6 +45,12 @@ def shown(rid: str, t: float, file: str = "f1", **kw):
     return SuggestionShown(**env(t, **kw), request_id=rid, file_id=file, hunks=[])
 
 
+def shown_lines(rid: str, t: float, lines: str, file: str = "f1", **kw):
+    """A suggestion shown with its changed lines (one fingerprint per character of `lines`)."""
+    return SuggestionShown(**env(t, **kw), request_id=rid, file_id=file,
+                           hunks=[Hunk(old_start=1, old_count=1, new_fingerprints=[FP[c] for c in lines])])
+
+
 def rejected(rid: str, t: float, file: str = "f1", **kw):
     return EditRejected(**env(t, **kw), request_id=rid, file_id=file)
 

@@ -5,8 +5,8 @@ import pytest
 from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.frames import frames_from_events
 from pipelines.rewards.spec import RewardSpec
-from tests.unit.rewards.builders import (WordClassifier, applied, at, followup, rejected, shown, snapshot,
-                                         tool_result, trajectory)
+from tests.unit.rewards.builders import (WordClassifier, applied, at, followup, rejected, shown, shown_lines,
+                                         snapshot, tool_result, trajectory)
 
 SPEC = RewardSpec()  # H=1800 s, apply window 600 s, W=600 s, lateness 300 s, default weights, clip 2
 ALL = at(10**6)
@@ -84,6 +84,19 @@ def test_a_question_whose_next_turn_is_private_inherits_nothing_and_never_the_tu
     q = got["q"]
     assert q["deferred_to_request_id"] is None and q["r_deferral"] == 0.0
     assert "private" not in got and got["r3"]["persistence"] == 1.0   # r3 itself is rewarded as usual
+
+
+def test_a_rejected_edit_beside_an_applied_one_persists_zero_of_its_shown_lines():
+    """Rules 2: every edit a request suggested counts; the rejected file's 2 shown lines persist 0."""
+    r = rows(trajectory("r1"), shown("r1", 5, file="f1"), shown_lines("r1", 5, "xy", file="f2"),
+             applied("r1", 10, "ab", file="f1"), rejected("r1", 12, file="f2"), snapshot(100, "ab", file="f1"))["r1"]
+    assert (r["edit_status"], r["persistence_label"]) == ("applied", "known")
+    assert r["persistence"] == pytest.approx(2 / 4)           # 2 present of 2 applied + 2 rejected lines
+    unknown_size = rows(trajectory("r2"), applied("r2", 10, "ab", file="f1"), rejected("r2", 12, file="f2"),
+                        snapshot(100, "ab", file="f1"))["r2"]
+    assert unknown_size["persistence"] == pytest.approx(2 / 3)  # a rejection of unknown size counts one line
+    alone = rows(trajectory("r3"), applied("r3", 10, "ab"), snapshot(100, "ab"))["r3"]
+    assert alone["persistence"] == 1.0                          # a shown-then-applied file is not a rejection
 
 
 def test_the_rules_version_is_part_of_the_spec_version():
