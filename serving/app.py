@@ -227,9 +227,15 @@ class Stream:
                               slot.version, arm)
 
     def _generation(self, s: Sample) -> Generation:
-        engine = self.slot.engine
-        return engine.finish(s.index, s.token_ids, s.logprobs, s.top, s.finish_reason or "length", self.spec,
-                             cut_short=s.finish_reason is None)
+        """The sample as a Generation: decoded once when it has finished (every later chunk and the trajectory
+        reuse it), else what was sampled so far, cut short."""
+        if s.generation is not None:
+            return s.generation
+        g = self.slot.engine.finish(s.index, s.token_ids, s.logprobs, s.top, s.finish_reason or "length", self.spec,
+                                    cut_short=s.finish_reason is None)
+        if s.finish_reason is not None:
+            s.generation = g
+        return g
 
     async def chunks(self):
         engine = self.slot.engine

@@ -22,7 +22,8 @@ import logging
 from dataclasses import dataclass, field
 
 from schemas.tool_protocol import OPEN
-from serving.protocol import Delta, Served, choice_extras, finish_reason, token_logprobs, tool_calls_of, usage
+from serving.protocol import (Delta, Generation, Served, choice_extras, finish_reason, token_logprobs, tool_calls_of,
+                              usage)
 
 log = logging.getLogger("rtrl.serving.streaming")
 
@@ -91,6 +92,7 @@ class Sample:
     logprobs: list[float] = field(default_factory=list)
     top: list[list[tuple[int, float]]] = field(default_factory=list)
     finish_reason: str | None = None
+    generation: Generation | None = None   # set once the sample has finished (decoded once)
 
     def add(self, d: Delta) -> None:
         self.token_ids += d.token_ids
