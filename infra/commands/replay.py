@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 from infra.commands import add_command
 from infra.commands.rewards import SHARDS_HELP, _line, _time, summarize
@@ -20,6 +21,10 @@ def add_parser(subparsers) -> None:
     rep.add_argument("--end", required=True, metavar="TIME", help="exclusive; requests made in [start, end)")
     rep.add_argument("--out", required=True, metavar="DIR", help="reward table output (never the production one "
                      "unless you say so)")
+    rep.add_argument("--cycles", metavar="DIR", help="the live cycles' rewards state (default: <state_dir>/rewards): "
+                     "an event a recorded cycle read is late exactly when that cycle found it late; other events "
+                     "are judged by their archived received_time")
+    rep.add_argument("--no-cycles", action="store_true", help="judge every event's lateness by its received_time")
     rep.add_argument("--shards", type=int, help=SHARDS_HELP)
     rep.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION",
                      help="after --: Beam pipeline options, e.g. -- --runner=FlinkRunner --flink_master=HOST:8081")
@@ -61,19 +66,26 @@ def replay(args, cfg) -> int:
     if (problem := archive_problem(archive, start, end)) is not None:
         print(f"rtrl replay: {problem}", file=sys.stderr)
         return 1
+    cycles = None if args.no_cycles else (args.cycles or str(cfg.state_path / "rewards"))
+    if args.cycles and not Path(args.cycles, "cycles").is_dir():
+        print(f"rtrl replay: --cycles {args.cycles} holds no cycle manifests (cycles/*.json)", file=sys.stderr)
+        return 1
     print(f"replay: {archive} [{start.isoformat()}, {end.isoformat()}) -> {args.out} "
-          f"(spec {cfg.rewards.version()})", file=sys.stderr)
+          f"(spec {cfg.rewards.version()}; lateness from {cycles or 'receipt times'})", file=sys.stderr)
     t0 = time.perf_counter()
     progress.reset()
     try:
         with ProgressLine(lambda s: _line("replay", s)):
             summary = replay_job.run(archive, start, end, args.out, cfg.rewards, shards=args.shards,
-                                     beam_args=args.beam_args or None)
+                                     beam_args=args.beam_args or None, cycles=cycles)
     except ValueError as e:
         print(f"rtrl replay: {e}", file=sys.stderr)
         return 2
     print(json.dumps({"replay": {"out": summary.out, "window": summary.window, "rows": summary.rows,
                                  "partitions": [{"file": f, "rows": n} for f, n in summary.partitions],
-                                 "seconds": round(time.perf_counter() - t0, 2), **summarize(summary.counters)}},
+                                 "seconds": round(time.perf_counter() - t0, 2), **summarize(summary.counters),
+                                 "lateness_judged_by": {
+                                     "live_cycle": summary.counters.get("late_rule_live_cycle", 0),
+                                     "receipt_time": summary.counters.get("late_rule_receipt", 0)}}},
                      indent=2))
     return 0

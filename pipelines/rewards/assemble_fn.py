@@ -9,9 +9,9 @@ end, so one flush at that end emits every request maturing by `as_of` in a singl
 would recompute the shard's buffer thousands of times), and the remaining buffer goes to the `carry` output,
 the open join state the next cycle starts from.
 
-Late data: a trajectory whose maturity is at or before the last firing can never be emitted (counted
-`late_requests`); other events older than the last firing minus the longest window are counted `late_events`
-and dropped. The carry is not late data: its trajectories that matured by the last firing were emitted by the
+Late data (pipelines/rewards/lateness.py): new input older than the last firing is dropped and counted
+(`late_requests` for trajectories, `late_events` for the rest). Bounded runs drop it before deduplication
+(`DropLateFn`), so this check only finds late data in streaming. The carry is not late data: its trajectories that matured by the last firing were emitted by the
 previous cycle and stay in the buffer, because a question still pending may defer to one of them.
 """
 
@@ -33,6 +33,7 @@ from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.batches import EventBatch, micros
 from pipelines.rewards.classifiers import get_classifier
 from pipelines.rewards.frames import concat_frames
+from pipelines.rewards.lateness import count_late
 from pipelines.rewards.spec import RewardSpec
 
 CARRY = "carry"
@@ -57,8 +58,6 @@ class AssembleRewardsFn(beam.DoFn):
         self.after_us = _NONE if after is None else micros(after)  # rows maturing by then were emitted before
         self.keep_for = timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
         self.rows_emitted = Metrics.counter("rewards", "rows_emitted")
-        self.late_requests = Metrics.counter("rewards", "late_requests")
-        self.late_events = Metrics.counter("rewards", "late_events")
         self.unknown = Metrics.counter("rewards", "unknown_labels")
         self.pending = Metrics.counter("rewards", "requests_pending")
 
@@ -96,17 +95,11 @@ class AssembleRewardsFn(beam.DoFn):
         _, batch = element
         fired = self._fired(fired_state)
         frame = batch.frame
-        if fired != _NONE and not batch.carried:
-            if batch.event_type == "trajectory":
-                late = (self._maturities(frame) <= _dt(fired)).fill_null(False)
-                if late.any():
-                    self.late_requests.inc(int(late.sum()))
-                    frame = frame.filter(~late)
-            else:
-                old = frame["event_time"] < _dt(fired) - self.keep_for
-                if old.any():
-                    self.late_events.inc(int(old.sum()))
-                    frame = frame.filter(~old)
+        if fired != _NONE and not batch.carried:  # late: before the last firing (pipelines/rewards/lateness.py)
+            late = frame["event_time"] < _dt(fired)
+            if (n := int(late.sum())):
+                count_late(batch.event_type, n)
+                frame = frame.filter(~late)
         if frame.is_empty():
             return
         buffer.add(EventBatch(batch.event_type, frame))

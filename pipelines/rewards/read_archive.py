@@ -1,4 +1,9 @@
-"""ReadArchive: the Parquet event log (`rtrl archive`) as a bounded source of event batches, for replay."""
+"""ReadArchive: the Parquet event log (`rtrl archive`) as a bounded source of event batches, for replay.
+
+With `cuts` (pipelines/rewards/lateness.py) each file's late rows are dropped and counted as they are read,
+before deduplication, with the cut-off the live cycles had for them (or, for events no recorded cycle read, the
+one their receipt implies).
+"""
 
 from __future__ import annotations
 
@@ -6,39 +11,73 @@ from datetime import datetime
 from pathlib import Path
 
 import apache_beam as beam
+import polars as pl
 from apache_beam.metrics import Metrics
 
+from pipelines.archive.manifest import load_manifests
 from pipelines.archive.reader import list_files, read_file
+from pipelines.archive.writer import EVENTS
 from pipelines.rewards import progress
 from pipelines.rewards.batches import EventBatch
 from pipelines.rewards.frames import conform
+from pipelines.rewards.lateness import ReplayCuts, count_late, split_late
 
 
 class ReadArchiveFileFn(beam.DoFn):
-    def __init__(self, root: str, start: datetime | None, end: datetime | None):
+    def __init__(self, root: str, start: datetime | None, end: datetime | None, cuts: ReplayCuts | None = None,
+                 clusters: dict[str, str] | None = None):
         self.root, self.start, self.end = root, start, end
+        self.cuts, self.clusters = cuts, clusters or {}
         self.events_read = Metrics.counter("rewards", "events_read")
+        self.by_cycle = Metrics.counter("rewards", "late_rule_live_cycle")
+        self.by_receipt = Metrics.counter("rewards", "late_rule_receipt")
 
     def process(self, entry):
         frame = read_file(self.root, entry, self.start, self.end)
         progress.add("files_read")
-        if frame.height:
-            self.events_read.inc(frame.height)
-            progress.add("events_read", frame.height)
-            batch = EventBatch(entry.event_type, conform(frame, entry.event_type))
-            yield beam.window.TimestampedValue(batch, batch.min_time.timestamp())
+        if not frame.height:
+            return
+        self.events_read.inc(frame.height)
+        progress.add("events_read", frame.height)
+        if self.cuts is not None:
+            cut, covered = self.cuts.cuts(frame, self.clusters.get(entry.path))
+            self.by_cycle.inc(covered)
+            self.by_receipt.inc(frame.height - covered)
+            frame, late = split_late(frame, cut)
+            count_late(entry.event_type, late)
+            if not frame.height:
+                return
+        batch = EventBatch(entry.event_type, conform(frame, entry.event_type))
+        yield beam.window.TimestampedValue(batch, batch.min_time.timestamp())
+
+
+def file_clusters(root: str | Path) -> dict[str, str]:
+    """The Kafka cluster id each committed data file's offsets refer to (path relative to the root)."""
+    return {f.path: m.cluster_id for m in load_manifests(Path(root)) for f in m.files if f.kind == EVENTS}
+
+
+def receipt_times(root: str | Path, start: datetime | None, end: datetime | None) -> pl.DataFrame:
+    """(event_time, received_time) of every committed event in [start, end): what receipt cut-offs are made of."""
+    frames = [read_file(root, f, start, end).select("event_time", "received_time")
+              for f in list_files(root, None, start, end)]
+    return pl.concat(frames) if frames else pl.DataFrame(
+        schema={"event_time": pl.Datetime("us", "UTC"), "received_time": pl.Datetime("us", "UTC")})
 
 
 class ReadArchive(beam.PTransform):
-    """Every committed archive file that can hold events in [start, end) -> EventBatch per file."""
+    """Every committed archive file that can hold events in [start, end) -> EventBatch per file, late rows
+    dropped when `cuts` is given."""
 
-    def __init__(self, root: str | Path, start: datetime | None = None, end: datetime | None = None):
+    def __init__(self, root: str | Path, start: datetime | None = None, end: datetime | None = None,
+                 cuts: ReplayCuts | None = None):
         super().__init__()
-        self.root, self.start, self.end = str(root), start, end
+        self.root, self.start, self.end, self.cuts = str(root), start, end, cuts
 
     def expand(self, pbegin):
         files = list_files(self.root, None, self.start, self.end)
         progress.put("files_total", len(files))
+        clusters = file_clusters(self.root) if self.cuts is not None else None
         return (pbegin
                 | "ListFiles" >> beam.Create(files, reshuffle=False)
-                | "ReadFiles" >> beam.ParDo(ReadArchiveFileFn(self.root, self.start, self.end)))
+                | "ReadFiles" >> beam.ParDo(ReadArchiveFileFn(self.root, self.start, self.end, self.cuts,
+                                                              clusters)))

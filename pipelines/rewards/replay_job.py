@@ -5,6 +5,11 @@
 Rows are those of requests made in [start, end). To see everything they need, the job reads events up to
 end + the longest maturity delay + the follow-up window; every such request is mature by then, so a replay's
 output is complete and does not depend on when it runs. Same input, same spec -> byte-identical table.
+
+Late data is what the live cycles found late (pipelines/rewards/lateness.py): given the rewards state of the
+live cycles (`cycles`: the cycle job's state root with its `cycles/*.json` manifests), an event a recorded cycle
+read is late exactly when that cycle found it late; any other event is judged by its archived `received_time`.
+A replay over the live cycles' window therefore reproduces their rows and their late counts.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ import polars as pl
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.rewards.compute import ComputeRewards, run_and_count
-from pipelines.rewards.read_archive import ReadArchive
+from pipelines.rewards.kafka_range import MAX_SKEW_S
+from pipelines.rewards.lateness import ReplayCuts, cycle_spans, receipt_cuts
+from pipelines.rewards.read_archive import ReadArchive, receipt_times
 from pipelines.rewards.sink import WriteRewardTable, partitions_written
 from pipelines.rewards.spec import RewardSpec
 
 
-COUNTERS = ("events_read", "duplicates_dropped", "rows_emitted", "unknown_labels", "late_requests", "late_events")
+COUNTERS = ("events_read", "duplicates_dropped", "rows_emitted", "unknown_labels", "late_requests", "late_events",
+            "late_rule_live_cycle", "late_rule_receipt")
 
 
 @dataclass
@@ -48,10 +56,18 @@ def read_until(end: datetime, spec: RewardSpec) -> datetime:
     return end + timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
 
 
+def replay_cuts(archive: str | Path, start: datetime, end: datetime, spec: RewardSpec,
+                cycles: str | Path | None) -> ReplayCuts:
+    """The cut-off of every event the replay reads: the live cycles' (recorded under `cycles`), else its receipt's."""
+    receipts = receipt_cuts(receipt_times(archive, start, read_until(end, spec)), spec.allowed_lateness_s,
+                            MAX_SKEW_S)
+    return ReplayCuts(cycle_spans(cycles), receipts)
+
+
 def build(p: beam.Pipeline, archive: str | Path, start: datetime, end: datetime, out: str | Path,
-          spec: RewardSpec, shards: int | None = None):
+          spec: RewardSpec, shards: int | None = None, cuts: ReplayCuts | None = None):
     rows, _carry = (p
-                    | "ReadArchive" >> ReadArchive(archive, start, read_until(end, spec))
+                    | "ReadArchive" >> ReadArchive(archive, start, read_until(end, spec), cuts)
                     | "ComputeRewards" >> ComputeRewards(spec, shards, as_of=read_until(end, spec)))
     in_range = rows | "RequestsInRange" >> beam.Map(
         lambda f: f.filter((pl.col("request_time") >= start) & (pl.col("request_time") < end)))
@@ -59,7 +75,9 @@ def build(p: beam.Pipeline, archive: str | Path, start: datetime, end: datetime,
 
 
 def run(archive: str | Path, start: datetime, end: datetime, out: str | Path, spec: RewardSpec,
-        shards: int | None = None, beam_args: list[str] | None = None) -> ReplaySummary:
+        shards: int | None = None, beam_args: list[str] | None = None,
+        cycles: str | Path | None = None) -> ReplaySummary:
+    """`cycles`: the live cycles' rewards state root, whose recorded cut-offs decide lateness (see above)."""
     if start.tzinfo is None or end.tzinfo is None:
         raise ValueError("start and end must carry a timezone (event times are UTC)")
     if end <= start:
@@ -67,7 +85,7 @@ def run(archive: str | Path, start: datetime, end: datetime, out: str | Path, sp
     options = PipelineOptions(beam_args or ["--runner=DirectRunner"])
     summary = ReplaySummary(str(out), window_label(start, end), counters=dict.fromkeys(COUNTERS, 0))
     p = beam.Pipeline(options=options)
-    build(p, archive, start, end, out, spec, shards)
+    build(p, archive, start, end, out, spec, shards, replay_cuts(archive, start, end, spec, cycles))
     summary.counters.update(run_and_count(p))
     summary.partitions = partitions_written(out, summary.window)
     return summary

@@ -48,13 +48,15 @@ def run_bounded(events, carry_in: Path | None, carry_out: Path, after_s: float |
 def test_a_question_pending_across_cycles_inherits_the_next_turn_the_earlier_cycle_emitted(tmp_path):
     first = [trajectory("q", 0, kind="question"), followup("q", 20, "which file? src/app.py"),
              trajectory("next", 100), applied("next", 110, "ab"), snapshot(500, "ab")]
-    later = [trajectory("r3", 1200), applied("r3", 1210, "cd", file="f2"), snapshot(1700, "cd", file="f2")]
     # cycle 1 ends after the next turn matured and before the question did
     as_of_1 = 100 + DELAY + 100
     assert 100 + DELAY < as_of_1 < Q_DELAY
+    # cycle 2 reads traffic after cycle 1's cut-off (anything older would be late)
+    t3 = as_of_1 + 10
+    later = [trajectory("r3", t3), applied("r3", t3 + 10, "cd", file="f2"), snapshot(t3 + 500, "cd", file="f2")]
     rows1, counters1 = run_bounded(first, None, tmp_path / "c1", None, as_of_1)
     assert set(rows1) == {"next"}
-    rows2, counters2 = run_bounded(later, tmp_path / "c1", tmp_path / "c2", as_of_1, 1200 + DELAY + 1)
+    rows2, counters2 = run_bounded(later, tmp_path / "c1", tmp_path / "c2", as_of_1, t3 + DELAY + 1)
     assert set(rows2) == {"q", "r3"}
     everything = assemble_rewards(frames_from_events(first + later), SPEC, get_classifier(SPEC.classifier), None)
     replayed = {r["request_id"]: r for r in everything.rows.to_dicts()}
