@@ -63,10 +63,11 @@ def add_parser(subparsers) -> None:
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     imp.set_defaults(handler=import_main)
     imp.add_argument("path", metavar="FILE_OR_DIR", help="a wire JSON-lines file, or a directory of them")
-    imp.add_argument("--archive", metavar="PATH",
-                     help="archive root to write (default: archive.output_dir, else <state_dir>/archive: where "
+    imp.add_argument("--archive", metavar="PATH_OR_URL",
+                     help="archive root to write, a folder or an s3://bucket/prefix URL (S3 settings from the AWS_* "
+                     "environment variables) (default: archive.output_dir, else <state_dir>/archive: where "
                      "`rtrl archive` writes and `rtrl replay` reads)")
-    imp.add_argument("--dead-letters", metavar="FILE", help="dead-letter JSON-lines file (default: "
+    imp.add_argument("--dead-letters", metavar="FILE", help="dead-letter JSON-lines file or URL (default: "
                      "<archive>/_imports/<import id>.dead_letters.jsonl, written only when there are any)")
     imp.add_argument("--strict", action="store_true", help="exit 3 when any line is a dead letter")
 
@@ -98,14 +99,17 @@ def main(args, cfg) -> int:
 
 
 def import_main(args, cfg) -> int:
-    from pathlib import Path
-
     from infra.progress import ProgressLine
     from pipelines.archive.layout import archive_root
     from pipelines.archive.manifest import ArchiveError
     from pipelines.archive.wire_import import ImportSummary, import_wire, new_import_id
+    from schemas.storage import StorageError, normalize
 
-    root = Path(args.archive) if args.archive else archive_root(cfg)
+    try:
+        root = normalize(args.archive) if args.archive else archive_root(cfg)
+    except StorageError as e:
+        print(f"rtrl archive import: --archive: {e}", file=sys.stderr)
+        return 1
     summary = ImportSummary(str(root), new_import_id())
     print(f"archive import: {args.path} -> {root} (import id {summary.import_id})", file=sys.stderr)
 
@@ -118,8 +122,11 @@ def import_main(args, cfg) -> int:
     try:
         with ProgressLine(line):
             import_wire(args.path, root, args.dead_letters, import_id=summary.import_id, summary=summary)
-    except (FileNotFoundError, ArchiveError) as e:
+    except (FileNotFoundError, ArchiveError, StorageError) as e:
         print(f"rtrl archive import: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # the object store refused or could not be reached (credentials, bucket, endpoint)
+        print(f"rtrl archive import: writing to {root}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print(json.dumps({"archive_import": summary.as_dict()}, indent=2), flush=True)
     if not summary.files:

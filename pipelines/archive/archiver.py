@@ -1,7 +1,8 @@
 """The archiver: Kafka event topics -> the Parquet event log, exactly once across crashes.
 
-    start:  lock the root; read the cluster id; `recover` (delete orphans, positions from manifests, dedupe
-            window from the newest files); assign every partition at its position.
+    start:  lock the root (an flock; for an object-store root a lease the loop renews); read the cluster id;
+            `recover` (delete orphans, positions from manifests, dedupe window from the newest files); assign
+            every partition at its position.
     loop:   poll -> `Batch.add` (parse, dedupe, dead-letter) -> flush at `batch_max_events` or `batch_max_seconds`.
     flush:  1. data + dead-letter files, each durable (`writer`)
             2. dead letters published to the dead-letter topic (acks=all; at least once)
@@ -36,6 +37,7 @@ from pipelines.archive.manifest import Manifest, Recovery, recover, write_manife
 from pipelines.archive.messages import SourceMessage, tp_name
 from pipelines.archive.stats import ArchiveStats
 from pipelines.archive.writer import write_partition_files
+from schemas import storage
 
 Log = Callable[[str], None]
 # Fault injection for tests: called with the name of each commit step just completed.
@@ -49,10 +51,10 @@ def _no_fault(point: str) -> None:
 
 
 class Archiver:
-    def __init__(self, root: Path, cfg: ArchiveConfig, source: Source, sink: DeadLetterSink, *,
+    def __init__(self, root: Path | str, cfg: ArchiveConfig, source: Source, sink: DeadLetterSink, *,
                  log: Log = print, clock: Callable[[], float] = time.monotonic,
                  fault: Callable[[str], None] = _no_fault):
-        self.root = Path(root)
+        self.root = storage.normalize(root)   # a local Path, or an object-store URL (schemas.storage)
         self.cfg = cfg
         self.source = source
         self.sink = sink
@@ -92,7 +94,7 @@ class Archiver:
 
     def start(self) -> Recovery:
         """Lock the root, recover it, and position the consumer. Returns what recovery found."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        storage.mkdirs(self.root)
         self._lock.acquire()
         self._started = True
         self.cluster_id = self.source.cluster_id()
@@ -201,6 +203,7 @@ class Archiver:
         if letters:
             self.sink.publish(letters, self.cluster_id)
             self.fault("dead_letters_published")
+        self._lock.renew()  # a lease lost meanwhile (an object-store root) stops us before the commit point
         manifests = []
         for pb in parts:
             m = Manifest(self.cluster_id, pb.topic, pb.partition, pb.first_offset, pb.last_offset, pb.messages,
@@ -253,6 +256,7 @@ class Archiver:
                 self.start()
             last_record = self.clock()
             while not stop.is_set():
+                self._lock.renew()
                 n = self.poll_once()
                 now = self.clock()
                 if n:

@@ -1,63 +1,35 @@
-"""Durable file writes: write to a temporary name, fsync, rename into place, fsync the directory.
+"""Durable file writes: what the archive's commit protocol needs of `schemas.storage`, under the names it has
+always used.
 
-After `write_durably` returns, the file is on disk under its final name with its full content, or (if the process
-died earlier) only a temporary file exists, which `is_temp` recognises so recovery can delete it.
+After `write_durably` returns, the file is under its final name with its full content. Locally: temp name, fsync,
+rename, fsync dir; if the process died earlier only a temporary file exists, which `is_temp` recognises so
+recovery can delete it. In an object store (S3): the object appears whole at its upload's completion, or not at
+all (see `schemas.storage`).
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-TEMP_PREFIX = ".tmp-"
+from schemas import storage
+from schemas.storage import TEMP_PREFIX, fsync_dir  # noqa: F401  (re-exported)
 
 
-def is_temp(path: Path) -> bool:
-    return path.name.startswith(TEMP_PREFIX)
+def is_temp(path: Path | str) -> bool:
+    return storage.is_temp(path)
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def make_dirs(path: Path | str) -> None:
+    """mkdir -p, fsyncing the parent of every directory it creates so the new entries survive a crash (a no-op
+    in an object store)."""
+    storage.mkdirs(path)
 
 
-def make_dirs(path: Path) -> None:
-    """mkdir -p, fsyncing the parent of every directory it creates so the new entries survive a crash."""
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir()
-        except FileExistsError:
-            continue
-        fsync_dir(d.parent)
-
-
-def write_durably(path: Path, write: Callable[[BinaryIO], None]) -> int:
+def write_durably(path: Path | str, write: Callable[[BinaryIO], None]) -> int:
     """Create `path` atomically with what `write(f)` writes. Returns the size in bytes."""
-    make_dirs(path.parent)
-    tmp = path.with_name(f"{TEMP_PREFIX}{uuid.uuid4().hex[:8]}-{path.name}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-            size = f.tell()
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-    return size
+    return storage.write_atomic(path, write)
 
 
-def write_bytes_durably(path: Path, data: bytes) -> int:
-    return write_durably(path, lambda f: f.write(data))
+def write_bytes_durably(path: Path | str, data: bytes) -> int:
+    return storage.write_bytes(path, data)

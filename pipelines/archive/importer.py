@@ -14,13 +14,11 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.archive import layout
-from pipelines.archive.durable import write_durably
 from pipelines.archive.manifest import Manifest, write_manifest
-from pipelines.archive.writer import EVENTS, PROVENANCE, FileEntry
-from schemas import EVENT_TYPES, arrow_schema, from_arrow, to_arrow, topic_for
+from pipelines.archive.writer import EVENTS, PROVENANCE, FileEntry, write_table
+from schemas import EVENT_TYPES, arrow_schema, from_arrow, storage, to_arrow, topic_for
 from schemas.arrow import fill_defaults
 from schemas.compat import is_additive
 
@@ -58,7 +56,7 @@ def import_frames(root: str | Path, frames: dict[str, pl.DataFrame], cluster_id:
 
     `offsets` (topic -> next synthetic offset, updated in place) lets several calls with the same `cluster_id`
     append to one import instead of overwriting each other's files; without it each topic starts at 0."""
-    root = Path(root)
+    root = storage.normalize(root)
     offsets = {} if offsets is None else offsets
     by_topic: dict[str, list[tuple[str, pl.DataFrame]]] = defaultdict(list)
     for event_type, frame in sorted(frames.items()):
@@ -80,8 +78,7 @@ def import_frames(root: str | Path, frames: dict[str, pl.DataFrame], cluster_id:
                     for f, col in zip(PROVENANCE, prov):
                         table = table.append_column(f, col)
                     rel = layout.data_file(event_type, day, topic, 0, first, last, cluster_id)
-                    size = write_durably(root / rel, lambda fh, t=table: pq.write_table(
-                        t, fh, compression="zstd", use_compliant_nested_type=False))
+                    size = write_table(root, rel, table, "zstd")
                     files.append(FileEntry(rel, EVENTS, n, size, event_type, day.isoformat()))
                 write_manifest(root, Manifest(cluster_id, topic, 0, first, last, chunk.height, chunk.height, 0, {},
                                               files))

@@ -8,6 +8,9 @@
 `first`/`last` are the Kafka offsets the batch covers (inclusive). `<cluster>` is the Kafka cluster id the offsets
 refer to: when the broker's log is replaced (a new cluster id) offsets restart at 0, and the id in the names keeps
 the new log's batches from overwriting the old log's files. Paths inside manifests are relative to the root.
+
+The root is a storage location (`schemas.storage`): a local folder, or an object-store URL such as
+`s3://bucket/archive`. Locations keep their kind: a `Path` for a local root, a URL string for an object store.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import re
 from datetime import date
 from pathlib import Path
+
+from schemas import storage
 
 MANIFEST_DIR = "_manifests"
 DEAD_LETTER_DIR = "_dead_letter"
@@ -29,9 +34,13 @@ def safe(name: str) -> str:
     return out if out not in ("", ".", "..") else f"_{out}"
 
 
-def archive_root(cfg) -> Path:
-    """The archive root of an `RtrlConfig`: `archive.output_dir`, or <state_dir>/archive."""
-    return cfg.path_or_default(cfg.archive.output_dir, "archive")
+def archive_root(cfg) -> Path | str:
+    """The archive root of an `RtrlConfig`: `archive.output_dir` (a local path, or an object-store URL kept as
+    such), or <state_dir>/archive."""
+    out = cfg.archive.output_dir
+    if out and storage.is_remote(out):
+        return storage.normalize(out)
+    return cfg.path_or_default(out, "archive")
 
 
 def batch_key(topic: str, partition: int, first: int, last: int) -> str:
@@ -48,17 +57,25 @@ def dead_letter_file(topic: str, partition: int, first: int, last: int, cluster_
     return f"{DEAD_LETTER_DIR}/part-{batch_key(topic, partition, first, last)}-{safe(cluster_id)}.parquet"
 
 
-def manifest_dir(root: Path, cluster_id: str) -> Path:
-    return root / MANIFEST_DIR / safe(cluster_id)
+def manifest_dir(root: Path | str, cluster_id: str) -> Path | str:
+    return storage.join(root, MANIFEST_DIR, safe(cluster_id))
 
 
-def manifest_file(root: Path, cluster_id: str, topic: str, partition: int, first: int, last: int) -> Path:
-    return manifest_dir(root, cluster_id) / f"{batch_key(topic, partition, first, last)}.json"
+def manifest_file(root: Path | str, cluster_id: str, topic: str, partition: int, first: int,
+                  last: int) -> Path | str:
+    return storage.join(manifest_dir(root, cluster_id), f"{batch_key(topic, partition, first, last)}.json")
 
 
-def data_dirs(root: Path) -> list[Path]:
+def is_data_or_dead_letter_file(rel: str) -> bool:
+    """Whether a root-relative path is where a data or dead-letter file (or its temp file) lives."""
+    parts = rel.split("/")
+    return ((len(parts) == 3 and parts[0].startswith("event_type=") and parts[1].startswith("event_date="))
+            or (len(parts) == 2 and parts[0] == DEAD_LETTER_DIR))
+
+
+def data_dirs(root: Path | str) -> list[Path | str]:
     """Every directory that holds data or dead-letter files (the ones recovery sweeps for orphans)."""
-    dirs = [p for t in sorted(root.glob("event_type=*")) if t.is_dir() for p in sorted(t.glob("event_date=*"))
-            if p.is_dir()]
-    dl = root / DEAD_LETTER_DIR
-    return dirs + ([dl] if dl.is_dir() else [])
+    dirs = [storage.join(root, t, d) for t in storage.list_dirs(root) if t.startswith("event_type=")
+            for d in storage.list_dirs(storage.join(root, t)) if d.startswith("event_date=")]
+    dl = storage.join(root, DEAD_LETTER_DIR)
+    return dirs + ([dl] if storage.is_dir(dl) else [])

@@ -9,6 +9,9 @@ are upgraded one by one through `schemas.from_arrow`.
 
 Rows come sorted by (event_time, event_id, _topic, _partition, _offset): the same archive always gives the same
 frame. With `dedupe=True` (the default) only the first row of each event_id in that order is kept.
+
+`root` is a local folder or an object-store URL (`s3://bucket/archive`, see `schemas.storage`), as a `str` or
+`Path`.
 """
 
 from __future__ import annotations
@@ -19,12 +22,11 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.archive.deadletter import DEAD_LETTER_SCHEMA
 from pipelines.archive.manifest import ArchiveError, manifested_files
 from pipelines.archive.writer import DEAD_LETTERS, EVENTS, PROVENANCE, PROVENANCE_COLUMNS, FileEntry
-from schemas import EVENT_TYPES, Event, arrow_schema, from_arrow, to_arrow
+from schemas import EVENT_TYPES, Event, arrow_schema, from_arrow, storage, to_arrow
 from schemas.arrow import fill_defaults
 from schemas.compat import is_additive
 
@@ -51,11 +53,12 @@ def event_table_schema(event_type: str) -> pa.Schema:
     return pa.schema(list(base) + list(PROVENANCE), metadata=base.metadata)
 
 
-def _read(root: Path, f: FileEntry, columns: list[str] | None = None) -> pa.Table:
+def _read(root: Path | str, f: FileEntry, columns: list[str] | None = None) -> pa.Table:
+    loc = storage.join(root, f.path)
     try:
-        return pq.read_table(root / f.path, columns=columns)
+        return storage.read_parquet(loc, columns)
     except FileNotFoundError:
-        raise ArchiveError(f"{root / f.path} is listed by a manifest but missing: the archive is damaged") from None
+        raise ArchiveError(f"{loc} is listed by a manifest but missing: the archive is damaged") from None
 
 
 def _file_version(table: pa.Table) -> int | None:
@@ -99,14 +102,14 @@ def _envelope_frame() -> pl.DataFrame:
 def list_files(root: str | Path, event_type: str | None = None, start: datetime | None = None,
                end: datetime | None = None) -> list[FileEntry]:
     """Committed data files that can hold events of `event_type` (all types if None) in [start, end)."""
-    return [f for f in manifested_files(Path(root), EVENTS)
+    return [f for f in manifested_files(storage.normalize(root), EVENTS)
             if (event_type is None or f.event_type == event_type) and _in_date_range(f, start, end)]
 
 
 def read_file(root: str | Path, entry: FileEntry, start: datetime | None = None,
               end: datetime | None = None) -> pl.DataFrame:
     """One committed data file at the current schema version, rows with start <= event_time < end."""
-    df = pl.from_arrow(conform(_read(Path(root), entry), entry.event_type))
+    df = pl.from_arrow(conform(_read(storage.normalize(root), entry), entry.event_type))
     if start is not None:
         df = df.filter(pl.col("event_time") >= start)
     if end is not None:
@@ -122,7 +125,7 @@ def read_events(root: str | Path, event_type: str | None = None, start: datetime
     _check_tz("end", end)
     if event_type is not None and event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type!r}; known: {sorted(EVENT_TYPES)}")
-    root = Path(root)
+    root = storage.normalize(root)
     by_type: dict[str, list[FileEntry]] = defaultdict(list)
     for f in list_files(root, event_type, start, end):
         by_type[f.event_type].append(f)
@@ -145,7 +148,7 @@ def read_events(root: str | Path, event_type: str | None = None, start: datetime
 
 def archived_event_ids(root: str | Path) -> set[str]:
     """The event_id of every archived event (all types, all times)."""
-    root = Path(root)
+    root = storage.normalize(root)
     ids: set[str] = set()
     for f in manifested_files(root, EVENTS):
         ids.update(_read(root, f, ["event_id"]).column("event_id").to_pylist())
@@ -155,7 +158,7 @@ def archived_event_ids(root: str | Path) -> set[str]:
 def read_dead_letters(root: str | Path) -> pl.DataFrame:
     """Every archived dead letter (raw value, reason, field, detail, source topic/partition/offset), in source
     order."""
-    root = Path(root)
+    root = storage.normalize(root)
     tables = [_read(root, f) for f in manifested_files(root, DEAD_LETTERS)]
     table = pa.concat_tables(tables) if tables else DEAD_LETTER_SCHEMA.empty_table()
     return pl.from_arrow(table).sort(["cluster_id", "topic", "partition", "offset"])
@@ -168,7 +171,7 @@ def event_time_span(root: str | Path, start: datetime | None = None,
     events: cheap enough to check an archive before a replay."""
     _check_tz("start", start)
     _check_tz("end", end)
-    root = Path(root)
+    root = storage.normalize(root)
     lo = hi = None
     for f in list_files(root, None, start, end):
         col = pl.from_arrow(_read(root, f, ["event_time"]).column("event_time"))

@@ -17,13 +17,18 @@ across the whole archive).
 a hand-written log) is imported as received at its `event_time`: the archive then says it arrived on time, which
 is what a replay (which decides lateness from `received_time`) will assume. The summary counts those events.
 
-The import holds the archive root's lock (`_archiver.lock`) while it writes: it refuses to run beside an archiver
-on the same root, whose start-up recovery would delete a batch in flight.
+The import holds the archive root's lock (`_archiver.lock`; a lease for an object-store root) while it writes: it
+refuses to run beside an archiver on the same root, whose start-up recovery would delete a batch in flight.
+
+The archive root (and the dead-letter file) may be an object-store URL (`s3://bucket/archive`,
+`schemas.storage`); the input files are local. Dead letters bound for an object store are kept in memory and
+uploaded as one object at the end.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import secrets
 from collections import Counter, defaultdict
@@ -37,7 +42,7 @@ import polars as pl
 from pipelines.archive.deadletter import reason_code
 from pipelines.archive.importer import import_frames
 from pipelines.archive.lock import RootLock
-from schemas import Event, SchemaError, parse_wire, to_arrow
+from schemas import Event, SchemaError, parse_wire, storage, to_arrow
 
 SUFFIXES = (".jsonl", ".ndjson", ".json")
 IMPORTS_DIR = "_imports"
@@ -105,7 +110,7 @@ def new_import_id() -> str:
 class _Batch:
     """Valid events buffered per type until `chunk_events`, then committed as one batch per topic."""
 
-    def __init__(self, root: Path, import_id: str, summary: ImportSummary, chunk_events: int):
+    def __init__(self, root: Path | str, import_id: str, summary: ImportSummary, chunk_events: int):
         self.root, self.import_id, self.summary, self.chunk = root, import_id, summary, chunk_events
         self.events: dict[str, list[Event]] = defaultdict(list)
         self.n = 0
@@ -135,23 +140,26 @@ def import_wire(path: str | Path, root: str | Path, dead_letter_file: str | Path
     Pass `summary` to watch its counters from another thread (progress). Raises FileNotFoundError for a missing
     path, ArchiveError when an archiver holds the root."""
     files = input_files(path)
-    root = Path(root)
+    root = storage.normalize(root)
     import_id = import_id or new_import_id()
     summary = summary or ImportSummary(str(root), import_id)
     summary.archive, summary.import_id, summary.files = str(root), import_id, len(files)
-    dl_path = Path(dead_letter_file) if dead_letter_file else root / IMPORTS_DIR / f"{import_id}.dead_letters.jsonl"
+    dl_path = storage.normalize(dead_letter_file) if dead_letter_file else storage.join(
+        root, IMPORTS_DIR, f"{import_id}.dead_letters.jsonl")
     reasons: Counter[str] = Counter()
     seen: set[str] = set()
     t_min = t_max = None
     lock = RootLock(root)
     lock.acquire()
-    dl_fh = None
+    dl_fh: IO[str] | None = None
     try:
         batch = _Batch(root, import_id, summary, chunk_events)
         for f in files:
             summary.current_file = str(f)
             for line_no, raw in read_lines(f):
                 summary.events_read += 1
+                if summary.events_read % 1000 == 0:
+                    lock.renew()  # an object-store root's lease (rate-limited; nothing for a local root)
                 try:
                     event = parse_wire(raw)
                 except SchemaError as err:
@@ -159,8 +167,7 @@ def import_wire(path: str | Path, root: str | Path, dead_letter_file: str | Path
                     reasons[reason] += 1
                     summary.dead_letters += 1
                     if dl_fh is None:
-                        dl_path.parent.mkdir(parents=True, exist_ok=True)
-                        dl_fh = open(dl_path, "w", encoding="utf-8")
+                        dl_fh = _dead_letter_writer(dl_path)
                     text = raw.decode("utf-8", errors="replace")
                     dl_fh.write(json.dumps({"file": str(f), "line": line_no, "reason": reason, "field": err.field,
                                             "detail": str(err), "raw": text[:RAW_KEPT],
@@ -177,6 +184,9 @@ def import_wire(path: str | Path, root: str | Path, dead_letter_file: str | Path
                 t_max = event.event_time if t_max is None else max(t_max, event.event_time)
                 batch.add(event)
         batch.flush()
+        if dl_fh is not None and storage.local_path(dl_path) is None:
+            lock.renew()
+            storage.write_text(dl_path, dl_fh.getvalue())  # an object: uploaded whole, at the end
     finally:
         if dl_fh is not None:
             dl_fh.close()
@@ -188,7 +198,16 @@ def import_wire(path: str | Path, root: str | Path, dead_letter_file: str | Path
     summary.event_time_max = t_max.isoformat() if t_max else None
     summary.imported = dict(sorted(summary.imported.items()))
     if summary.imported_total:  # a record of what was imported, beside the manifests
-        record = root / IMPORTS_DIR / f"{import_id}.json"
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({**summary.as_dict(), "inputs": [str(f) for f in files]}, indent=1) + "\n")
+        storage.write_text(storage.join(root, IMPORTS_DIR, f"{import_id}.json"),
+                           json.dumps({**summary.as_dict(), "inputs": [str(f) for f in files]}, indent=1) + "\n")
     return summary
+
+
+def _dead_letter_writer(loc: Path | str) -> IO[str]:
+    """Where dead letters are written as they come: a local file, or (for an object-store location) memory,
+    uploaded as one object when the import ends."""
+    path = storage.local_path(loc)
+    if path is None:
+        return io.StringIO()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "w", encoding="utf-8")

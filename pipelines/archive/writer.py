@@ -1,6 +1,7 @@
 """Parquet files of one partition's batch: one file per (event type, event date), plus its dead letters.
 
-Each file is written durably (temp name, fsync, rename, fsync dir) but is not yet part of the archive: only the
+Each file is written durably (`schemas.storage.write_parquet`: locally temp name, fsync, rename, fsync dir; in an
+object store one upload that appears whole) but is not yet part of the archive: only the
 batch manifest written after it makes it so (`manifest.py`). The on-disk schema is `schemas.arrow_schema(type)`
 followed by the provenance columns `_topic`, `_partition`, `_offset` (where in Kafka the row came from).
 """
@@ -13,13 +14,11 @@ from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.archive import layout
 from pipelines.archive.batch import PartitionBatch
 from pipelines.archive.deadletter import dead_letter_table
-from pipelines.archive.durable import write_durably
-from schemas import Event, to_arrow
+from schemas import Event, storage, to_arrow
 
 PROVENANCE = (pa.field("_topic", pa.string(), nullable=False), pa.field("_partition", pa.int32(), nullable=False),
               pa.field("_offset", pa.int64(), nullable=False))
@@ -59,13 +58,15 @@ def events_table(events: list[tuple[Event, int]], event_type: str, topic: str, p
     return table
 
 
-def _write_table(root: Path, rel: str, table: pa.Table, compression: str) -> int:
+def write_table(root: Path | str, rel: str, table: pa.Table, compression: str = "zstd") -> int:
+    """Write one archive file (root-relative `rel`) atomically; returns its size in bytes."""
     # Non-"compliant" list naming keeps Arrow's `item` child name, so the file's schema equals the Arrow schema.
-    return write_durably(root / rel, lambda f: pq.write_table(table, f, compression=compression,
-                                                              use_compliant_nested_type=False))
+    return storage.write_parquet(storage.join(root, rel), table, compression=compression,
+                                 use_compliant_nested_type=False)
 
 
-def write_partition_files(root: Path, pb: PartitionBatch, cluster_id: str, compression: str = "zstd") -> list[FileEntry]:
+
+def write_partition_files(root: Path | str, pb: PartitionBatch, cluster_id: str, compression: str = "zstd") -> list[FileEntry]:
     """Write the batch's data files (and dead-letter file) durably; return what the manifest must list."""
     groups: dict[tuple[str, date], list[tuple[Event, int]]] = defaultdict(list)
     for event, offset in pb.events:
@@ -73,10 +74,10 @@ def write_partition_files(root: Path, pb: PartitionBatch, cluster_id: str, compr
     entries = []
     for (event_type, day), events in sorted(groups.items()):
         rel = layout.data_file(event_type, day, pb.topic, pb.partition, pb.first_offset, pb.last_offset, cluster_id)
-        size = _write_table(root, rel, events_table(events, event_type, pb.topic, pb.partition), compression)
+        size = write_table(root, rel, events_table(events, event_type, pb.topic, pb.partition), compression)
         entries.append(FileEntry(rel, EVENTS, len(events), size, event_type, day.isoformat()))
     if pb.dead_letters:
         rel = layout.dead_letter_file(pb.topic, pb.partition, pb.first_offset, pb.last_offset, cluster_id)
-        size = _write_table(root, rel, dead_letter_table(pb.dead_letters, cluster_id), compression)
+        size = write_table(root, rel, dead_letter_table(pb.dead_letters, cluster_id), compression)
         entries.append(FileEntry(rel, DEAD_LETTERS, len(pb.dead_letters), size))
     return entries
