@@ -270,17 +270,44 @@ def _select(loc: Location, recursive: bool) -> list[pafs.FileInfo]:
         return []
 
 
+def _glob_regex(pattern: str) -> re.Pattern:
+    """A glob on '/'-separated paths: `*`, `?` and `[...]` stay within one component, `**/` spans any number."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and (j := pattern.find("]", i + 1)) > i:
+            out.append(fnmatch.translate(pattern[i:j + 1])[4:-3])  # fnmatch's class, without its (?s: ... )\Z
+            i = j + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
 def list_files(prefix: Location, pattern: str | None = None, recursive: bool = True) -> list[StoredFile]:
-    """Files under the folder/prefix `prefix` (recursively by default), sorted by relative path; `pattern` is an
-    fnmatch pattern on the relative path ('event_type=*/*.parquet'). A missing prefix lists nothing."""
+    """Files under the folder/prefix `prefix` (recursively by default), sorted by relative path; `pattern` is a
+    glob on the relative path ('event_type=*/*/*.parquet'; `*` stays within one component, `**/` spans any).
+    A missing prefix lists nothing."""
     base = normalize(prefix)
     _, root = resolve(base)
+    match = _glob_regex(pattern).match if pattern is not None else None
     out = []
     for info in _select(base, recursive):
         if info.type != pafs.FileType.File:
             continue
         rel = info.path[len(root):].lstrip("/")
-        if pattern is not None and not fnmatch.fnmatchcase(rel, pattern):
+        if match is not None and not match(rel):
             continue
         out.append(StoredFile(join(base, rel), rel, info.size, info.mtime_ns))
     out.sort(key=lambda f: f.rel)

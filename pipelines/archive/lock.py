@@ -11,7 +11,7 @@ concurrent archiver's batch in flight (or an import's).
     - there is no fencing token: a holder paused for longer than `ttl_s` (a stopped VM) and then resumed could
       write one more batch before its next `renew` fails and stops it;
     - it needs a server that honours conditional writes (AWS S3 since 2024, MinIO, moto). `acquire` checks once
-      per bucket and refuses to run on a server that ignores them, rather than run unprotected.
+      per root and refuses to run on a server that ignores them, rather than run unprotected.
 """
 
 from __future__ import annotations
@@ -68,11 +68,11 @@ class FileLock:
             return None
 
 
-_CONDITIONAL_OK: set[str] = set()   # buckets (with their endpoint) seen honouring If-None-Match
+_CONDITIONAL_OK: set[str] = set()   # roots (with their endpoint) seen honouring If-None-Match
 
 
-def _check_conditional_writes(root: str) -> None:
-    key = f"{storage.S3Settings.from_env().endpoint_url}|{root.split('://', 1)[1].split('/', 1)[0]}"
+def _check_conditional_writes(root: Path | str) -> None:
+    key = f"{storage.S3Settings.from_env().endpoint_url}|{root}"
     if key in _CONDITIONAL_OK:
         return
     probe = storage.join(root, f"{layout.LOCK_FILE}.probe-{uuid.uuid4().hex[:12]}")
@@ -90,7 +90,7 @@ def _check_conditional_writes(root: str) -> None:
 class S3Lease:
     """The lease of an object-store root (see the module docstring)."""
 
-    def __init__(self, root: str, ttl_s: float = LEASE_TTL_S):
+    def __init__(self, root: Path | str, ttl_s: float = LEASE_TTL_S):
         self.root = root
         self.path = storage.join(root, layout.LOCK_FILE)
         self.ttl_s = ttl_s
@@ -153,7 +153,7 @@ class S3Lease:
             self._version = None
 
     @staticmethod
-    def holder(root: str) -> int | None:
+    def holder(root: Path | str) -> int | None:
         current = storage.read_versioned(storage.join(root, layout.LOCK_FILE))
         pid = S3Lease._parse(current[0]).get("pid") if current else None
         return pid if isinstance(pid, int) else None
