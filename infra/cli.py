@@ -78,6 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as e:
+        if not _kafka_unreachable(e):
+            raise
+        from schemas.kafka_clients import explain_unreachable
+
+        print(f"rtrl: {explain_unreachable(cfg.kafka, e)}", file=sys.stderr)   # says why when TLS was refused
+        return 1
+
+
+def _kafka_unreachable(e: BaseException) -> bool:
+    """kafka-python's error for a cluster it could not bootstrap from, which a refused TLS handshake also raises."""
+    errors = sys.modules.get("kafka.errors")
+    return errors is not None and (isinstance(e, errors.NoBrokersAvailable) or (
+        isinstance(e, errors.KafkaTimeoutError) and "bootstrap" in str(e).lower()))
 
 
 if __name__ == "__main__":

@@ -150,3 +150,97 @@ def kafka_consumer_config(kafka: KafkaTarget) -> dict[str, str]:
         conf["ssl.keystore.certificate.chain"] = _pem(kafka.ssl_certfile, "ssl_certfile")
         conf["ssl.keystore.key"] = Secret(key)
     return conf
+
+
+def _addresses(bootstrap: str) -> list[tuple[str, int]]:
+    out = []
+    for item in bootstrap.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if host and port.isdigit():
+            out.append((host.strip("[]"), int(port)))
+    return out
+
+
+_NO_CLIENT_CERT = ("CERTIFICATE_REQUIRED", "PEER_DID_NOT_RETURN_A_CERTIFICATE", "HANDSHAKE_FAILURE")
+_CLIENT_CERT_REFUSED = ("UNKNOWN_CA", "BAD_CERTIFICATE", "CERTIFICATE_UNKNOWN", "UNSUPPORTED_CERTIFICATE",
+                        "CERTIFICATE_EXPIRED", "CERTIFICATE_REVOKED", "DECRYPT_ERROR", "ACCESS_DENIED")
+_NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "UNKNOWN_PROTOCOL", "HTTP_REQUEST", "PACKET_LENGTH_TOO_LONG")
+
+
+def _tls_failure(kafka: KafkaClientSettings, e: Exception) -> str:
+    import ssl
+
+    reason = str(getattr(e, "reason", "") or "")
+    if isinstance(e, ssl.SSLCertVerificationError):
+        hint = (" (or set extra.ssl_check_hostname = false)" if "mismatch" in str(e.verify_message) else "")
+        return (f"the broker's certificate is not trusted: {e.verify_message}; kafka.ssl_cafile = "
+                f"{kafka.ssl_cafile or '(the system trust store)'} must hold the CA that signed it{hint}")
+    if any(r in reason for r in _NO_CLIENT_CERT) and not kafka.ssl_certfile:
+        return ("the broker requires a client certificate (mutual TLS) and none is configured: set "
+                f"kafka.ssl_certfile and kafka.ssl_keyfile ({reason})")
+    if any(r in reason for r in _CLIENT_CERT_REFUSED + _NO_CLIENT_CERT):
+        return (f"the broker refused the client certificate kafka.ssl_certfile = {kafka.ssl_certfile} ({reason}): it "
+                "is not signed by a CA the broker trusts, or it expired or was revoked")
+    if any(r in reason for r in _NOT_TLS):
+        return f"no TLS there: does that address serve TLS (security_protocol {kafka.security_protocol})? ({reason})"
+    return f"the TLS handshake failed: {type(e).__name__}: {e}"
+
+
+def tls_refusal(kafka: KafkaTarget, timeout_s: float = 3.0) -> str | None:
+    """Why a TLS connection to the bootstrap servers fails, naming the address and the setting to look at; None when
+    the settings use no TLS, when the handshake goes through, or when nothing answers (not a TLS problem).
+
+    kafka-python reports a refused handshake as it does an unreachable broker ("Unable to bootstrap"), so callers
+    that found the cluster unreachable ask this for the reason. It connects with the same trust, certificate and
+    host-name check as kafka-python, and reads once after the handshake: under TLS 1.3 a server refuses a client
+    certificate (or its absence) only after the client's side of the handshake is done."""
+    import socket
+    import ssl
+
+    if isinstance(kafka, str) or not kafka.security_protocol.endswith("SSL"):
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = bool(kafka.extra.get("ssl_check_hostname", True))
+    try:
+        if kafka.ssl_cafile:
+            ctx.load_verify_locations(str(Path(kafka.ssl_cafile).expanduser()))
+        else:
+            ctx.load_default_certs()
+        if kafka.ssl_certfile:
+            ctx.load_cert_chain(str(Path(kafka.ssl_certfile).expanduser()), str(Path(kafka.ssl_keyfile).expanduser()))
+    except (OSError, ssl.SSLError) as e:
+        return f"Kafka TLS settings: cannot load kafka.ssl_cafile/ssl_certfile/ssl_keyfile: {e}"
+    for host, port in _addresses(kafka.bootstrap()):
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError:
+            continue
+        try:
+            with ctx.wrap_socket(sock, server_hostname=host) as tls:
+                tls.settimeout(min(timeout_s, 1.0))
+                try:
+                    if tls.recv(1) == b"":
+                        return (f"Kafka at {host}:{port} closed the connection right after the TLS handshake (a "
+                                "refused client certificate?)")
+                except (TimeoutError, socket.timeout):
+                    continue                    # handshake done, the broker waits for a request: TLS is fine here
+        except ssl.SSLError as e:
+            return f"Kafka at {host}:{port} refused the TLS connection: {_tls_failure(kafka, e)}"
+        except OSError as e:
+            return (f"Kafka at {host}:{port} dropped the TLS handshake ({type(e).__name__}: {e}): does it serve TLS, "
+                    "and accept this client's certificate?")
+        finally:
+            sock.close()
+    return None
+
+
+def explain_unreachable(kafka: KafkaTarget, error: BaseException | None = None, timeout_s: float = 3.0) -> str:
+    """A message for a cluster that did not answer: the TLS reason when there is one (`tls_refusal`), else the
+    bootstrap address, the protocol and the client's own error."""
+    reason = tls_refusal(kafka, timeout_s)
+    if reason:
+        return reason
+    protocol = "PLAINTEXT" if isinstance(kafka, str) else kafka.security_protocol
+    return (f"Kafka at {bootstrap_of(kafka)} did not answer ({protocol})"
+            + (f": {type(error).__name__}: {error}" if error is not None else ""))

@@ -7,6 +7,9 @@ store (moto's server) as a separate process, so a broker crash or restart loses 
 Known quirk (measured, Tansu 0.6.0): the high watermark it reports (ListOffsets latest) is the base offset of the
 last record batch + 1, not the last record's offset + 1, so consumer "lag" from end offsets is an underestimate.
 Consumers in rtrl never rely on end offsets to decide that they are caught up.
+
+With `kafka.tls_terminator_dir` set, clients reach the broker over mutual TLS only: stunnel listens on kafka.port
+(infra/stack/tls_proxy.py) and Tansu on a free loopback port behind it, advertising the terminator's address.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from pathlib import Path
 
 from infra.stack.config import KafkaConfig
 from infra.stack.process import ManagedProcess, StackError, port_accepts, port_is_free
+from infra.stack.tls_proxy import NAME as TERMINATOR, TlsTerminator
 from instrumentation.transport import kafka_reachable
-from schemas.kafka_clients import KafkaTarget, kafka_client_args
+from schemas.kafka_clients import KafkaTarget, explain_unreachable, kafka_client_args, tls_refusal
 
 S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "rtrl-local", "AWS_SECRET_ACCESS_KEY": "rtrl-local",
                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
@@ -85,6 +89,8 @@ class Broker:
         self.state_dir = state_dir
         self.proc = ManagedProcess("broker", state_dir)
         self.store = ObjectStore(cfg, state_dir) if cfg.storage_engine == "s3" else None
+        self.terminator = (TlsTerminator(cfg.tls_terminator_dir, cfg.host, cfg.port, state_dir)
+                           if cfg.tls_terminator_dir else None)
 
     @property
     def url(self) -> str:
@@ -93,6 +99,8 @@ class Broker:
     def start(self) -> dict:
         """Start (or find running) the broker and wait until it answers Kafka metadata requests."""
         if (rec := self.proc.info()) is not None:
+            if self.terminator is not None and rec.get("backend_port"):
+                self.terminator.start(rec["backend_port"], self.cfg.startup_timeout_s)
             return rec
         if not port_is_free(self.cfg.host, self.cfg.port):
             raise StackError(f"port {self.cfg.port} on {self.cfg.host} is taken by another process (not this "
@@ -108,11 +116,30 @@ class Broker:
         # so consumers holding offsets can tell that the log they refer to is gone.
         incarnation = self.store.proc.info()["incarnation"] if self.store is not None else uuid.uuid4().hex[:12]
         cluster_id = f"rtrl-{incarnation}"
-        argv = [str(tansu_binary()), "broker", "--cluster-id", cluster_id, "--listener-url", self.url,
+        listener, extra = self.url, {"bootstrap": self.cfg.bootstrap(), "cluster_id": cluster_id}
+        if self.terminator is not None:   # Tansu behind the terminator, on loopback; clients only see host:port
+            from infra.bench.ports import free_ports
+
+            extra["backend_port"] = backend = free_ports(1)
+            listener = f"tcp://127.0.0.1:{backend}"
+        argv = [str(tansu_binary()), "broker", "--cluster-id", cluster_id, "--listener-url", listener,
                 "--advertised-listener-url", self.url, "--storage-engine", storage]
-        rec = self.proc.start(argv, env=env, extra={"bootstrap": self.cfg.bootstrap(), "cluster_id": cluster_id})
-        self.proc.wait_healthy(self.answers_metadata, self.cfg.startup_timeout_s, "Kafka metadata request")
+        rec = self.proc.start(argv, env=env, extra=extra)
+        if self.terminator is not None:
+            self.proc.wait_healthy(lambda: port_accepts("127.0.0.1", backend), self.cfg.startup_timeout_s,
+                                   f"listening on 127.0.0.1:{backend} behind the TLS terminator")
+            self.terminator.start(backend, self.cfg.startup_timeout_s)
+        self.proc.wait_healthy(self._healthy, self.cfg.startup_timeout_s, f"Kafka metadata request at "
+                               f"{self.cfg.bootstrap()} ({self.cfg.security_protocol})")
         return rec
+
+    def _healthy(self) -> bool:
+        """answers_metadata, failing at once when the TLS handshake is refused (waiting will not fix the certs)."""
+        if self.answers_metadata():
+            return True
+        if port_accepts(self.cfg.host, self.cfg.port) and (reason := tls_refusal(self.cfg, timeout_s=2.0)):
+            raise StackError(f"the broker started, but this config's client cannot connect: {reason}")
+        return False
 
     def answers_metadata(self) -> bool:
         if not port_accepts(self.cfg.host, self.cfg.port):
@@ -123,7 +150,8 @@ class Broker:
         """Stop the broker and its object store. The store is stopped whenever one is recorded in the state dir,
         whatever `kafka.storage_engine` says now: `rtrl --set state_dir=D down` on a state dir another command
         started with storage "s3" (rtrl chaos) must not leave the store running."""
-        stopped = self.proc.stop()
+        stopped = ManagedProcess(TERMINATOR, self.state_dir).stop()
+        stopped = self.proc.stop() or stopped
         return ManagedProcess("objectstore", self.state_dir).stop() or stopped
 
 
@@ -133,9 +161,12 @@ def ensure_topics(kafka: KafkaTarget, topics: dict[str, int], timeout_s: float =
     embedded broker). Returns the created ones."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(**kafka_client_args(kafka), request_timeout_ms=int(timeout_s * 1000))
+    try:
+        admin = KafkaAdminClient(**kafka_client_args(kafka), request_timeout_ms=int(timeout_s * 1000))
+    except KafkaError as e:   # kafka-python says "Unable to bootstrap" for a refused TLS handshake too
+        raise StackError(f"cannot create the topics: {explain_unreachable(kafka, e)}") from None
     try:
         existing = set(admin.list_topics())
         missing = [NewTopic(name, n, (replication or {}).get(name, 1)) for name, n in sorted(topics.items())

@@ -49,6 +49,12 @@ class KafkaConfig(BaseModel):
                                   "settings all three accept.")
     extra_properties: dict[str, str] = Field(default_factory=dict, description="Further Java client properties for "
                                              "Beam's KafkaIO (the streaming reward job).")
+    tls_terminator_dir: str = Field(
+        default="", description="Embedded broker only: serve it over mutual TLS. `rtrl up` starts stunnel on "
+        "host:port with this folder's server.pem and server.key, requiring client certificates signed by its ca.pem, "
+        "in front of the broker, which then listens in plaintext on a free loopback port and advertises host:port. "
+        "Clients set security_protocol = \"SSL\" and ssl_* (`python -m infra.stack.tls_proxy DIR` makes a local CA, "
+        "server and client certificate there and prints these settings).")
     host: str = Field(default="127.0.0.1", description="Embedded broker bind address.")
     port: int = Field(default=19092, ge=1, le=65535, description="Embedded broker port.")
     storage_engine: Literal["memory", "s3"] = Field(
@@ -100,6 +106,19 @@ class KafkaConfig(BaseModel):
             raise ValueError(f"ssl_* files are set but security_protocol is {p} (SSL or SASL_SSL use them)")
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
             raise ValueError("mutual TLS needs both ssl_certfile and ssl_keyfile")
+        if self.tls_terminator_dir:
+            if self.bootstrap_servers:
+                raise ValueError("tls_terminator_dir fronts the embedded broker; with bootstrap_servers set there is "
+                                 "none (the cluster serves its own TLS)")
+            if p != "SSL":
+                raise ValueError(f"tls_terminator_dir serves the embedded broker over TLS with client certificates, "
+                                 f"but security_protocol is {p}: set it to SSL, with ssl_cafile, ssl_certfile and "
+                                 "ssl_keyfile")
+            missing = [f for f in ("ca.pem", "server.pem", "server.key")
+                       if not (Path(self.tls_terminator_dir).expanduser() / f).is_file()]
+            if missing:
+                raise ValueError(f"tls_terminator_dir {self.tls_terminator_dir!r} lacks {', '.join(missing)} "
+                                 "(`python -m infra.stack.tls_proxy DIR` makes them)")
         return self
 
     def partitions_for(self, topic: str) -> int:

@@ -42,7 +42,9 @@ class Stack:
         t0 = time.monotonic()
         self.cfg.state_path.mkdir(parents=True, exist_ok=True)
         if self.embedded_broker:
-            log(f"broker: starting Tansu on {self.cfg.kafka.bootstrap()} (storage: {self.cfg.kafka.storage_engine})")
+            tls = " behind a mutual-TLS terminator (stunnel)" if self.cfg.kafka.tls_terminator_dir else ""
+            log(f"broker: starting Tansu on {self.cfg.kafka.bootstrap()}{tls} (storage: "
+                f"{self.cfg.kafka.storage_engine})")
             self.broker.start()
         created = ensure_topics(self.cfg.kafka, self.topic_partitions(),
                                 replication={t: self.cfg.kafka.replication_for(t) for t in TOPICS})
@@ -59,6 +61,8 @@ class Stack:
         procs = {"broker": self.broker.proc, "mlflow-ui": self.mlflow.ui}
         if self.broker.store is not None:
             procs["objectstore"] = self.broker.store.proc
+        if self.broker.terminator is not None:
+            procs["kafka-tls"] = self.broker.terminator.proc
         procs.update({w: ManagedProcess(w, self.cfg.state_path) for w in WORKERS})
         services = {}
         for name, proc in procs.items():
