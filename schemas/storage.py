@@ -423,19 +423,37 @@ def write_parquet(loc: Location, table: pa.Table, **kwargs) -> int:
 
 def delete(loc: Location, missing_ok: bool = True) -> None:
     """Delete one file."""
-    fs, path = resolve(loc)
-    try:
-        fs.delete_file(path)
-    except FileNotFoundError:
-        if not missing_ok:
-            raise
+    loc = normalize(loc)
+    if isinstance(loc, Path):
+        try:
+            loc.unlink()
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+        return
+    # boto3, not pyarrow: pyarrow's delete_file writes an empty 'folder/' marker object when the folder would be
+    # left empty, and an orphan sweep would leave those behind.
+    if not missing_ok and not is_file(loc):
+        raise FileNotFoundError(f"{loc}: no such object")
+    bucket, key = _s3_bucket_key(loc)
+    _s3_client(S3Settings.from_env()).delete_object(Bucket=bucket, Key=key)
 
 
 def delete_tree(loc: Location) -> None:
     """Delete a folder / every object under a prefix, and the folder itself (nothing if it is missing)."""
-    fs, path = resolve(loc)
-    if fs.get_file_info(path).type == pafs.FileType.Directory:
-        fs.delete_dir(path)
+    loc = normalize(loc)
+    if isinstance(loc, Path):
+        fs, path = resolve(loc)
+        if fs.get_file_info(path).type == pafs.FileType.Directory:
+            fs.delete_dir(path)
+        return
+    bucket, key = _s3_bucket_key(loc)
+    client = _s3_client(S3Settings.from_env())
+    prefix = f"{key}/" if key else ""
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        objects = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if objects:  # at most 1,000 per page: one DeleteObjects request each
+            client.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
 
 
 # -- conditional writes (compare-and-swap) ------------------------------------------------------------------------

@@ -121,6 +121,74 @@ def served(request, _shared_gateway) -> Served:
     return _shared_gateway.get(request)
 
 
+@dataclass
+class S3Server:
+    """A moto S3 server of the session: `endpoint` (http://127.0.0.1:PORT), `bucket` (created), `env` (the AWS_*
+    variables that point `schemas.storage`, boto3 and subprocesses at it; already set in this process)."""
+
+    endpoint: str
+    bucket: str
+    env: dict[str, str]
+
+    def url(self, name: str = "") -> str:
+        """A fresh `s3://` prefix of the bucket (a test's own: `name-<random>`)."""
+        return f"s3://{self.bucket}/{name or 'test'}-{uuid.uuid4().hex[:8]}"
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name=self.env["AWS_DEFAULT_REGION"],
+                            aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"])
+
+    def keys(self, url: str) -> list[str]:
+        """Every object key under an s3:// prefix."""
+        bucket, _, prefix = url[len("s3://"):].partition("/")
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/")
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server (moto's, as the stack runs it) for tests with data-plane state on S3. Sets AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION and AWS_ENDPOINT_URL_S3 (S3 only, so other AWS clients of the
+    session, e.g. the broker's store, keep their own endpoint) for the rest of the session."""
+    import subprocess
+    import sys
+    import time
+
+    from infra.stack.process import port_accepts
+
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    moto = Path(sys.executable).parent / "moto_server"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ACCESS_KEY_ID": "rtrl-test", "AWS_SECRET_ACCESS_KEY": "rtrl-test", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL_S3": endpoint}
+    mp = pytest.MonkeyPatch()
+    try:
+        deadline = time.monotonic() + 60
+        while not port_accepts("127.0.0.1", port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"moto_server did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        for k, v in env.items():
+            mp.setenv(k, v)
+        server = S3Server(endpoint, "rtrl-test", env)
+        server.client().create_bucket(Bucket=server.bucket)
+        yield server
+    finally:
+        mp.undo()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _uses_gateway(item) -> bool:
     return SERVED in getattr(item, "fixturenames", ())
 
