@@ -32,7 +32,7 @@ from pipelines.rewards import progress
 from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.batches import EventBatch, micros
 from pipelines.rewards.classifiers import get_classifier
-from pipelines.rewards.frames import concat_frames
+from pipelines.rewards.frames import concat_frames, first_per_event_id
 from pipelines.rewards.lateness import count_late
 from pipelines.rewards.spec import RewardSpec
 
@@ -47,6 +47,7 @@ def _dt(us: int) -> datetime:
 
 class AssembleRewardsFn(beam.DoFn):
     BUFFER = BagStateSpec("buffer", PickleCoder())
+    SEEN = ReadModifyWriteStateSpec("seen", PickleCoder())        # (event_id, event_time) of what the buffer holds
     FIRED = ReadModifyWriteStateSpec("fired", VarIntCoder())      # micros of the last firing
     ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())      # micros the flush timer is set to
     FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
@@ -58,6 +59,7 @@ class AssembleRewardsFn(beam.DoFn):
         self.after_us = _NONE if after is None else micros(after)  # rows maturing by then were emitted before
         self.keep_for = timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
         self.rows_emitted = Metrics.counter("rewards", "rows_emitted")
+        self.duplicates = Metrics.counter("rewards", "duplicates_dropped")
         self.unknown = Metrics.counter("rewards", "unknown_labels")
         self.pending = Metrics.counter("rewards", "requests_pending")
 
@@ -89,9 +91,9 @@ class AssembleRewardsFn(beam.DoFn):
             flush.set(Timestamp(micros=first))
             armed_state.write(first)
 
-    def process(self, element, buffer=beam.DoFn.StateParam(BUFFER), fired_state=beam.DoFn.StateParam(FIRED),
-                armed_state=beam.DoFn.StateParam(ARMED), flush=beam.DoFn.TimerParam(FLUSH),
-                end=beam.DoFn.TimerParam(END)):
+    def process(self, element, buffer=beam.DoFn.StateParam(BUFFER), seen=beam.DoFn.StateParam(SEEN),
+                fired_state=beam.DoFn.StateParam(FIRED), armed_state=beam.DoFn.StateParam(ARMED),
+                flush=beam.DoFn.TimerParam(FLUSH), end=beam.DoFn.TimerParam(END)):
         _, batch = element
         fired = self._fired(fired_state)
         frame = batch.frame
@@ -100,14 +102,24 @@ class AssembleRewardsFn(beam.DoFn):
             if (n := int(late.sum())):
                 count_late(batch.event_type, n)
                 frame = frame.filter(~late)
+        # then duplicates, against every event the buffer holds (a copy of one it no longer holds is late)
+        known = seen.read()
+        fresh = first_per_event_id(frame)
+        if known is not None and known.height:
+            fresh = fresh.filter(~fresh["event_id"].is_in(known["event_id"].implode()))
+        if (dropped := frame.height - fresh.height):
+            self.duplicates.inc(dropped)
+        frame = fresh
         if frame.is_empty():
             return
+        ids = frame.select("event_id", "event_time")
+        seen.write(ids if known is None else pl.concat([known, ids]))
         buffer.add(EventBatch(batch.event_type, frame))
         end.set(GlobalWindow().max_timestamp())
         if batch.event_type == "trajectory" and self.as_of is None:
             self._arm(self._maturities(frame), fired, armed_state, flush)
 
-    def _flush(self, fire_at_us: int, buffer, fired_state):
+    def _flush(self, fire_at_us: int, buffer, seen, fired_state):
         """Emit the rows that matured by `fire_at_us`; keep in the buffer what pending requests can still need.
         Yields row frames; returns the kept frames."""
         fired = self._fired(fired_state)
@@ -125,32 +137,37 @@ class AssembleRewardsFn(beam.DoFn):
         for t, f in kept.items():
             if f.height:
                 buffer.add(EventBatch(t, f))
+        known = seen.read()
+        if known is not None:
+            seen.write(known.filter(pl.col("event_time") >= horizon))
         fired_state.write(fire_at_us)
         return kept
 
     @on_timer(FLUSH)
     def on_flush(self, ts=beam.DoFn.TimestampParam, buffer=beam.DoFn.StateParam(BUFFER),
-                 fired_state=beam.DoFn.StateParam(FIRED), armed_state=beam.DoFn.StateParam(ARMED),
-                 flush=beam.DoFn.TimerParam(FLUSH)):
+                 seen=beam.DoFn.StateParam(SEEN), fired_state=beam.DoFn.StateParam(FIRED),
+                 armed_state=beam.DoFn.StateParam(ARMED), flush=beam.DoFn.TimerParam(FLUSH)):
         fired = self._fired(fired_state)
         if ts.micros <= fired:
             return  # the end-of-input flush already covered this time
-        kept = yield from self._flush(ts.micros, buffer, fired_state)
+        kept = yield from self._flush(ts.micros, buffer, seen, fired_state)
         armed_state.write(_NONE)
         self._arm(self._maturities(kept["trajectory"]), ts.micros, armed_state, flush)
 
     @on_timer(END)
-    def on_end(self, buffer=beam.DoFn.StateParam(BUFFER), fired_state=beam.DoFn.StateParam(FIRED)):
+    def on_end(self, buffer=beam.DoFn.StateParam(BUFFER), seen=beam.DoFn.StateParam(SEEN),
+               fired_state=beam.DoFn.StateParam(FIRED)):
         """End of the input (the watermark reached the end of time). Timer order at that instant is not defined,
         so flush here what is mature -- as of `as_of` for bounded cycle runs, else everything -- and hand the rest
         (the open join state) to the next cycle as the `carry` output."""
         fired = self._fired(fired_state)
         end_us = micros(self.as_of if self.as_of is not None else END_OF_TIME)
         if end_us > fired:
-            yield from self._flush(end_us, buffer, fired_state)
+            yield from self._flush(end_us, buffer, seen, fired_state)
         if self.as_of is not None:
             for b in buffer.read():
                 if b.event_type == "trajectory":  # requests not mature yet: the next cycle emits them
                     self.pending.inc(int((self._maturities(b.frame) > self.as_of).sum()))
                 yield beam.pvalue.TaggedOutput(CARRY, b)
         buffer.clear()
+        seen.clear()

@@ -18,7 +18,6 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.rewards.assemble_fn import CARRY, AssembleRewardsFn
 from pipelines.rewards.batches import DEFAULT_SHARDS, EventBatch, micros, split_by_shard
-from pipelines.rewards.dedupe import DedupeByEventIdFn
 from pipelines.rewards.lateness import DropLateFn
 from pipelines.rewards.spec import RewardSpec
 from schemas import to_arrow
@@ -76,12 +75,10 @@ class ComputeRewards(beam.PTransform):
         self.shards = shards or DEFAULT_SHARDS
 
     def expand(self, events):
-        retention = self.spec.maturity_delay_s(question=True) + self.spec.followup_window_s
         if self.after is not None:  # every new input reached this run after the previous firing (lateness.py)
             events = events | "DropLate" >> beam.ParDo(DropLateFn(self.after))
         out = (events
                | "BatchByShard" >> BatchByShard(self.shards)
-               | "Dedupe" >> beam.ParDo(DedupeByEventIdFn(retention))
                | "Assemble" >> beam.ParDo(AssembleRewardsFn(self.spec, self.as_of, self.after)).with_outputs(CARRY, main="rows"))
         return out.rows, out[CARRY]
 

@@ -30,13 +30,10 @@ import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.rewards import progress
-from pipelines.rewards.batches import EventBatch
-from pipelines.rewards.compute import ComputeRewards, run_and_count
-from pipelines.archive.deadletter import dead_letter_table
-from pipelines.rewards.kafka_range import (MAX_SKEW_S, FixedRange, ReadKafkaRange, cluster_id, fix_range,
-                                           range_watermark)
-from pipelines.rewards.parse import DEAD_LETTER, ParseEventsFn
-from pipelines.rewards.sink import WriteRewardTable, partitions_written
+from pipelines.rewards.batches import DEFAULT_SHARDS, EventBatch
+from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary
+from pipelines.rewards.kafka_range import (MAX_SKEW_S, FixedRange, ReadRangeItemsFn, cluster_id, fix_range,
+                                           parse_key, range_watermark)
 from pipelines.rewards.spec import RewardSpec
 from schemas.kafka_clients import KafkaTarget, bootstrap_of
 from schemas.topics import EVENT_TOPICS
@@ -75,6 +72,9 @@ class CycleStore:
 
     def dead_letter_path(self, cycle_id: str) -> Path:
         return self.root / "dead_letter" / f"{cycle_id}.parquet"
+
+    def result_path(self, cycle_id: str) -> Path:
+        return self.root / "cycles" / "results" / f"{cycle_id}.json"
 
     def carry_dir(self, cycle_id: str) -> Path:
         return self.root / "carry" / cycle_id
@@ -135,37 +135,14 @@ def plan(store: CycleStore, cycle_id: str, bootstrap: KafkaTarget, spec: RewardS
     return m
 
 
+NOTHING_MATURE = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 class ReadCarryFn(beam.DoFn):
     def process(self, path: str):
         frame = pl.read_parquet(path)
         if frame.height:
             yield EventBatch(Path(path).stem, frame, carried=True)
-
-
-def _write_dead_letters(path: Path, letters, cluster: str) -> int:
-    """The cycle's dead letters as Parquet (the archive's dead-letter schema), replaced whole on a rerun."""
-    table = dead_letter_table(sorted(letters, key=lambda d: (d.message.topic, d.message.partition,
-                                                              d.message.offset)), cluster)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
-    return table.num_rows
-
-
-def _write_carry(directory: Path, batches) -> int:
-    by_type: dict[str, list[pl.DataFrame]] = {}
-    for b in batches:
-        by_type.setdefault(b.event_type, []).append(b.frame)
-    directory.mkdir(parents=True, exist_ok=True)
-    n = 0
-    for t in sorted(by_type):
-        f = pl.concat(by_type[t]).unique("event_id", keep="first").sort("event_time", "event_id")
-        tmp = directory / f".{t}.parquet.tmp"
-        f.write_parquet(tmp)
-        os.replace(tmp, directory / f"{t}.parquet")
-        n += f.height
-    return n
 
 
 def run_cycle(cycle_id: str, bootstrap: KafkaTarget, state_root: Path, out: Path, spec: RewardSpec,
@@ -190,24 +167,22 @@ def run_cycle(cycle_id: str, bootstrap: KafkaTarget, state_root: Path, out: Path
                          "archive instead)")
     log(f"rewards: cycle {cycle_id}: {r.records} records in range, carry from {m.previous or 'nothing'}, "
         f"emitting rows maturing in ({m.after}, {m.as_of}]")
-    carry_dir = store.carry_dir(cycle_id)
+    sink = Sink(table=str(out), window=cycle_id, result=str(store.result_path(cycle_id)),
+                carry=str(store.carry_dir(cycle_id)), dead_letters=str(store.dead_letter_path(cycle_id)),
+                cluster_id=r.cluster_id)
+    # no watermark yet (nothing valid in range or carried): nothing is mature, everything is carried
+    as_of = _dt(m.as_of) or _dt(m.after) or NOTHING_MATURE
     p = beam.Pipeline(options=PipelineOptions(beam_args or ["--runner=DirectRunner"]))
-    parsed = (p | "ReadKafkaRange" >> ReadKafkaRange(bootstrap, r)
-              | "Parse" >> beam.ParDo(ParseEventsFn()).with_outputs(DEAD_LETTER, main="events"))
+    ranges = [(*parse_key(k), r.start.get(k, 0), r.stop[k]) for k in sorted(r.stop)]
+    read = (p | "Ranges" >> beam.Create(ranges, reshuffle=False)
+            | "ReadRanges" >> beam.ParDo(ReadRangeItemsFn(bootstrap, _dt(m.after))))
     carried = p | "CarryFiles" >> beam.Create(carry_in, reshuffle=False) | "ReadCarry" >> beam.ParDo(ReadCarryFn())
-    events = (parsed.events, carried) | "Merge" >> beam.Flatten()
-    if m.as_of is None:  # nothing in range, nothing carried: no rows, empty carry
-        rows, carry = p | "NoRows" >> beam.Create([]), p | "NoCarry" >> beam.Create([])
-    else:
-        rows, carry = events | "ComputeRewards" >> ComputeRewards(spec, shards, as_of=_dt(m.as_of), after=_dt(m.after))
-    _ = rows | "WriteRewardTable" >> WriteRewardTable(out, cycle_id)
-    _ = (carry | "CarryAll" >> beam.combiners.ToList()
-         | "WriteCarry" >> beam.Map(lambda bs: _write_carry(carry_dir, bs)))
-    dead_path, cluster = store.dead_letter_path(cycle_id), r.cluster_id
-    _ = (parsed[DEAD_LETTER] | "DeadLettersAll" >> beam.combiners.ToList()
-         | "WriteDeadLetters" >> beam.Map(lambda letters: _write_dead_letters(dead_path, letters, cluster)))
-    m.counters = run_and_count(p)
-    m.partitions = partitions_written(out, cycle_id)
+    _ = ((read, carried) | "Merge" >> beam.Flatten()
+         | "Rewards" >> BoundedRewards(spec, shards or DEFAULT_SHARDS, as_of, sink, after=_dt(m.after)))
+    p.run().wait_until_finish()
+    summary = read_summary(sink)
+    m.counters = summary["counters"]
+    m.partitions = [tuple(x) for x in summary["partitions"]]
     m.status = "done"
     store.save(m)
     log(f"rewards: cycle {cycle_id} done: {sum(n for _, n in m.partitions)} rows")

@@ -252,3 +252,50 @@ class ReadKafkaRange(beam.PTransform):
         ranges = [(*parse_key(k), self.r.start[k], self.r.stop[k]) for k in sorted(self.r.stop)]
         return (pbegin | "Ranges" >> beam.Create(ranges, reshuffle=False)
                 | "Read" >> beam.ParDo(ReadKafkaRangeFn(self.bootstrap)))
+
+
+class ReadRangeItemsFn(ReadKafkaRangeFn):
+    """(topic, partition, start, stop) -> the bounded join's source items (pipelines/rewards/bounded.py): event
+    batches of at most `batch_events` per type with the input older than `after` dropped (late, lateness.py), the
+    dead letters as ("dead", DeadLetter), and the counts as ("counts", {...})."""
+
+    def __init__(self, bootstrap: KafkaTarget, after: datetime | None, batch_events: int = 5000,
+                 timeout_s: float = 60.0):
+        super().__init__(bootstrap, timeout_s)
+        self.after, self.batch_events = after, batch_events
+
+    def process(self, element):
+        from pipelines.archive.deadletter import DeadLetter
+        from pipelines.rewards.batches import EventBatch
+        from pipelines.rewards.lateness import late_counter
+        from pipelines.rewards.parse import parse_one
+        from schemas import to_arrow
+        import polars as pl
+
+        counts: dict[str, int] = {}
+        pending: dict[str, list] = {}
+
+        def add(name: str, n: int = 1) -> None:
+            counts[name] = counts.get(name, 0) + n
+
+        def batch(event_type: str) -> EventBatch:
+            return EventBatch(event_type, pl.from_arrow(to_arrow(pending.pop(event_type), event_type)))
+
+        for message in super().process(element):
+            add("events_read")
+            out = parse_one(message)
+            if isinstance(out, DeadLetter):
+                add(f"dead_letter_{out.reason}")
+                yield "dead", out
+                continue
+            add("events_parsed")
+            if self.after is not None and out.event_time < self.after:
+                add(late_counter(out.event_type))
+                continue
+            events = pending.setdefault(out.event_type, [])
+            events.append(out)
+            if len(events) >= self.batch_events:
+                yield batch(out.event_type)
+        for event_type in sorted(pending):
+            yield batch(event_type)
+        yield "counts", counts

@@ -14,7 +14,7 @@ from apache_beam.metrics import Metrics
 
 from pipelines.archive.deadletter import DeadLetter
 from pipelines.archive.messages import SourceMessage
-from schemas import SchemaError, parse_event, parse_wire
+from schemas import Event, SchemaError, parse_event, parse_wire
 
 DEAD_LETTER = "dead_letter"
 
@@ -38,6 +38,17 @@ def as_message(raw) -> SourceMessage:
     return SourceMessage(topic="", partition=-1, offset=-1, value=value)
 
 
+def parse_one(raw) -> Event | DeadLetter:
+    """One raw input -> its validated `Event`, or the `DeadLetter` saying why it is not one."""
+    value = raw.value if isinstance(raw, SourceMessage) else raw
+    if value is None:
+        return DeadLetter.of(as_message(raw), None)
+    try:
+        return parse_wire(value) if isinstance(value, (bytes, bytearray, str)) else parse_event(value)
+    except SchemaError as e:
+        return DeadLetter.of(as_message(raw), e)
+
+
 class ParseEventsFn(beam.DoFn):
     """Main output: `Event`. Tagged output `dead_letter`: `DeadLetter`, counted as `rewards/dead_letter_<reason>`."""
 
@@ -45,17 +56,10 @@ class ParseEventsFn(beam.DoFn):
         self.parsed = Metrics.counter("rewards", "events_parsed")
 
     def process(self, raw):
-        value = raw.value if isinstance(raw, SourceMessage) else raw
-        if value is None:
-            dead = DeadLetter.of(as_message(raw), None)
+        out = parse_one(raw)
+        if isinstance(out, DeadLetter):
+            Metrics.counter("rewards", f"dead_letter_{out.reason}").inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, out)
         else:
-            try:
-                event = parse_wire(value) if isinstance(value, (bytes, bytearray, str)) else parse_event(value)
-            except SchemaError as e:
-                dead = DeadLetter.of(as_message(raw), e)
-            else:
-                self.parsed.inc()
-                yield event
-                return
-        Metrics.counter("rewards", f"dead_letter_{dead.reason}").inc()
-        yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead)
+            self.parsed.inc()
+            yield out

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import apache_beam as beam
 import polars as pl
-from apache_beam.metrics import Metrics
 
 from pipelines.archive.manifest import load_manifests
 from pipelines.archive.reader import list_files, read_file
@@ -20,35 +19,31 @@ from pipelines.archive.writer import EVENTS
 from pipelines.rewards import progress
 from pipelines.rewards.batches import EventBatch
 from pipelines.rewards.frames import conform
-from pipelines.rewards.lateness import ReplayCuts, count_late, split_late
+from pipelines.rewards.lateness import ReplayCuts, late_counter, split_late
 
 
 class ReadArchiveFileFn(beam.DoFn):
+    """A committed data file -> its `EventBatch` (late rows dropped when `cuts` is given) and ("counts", {...}):
+    the bounded join's source items (pipelines/rewards/bounded.py)."""
+
     def __init__(self, root: str, start: datetime | None, end: datetime | None, cuts: ReplayCuts | None = None,
                  clusters: dict[str, str] | None = None):
         self.root, self.start, self.end = root, start, end
         self.cuts, self.clusters = cuts, clusters or {}
-        self.events_read = Metrics.counter("rewards", "events_read")
-        self.by_cycle = Metrics.counter("rewards", "late_rule_live_cycle")
-        self.by_receipt = Metrics.counter("rewards", "late_rule_receipt")
 
     def process(self, entry):
         frame = read_file(self.root, entry, self.start, self.end)
         progress.add("files_read")
-        if not frame.height:
-            return
-        self.events_read.inc(frame.height)
+        counts = {"events_read": frame.height}
         progress.add("events_read", frame.height)
-        if self.cuts is not None:
+        if self.cuts is not None and frame.height:
             cut, covered = self.cuts.cuts(frame, self.clusters.get(entry.path))
-            self.by_cycle.inc(covered)
-            self.by_receipt.inc(frame.height - covered)
+            counts.update(late_rule_live_cycle=covered, late_rule_receipt=frame.height - covered)
             frame, late = split_late(frame, cut)
-            count_late(entry.event_type, late)
-            if not frame.height:
-                return
-        batch = EventBatch(entry.event_type, conform(frame, entry.event_type))
-        yield beam.window.TimestampedValue(batch, batch.min_time.timestamp())
+            counts[late_counter(entry.event_type)] = late
+        if frame.height:
+            yield EventBatch(entry.event_type, conform(frame, entry.event_type))
+        yield "counts", counts
 
 
 def file_clusters(root: str | Path) -> dict[str, str]:

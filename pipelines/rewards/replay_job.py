@@ -22,11 +22,11 @@ import apache_beam as beam
 import polars as pl
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.rewards.compute import ComputeRewards, run_and_count
+from pipelines.rewards.batches import DEFAULT_SHARDS
+from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary
 from pipelines.rewards.kafka_range import MAX_SKEW_S
 from pipelines.rewards.lateness import ReplayCuts, cycle_spans, receipt_cuts
 from pipelines.rewards.read_archive import ReadArchive, receipt_times
-from pipelines.rewards.sink import WriteRewardTable, partitions_written
 from pipelines.rewards.spec import RewardSpec
 
 
@@ -64,14 +64,22 @@ def replay_cuts(archive: str | Path, start: datetime, end: datetime, spec: Rewar
     return ReplayCuts(cycle_spans(cycles), receipts)
 
 
-def build(p: beam.Pipeline, archive: str | Path, start: datetime, end: datetime, out: str | Path,
-          spec: RewardSpec, shards: int | None = None, cuts: ReplayCuts | None = None):
-    rows, _carry = (p
-                    | "ReadArchive" >> ReadArchive(archive, start, read_until(end, spec), cuts)
-                    | "ComputeRewards" >> ComputeRewards(spec, shards, as_of=read_until(end, spec)))
-    in_range = rows | "RequestsInRange" >> beam.Map(
-        lambda f: f.filter((pl.col("request_time") >= start) & (pl.col("request_time") < end)))
-    return in_range | "WriteRewardTable" >> WriteRewardTable(out, window_label(start, end))
+def build(p: beam.Pipeline, archive: str | Path, start: datetime, end: datetime, sink: Sink, spec: RewardSpec,
+          shards: int | None = None, cuts: ReplayCuts | None = None):
+    in_range = InRange(start, end)
+    return (p
+            | "ReadArchive" >> ReadArchive(archive, start, read_until(end, spec), cuts)
+            | "Rewards" >> BoundedRewards(spec, shards or DEFAULT_SHARDS, read_until(end, spec), sink, keep=in_range))
+
+
+@dataclass(frozen=True)
+class InRange:
+    """Rows of requests made in [start, end)."""
+    start: datetime
+    end: datetime
+
+    def __call__(self, rows: pl.DataFrame) -> pl.DataFrame:
+        return rows.filter((pl.col("request_time") >= self.start) & (pl.col("request_time") < self.end))
 
 
 def run(archive: str | Path, start: datetime, end: datetime, out: str | Path, spec: RewardSpec,
@@ -83,9 +91,11 @@ def run(archive: str | Path, start: datetime, end: datetime, out: str | Path, sp
     if end <= start:
         raise ValueError(f"end ({end.isoformat()}) must be after start ({start.isoformat()})")
     options = PipelineOptions(beam_args or ["--runner=DirectRunner"])
-    summary = ReplaySummary(str(out), window_label(start, end), counters=dict.fromkeys(COUNTERS, 0))
+    window = window_label(start, end)
+    sink = Sink(table=str(out), window=window, result=str(Path(out) / "_replays" / f"{window}.json"))
     p = beam.Pipeline(options=options)
-    build(p, archive, start, end, out, spec, shards, replay_cuts(archive, start, end, spec, cycles))
-    summary.counters.update(run_and_count(p))
-    summary.partitions = partitions_written(out, summary.window)
-    return summary
+    build(p, archive, start, end, sink, spec, shards, replay_cuts(archive, start, end, spec, cycles))
+    p.run().wait_until_finish()
+    result = read_summary(sink)
+    counters = dict.fromkeys(COUNTERS, 0) | result["counters"]
+    return ReplaySummary(str(out), window, [tuple(x) for x in result["partitions"]], counters)

@@ -16,6 +16,7 @@ import apache_beam as beam
 import polars as pl
 import pyarrow.parquet as pq
 
+from pipelines.archive.deadletter import dead_letter_table
 from schemas.reward_table import ROW_SCHEMA
 
 
@@ -93,3 +94,29 @@ class WriteRewardParts(beam.PTransform):
     def expand(self, rows):
         out = self.out
         return rows | "WriteParts" >> beam.FlatMap(lambda f: write_stream_parts(out, f))
+
+
+def write_dead_letters(path: Path, letters, cluster: str) -> int:
+    """The cycle's dead letters as Parquet (the archive's dead-letter schema), replaced whole on a rerun."""
+    table = dead_letter_table(sorted(letters, key=lambda d: (d.message.topic, d.message.partition,
+                                                              d.message.offset)), cluster)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+    return table.num_rows
+
+
+def write_carry(directory: Path, batches) -> int:
+    by_type: dict[str, list[pl.DataFrame]] = {}
+    for b in batches:
+        by_type.setdefault(b.event_type, []).append(b.frame)
+    directory.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for t in sorted(by_type):
+        f = pl.concat(by_type[t]).unique("event_id", keep="first").sort("event_time", "event_id")
+        tmp = directory / f".{t}.parquet.tmp"
+        f.write_parquet(tmp)
+        os.replace(tmp, directory / f"{t}.parquet")
+        n += f.height
+    return n

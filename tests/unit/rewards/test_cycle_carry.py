@@ -12,7 +12,8 @@ import pytest
 from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.classifiers import get_classifier
 from pipelines.rewards.compute import ComputeRewards, run_and_count
-from pipelines.rewards.cycle_job import ReadCarryFn, _write_carry
+from pipelines.rewards.cycle_job import ReadCarryFn
+from pipelines.rewards.sink import write_carry as _write_carry
 from pipelines.rewards.frames import frames_from_events
 from pipelines.rewards.parse import DEAD_LETTER, ParseEventsFn
 from pipelines.rewards.spec import RewardSpec
