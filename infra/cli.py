@@ -90,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 def _kafka_unreachable(e: BaseException) -> bool:
     """kafka-python's error for a cluster it could not bootstrap from, which a refused TLS handshake also raises."""
     errors = sys.modules.get("kafka.errors")
-    return errors is not None and (isinstance(e, errors.NoBrokersAvailable) or (
-        isinstance(e, errors.KafkaTimeoutError) and "bootstrap" in str(e).lower()))
+    return errors is not None and isinstance(e, errors.KafkaTimeoutError) and "bootstrap" in str(e).lower()
 
 
 if __name__ == "__main__":

@@ -242,5 +242,6 @@ def explain_unreachable(kafka: KafkaTarget, error: BaseException | None = None, 
     if reason:
         return reason
     protocol = "PLAINTEXT" if isinstance(kafka, str) else kafka.security_protocol
-    return (f"Kafka at {bootstrap_of(kafka)} did not answer ({protocol})"
-            + (f": {type(error).__name__}: {error}" if error is not None else ""))
+    detail = "" if error is None else str(error) if str(error).startswith(type(error).__name__) else \
+        f"{type(error).__name__}: {error}"
+    return f"Kafka at {bootstrap_of(kafka)} did not answer ({protocol})" + (f": {detail}" if detail else "")
