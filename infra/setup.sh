@@ -9,7 +9,7 @@ ROOT=$(pwd)
 say() { printf '[setup] %s\n' "$*"; }
 
 # --- system packages -------------------------------------------------------------------------------------------
-SYSTEM_PACKAGES=(bubblewrap chromium chromium-driver stunnel4)  # chromium: the dashboard browser test; stunnel4: the Kafka mTLS terminator
+SYSTEM_PACKAGES=(bubblewrap chromium chromium-driver stunnel4 openssl)  # chromium: the dashboard browser test; stunnel4, openssl: the Kafka mTLS terminator and its test certificates
 missing=()
 for p in "${SYSTEM_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
