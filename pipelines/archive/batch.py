@@ -1,7 +1,9 @@
 """One batch in flight: consumed messages sorted into events, duplicates and dead letters, per partition.
 
 Nothing here touches disk or Kafka; `Archiver.flush` commits a batch. Duplicates (same `event_id`) are dropped
-within the batch and against the `RecentIds` window of what is already archived; the first copy wins.
+within the batch and against the `RecentIds` window of what is already archived; the first copy wins. Each dropped
+copy's identity, times and Kafka position are kept (`duplicate_copies`, written as the batch's duplicates file), so
+a replay counts late and duplicate copies exactly as the live reward cycles did.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class PartitionBatch:
     last_offset: int
     events: list[tuple[Event, int]] = field(default_factory=list)  # (event, offset), in offset order
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    duplicate_copies: list[tuple[Event, int]] = field(default_factory=list)  # (copy, offset): dropped, recorded
     duplicates: int = 0
     messages: int = 0
 
@@ -61,6 +64,7 @@ class Batch:
             return
         if event.event_id in self.event_ids or event.event_id in self.window:
             pb.duplicates += 1
+            pb.duplicate_copies.append((event, m.offset))
             return
         self.event_ids.add(event.event_id)
         pb.events.append((event, m.offset))

@@ -23,6 +23,7 @@ from schemas import storage
 
 MANIFEST_DIR = "_manifests"
 DEAD_LETTER_DIR = "_dead_letter"
+DUPLICATE_DIR = "_duplicates"   # the copies dropped as duplicates: identity, times, provenance (for replays)
 LOCK_FILE = "_archiver.lock"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -57,6 +58,10 @@ def dead_letter_file(topic: str, partition: int, first: int, last: int, cluster_
     return f"{DEAD_LETTER_DIR}/part-{batch_key(topic, partition, first, last)}-{safe(cluster_id)}.parquet"
 
 
+def duplicate_file(topic: str, partition: int, first: int, last: int, cluster_id: str) -> str:
+    return f"{DUPLICATE_DIR}/part-{batch_key(topic, partition, first, last)}-{safe(cluster_id)}.parquet"
+
+
 def manifest_dir(root: Path | str, cluster_id: str) -> Path | str:
     return storage.join(root, MANIFEST_DIR, safe(cluster_id))
 
@@ -70,12 +75,12 @@ def is_data_or_dead_letter_file(rel: str) -> bool:
     """Whether a root-relative path is where a data or dead-letter file (or its temp file) lives."""
     parts = rel.split("/")
     return ((len(parts) == 3 and parts[0].startswith("event_type=") and parts[1].startswith("event_date="))
-            or (len(parts) == 2 and parts[0] == DEAD_LETTER_DIR))
+            or (len(parts) == 2 and parts[0] in (DEAD_LETTER_DIR, DUPLICATE_DIR)))
 
 
 def data_dirs(root: Path | str) -> list[Path | str]:
     """Every directory that holds data or dead-letter files (the ones recovery sweeps for orphans)."""
     dirs = [storage.join(root, t, d) for t in storage.list_dirs(root) if t.startswith("event_type=")
             for d in storage.list_dirs(storage.join(root, t)) if d.startswith("event_date=")]
-    dl = storage.join(root, DEAD_LETTER_DIR)
-    return dirs + ([dl] if storage.is_dir(dl) else [])
+    extra = [storage.join(root, d) for d in (DEAD_LETTER_DIR, DUPLICATE_DIR)]
+    return dirs + [d for d in extra if storage.is_dir(d)]

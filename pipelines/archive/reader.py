@@ -24,8 +24,9 @@ import polars as pl
 import pyarrow as pa
 
 from pipelines.archive.deadletter import DEAD_LETTER_SCHEMA
-from pipelines.archive.manifest import ArchiveError, manifested_files
-from pipelines.archive.writer import DEAD_LETTERS, EVENTS, PROVENANCE, PROVENANCE_COLUMNS, FileEntry
+from pipelines.archive.manifest import ArchiveError, load_manifests, manifested_files
+from pipelines.archive.writer import (DEAD_LETTERS, DUPLICATE_SCHEMA, DUPLICATES, EVENTS, PROVENANCE,
+                                     PROVENANCE_COLUMNS, FileEntry)
 from schemas import EVENT_TYPES, Event, arrow_schema, from_arrow, storage, to_arrow
 from schemas.arrow import fill_defaults
 from schemas.compat import is_additive
@@ -153,6 +154,17 @@ def archived_event_ids(root: str | Path) -> set[str]:
     for f in manifested_files(root, EVENTS):
         ids.update(_read(root, f, ["event_id"]).column("event_id").to_pylist())
     return ids
+
+
+def read_duplicates(root: str | Path) -> pl.DataFrame:
+    """Every duplicate copy the archiver dropped (event_type, event_id, event_time, received_time, provenance)
+    with `cluster_id`, in source order."""
+    root = storage.normalize(root)
+    frames = [pl.from_arrow(_read(root, f)).with_columns(cluster_id=pl.lit(m.cluster_id))
+              for m in load_manifests(root) for f in m.files if f.kind == DUPLICATES]
+    if not frames:
+        return pl.from_arrow(DUPLICATE_SCHEMA.empty_table()).with_columns(cluster_id=pl.lit(None, pl.String))
+    return pl.concat(frames).sort(["cluster_id", "_topic", "_partition", "_offset"])
 
 
 def read_dead_letters(root: str | Path) -> pl.DataFrame:

@@ -26,6 +26,11 @@ PROVENANCE_COLUMNS = tuple(f.name for f in PROVENANCE)
 
 EVENTS = "events"
 DEAD_LETTERS = "dead_letters"
+DUPLICATES = "duplicates"
+DUPLICATE_SCHEMA = pa.schema([pa.field("event_type", pa.string(), nullable=False),
+                              pa.field("event_id", pa.string(), nullable=False),
+                              pa.field("event_time", pa.timestamp("us", "UTC"), nullable=False),
+                              pa.field("received_time", pa.timestamp("us", "UTC")), *PROVENANCE])
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class FileEntry:
     """One file a manifest lists. `path` is relative to the archive root."""
 
     path: str
-    kind: str                     # EVENTS | DEAD_LETTERS
+    kind: str                     # EVENTS | DEAD_LETTERS | DUPLICATES
     rows: int
     bytes: int
     event_type: str | None = None
@@ -58,6 +63,15 @@ def events_table(events: list[tuple[Event, int]], event_type: str, topic: str, p
     return table
 
 
+def duplicates_table(copies: list[tuple[Event, int]], topic: str, partition: int) -> pa.Table:
+    """The dropped duplicate copies of a batch: what a replay needs to count them (not their payloads)."""
+    return pa.table({"event_type": [e.event_type for e, _ in copies], "event_id": [e.event_id for e, _ in copies],
+                     "event_time": [e.event_time for e, _ in copies],
+                     "received_time": [e.received_time for e, _ in copies],
+                     "_topic": [topic] * len(copies), "_partition": [partition] * len(copies),
+                     "_offset": [o for _, o in copies]}, schema=DUPLICATE_SCHEMA)
+
+
 def write_table(root: Path | str, rel: str, table: pa.Table, compression: str = "zstd") -> int:
     """Write one archive file (root-relative `rel`) atomically; returns its size in bytes."""
     # Non-"compliant" list naming keeps Arrow's `item` child name, so the file's schema equals the Arrow schema.
@@ -76,6 +90,10 @@ def write_partition_files(root: Path | str, pb: PartitionBatch, cluster_id: str,
         rel = layout.data_file(event_type, day, pb.topic, pb.partition, pb.first_offset, pb.last_offset, cluster_id)
         size = write_table(root, rel, events_table(events, event_type, pb.topic, pb.partition), compression)
         entries.append(FileEntry(rel, EVENTS, len(events), size, event_type, day.isoformat()))
+    if pb.duplicate_copies:
+        rel = layout.duplicate_file(pb.topic, pb.partition, pb.first_offset, pb.last_offset, cluster_id)
+        size = write_table(root, rel, duplicates_table(pb.duplicate_copies, pb.topic, pb.partition), compression)
+        entries.append(FileEntry(rel, DUPLICATES, len(pb.duplicate_copies), size))
     if pb.dead_letters:
         rel = layout.dead_letter_file(pb.topic, pb.partition, pb.first_offset, pb.last_offset, cluster_id)
         size = write_table(root, rel, dead_letter_table(pb.dead_letters, cluster_id), compression)

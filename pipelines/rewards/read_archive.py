@@ -14,7 +14,7 @@ import apache_beam as beam
 import polars as pl
 
 from pipelines.archive.manifest import load_manifests
-from pipelines.archive.reader import list_files, read_file
+from pipelines.archive.reader import list_files, read_duplicates, read_file
 from pipelines.archive.writer import EVENTS
 from pipelines.rewards import progress
 from pipelines.rewards.batches import EventBatch
@@ -51,12 +51,35 @@ def file_clusters(root: str | Path) -> dict[str, str]:
     return {f.path: m.cluster_id for m in load_manifests(Path(root)) for f in m.files if f.kind == EVENTS}
 
 
+def _in(frame: pl.DataFrame, start: datetime | None, end: datetime | None) -> pl.DataFrame:
+    return frame.filter((pl.col("event_time") >= start) if start else pl.lit(True),
+                        (pl.col("event_time") < end) if end else pl.lit(True))
+
+
 def receipt_times(root: str | Path, start: datetime | None, end: datetime | None) -> pl.DataFrame:
-    """(event_time, received_time) of every committed event in [start, end): what receipt cut-offs are made of."""
+    """(event_time, received_time) of every committed event in [start, end), the duplicate copies the archiver
+    dropped included: what receipt cut-offs are made of."""
     frames = [read_file(root, f, start, end).select("event_time", "received_time")
               for f in list_files(root, None, start, end)]
-    return pl.concat(frames) if frames else pl.DataFrame(
-        schema={"event_time": pl.Datetime("us", "UTC"), "received_time": pl.Datetime("us", "UTC")})
+    frames.append(_in(read_duplicates(root), start, end).select("event_time", "received_time"))
+    return pl.concat(frames)
+
+
+def count_duplicate_copies(root: str | Path, start: datetime | None, end: datetime | None,
+                           cuts: ReplayCuts | None) -> dict[str, int]:
+    """The copies the archiver dropped as duplicates in [start, end), counted as the live job counted them: late
+    when older than their cut-off, else a duplicate of the copy the archive kept."""
+    copies = _in(read_duplicates(root), start, end)
+    counts = {"events_read": copies.height, "duplicates_dropped": 0}
+    for (cluster, event_type), part in sorted(copies.partition_by("cluster_id", "event_type", as_dict=True).items(),
+                                              key=str):
+        late = 0
+        if cuts is not None:
+            cut, _ = cuts.cuts(part, cluster)
+            late = part.height - split_late(part, cut)[0].height
+        counts[late_counter(event_type)] = counts.get(late_counter(event_type), 0) + late
+        counts["duplicates_dropped"] += part.height - late
+    return counts
 
 
 class ReadArchive(beam.PTransform):

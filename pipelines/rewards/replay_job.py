@@ -26,7 +26,7 @@ from pipelines.rewards.batches import DEFAULT_SHARDS
 from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary
 from pipelines.rewards.kafka_range import MAX_SKEW_S
 from pipelines.rewards.lateness import ReplayCuts, cycle_spans, receipt_cuts
-from pipelines.rewards.read_archive import ReadArchive, receipt_times
+from pipelines.rewards.read_archive import ReadArchive, count_duplicate_copies, receipt_times
 from pipelines.rewards.spec import RewardSpec
 
 
@@ -94,8 +94,11 @@ def run(archive: str | Path, start: datetime, end: datetime, out: str | Path, sp
     window = window_label(start, end)
     sink = Sink(table=str(out), window=window, result=str(Path(out) / "_replays" / f"{window}.json"))
     p = beam.Pipeline(options=options)
-    build(p, archive, start, end, sink, spec, shards, replay_cuts(archive, start, end, spec, cycles))
+    cuts = replay_cuts(archive, start, end, spec, cycles)
+    build(p, archive, start, end, sink, spec, shards, cuts)
     p.run().wait_until_finish()
     result = read_summary(sink)
     counters = dict.fromkeys(COUNTERS, 0) | result["counters"]
+    for name, n in count_duplicate_copies(archive, start, read_until(end, spec), cuts).items():
+        counters[name] = counters.get(name, 0) + n
     return ReplaySummary(str(out), window, [tuple(x) for x in result["partitions"]], counters)
