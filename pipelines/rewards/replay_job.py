@@ -22,6 +22,7 @@ import apache_beam as beam
 import polars as pl
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.rewards import progress
 from pipelines.rewards.batches import DEFAULT_SHARDS
 from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary
 from pipelines.rewards.kafka_range import MAX_SKEW_S
@@ -101,4 +102,6 @@ def run(archive: str | Path, start: datetime, end: datetime, out: str | Path, sp
     counters = dict.fromkeys(COUNTERS, 0) | result["counters"]
     for name, n in count_duplicate_copies(archive, start, read_until(end, spec), cuts).items():
         counters[name] = counters.get(name, 0) + n
+        if name == "events_read":
+            progress.add("events_read", n)
     return ReplaySummary(str(out), window, [tuple(x) for x in result["partitions"]], counters)
