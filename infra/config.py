@@ -52,6 +52,9 @@ class RtrlConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     state_dir: str = Field(default=".rtrl", description="Pids, logs, spool, SQLite and archive live under it.")
+    rewards_dir: str = Field(default="", description="The reward job's state (cycle manifests, carried join state, "
+                             "dead letters) and the reward table (`table/`): a path or an object-store URL "
+                             "(s3://bucket/prefix, schemas/storage.py); '' = <state_dir>/rewards.")
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
     sdk: SdkConfig = Field(default_factory=SdkConfig)
@@ -74,9 +77,27 @@ class RtrlConfig(BaseModel):
     def state_path(self) -> Path:
         return Path(self.state_dir).expanduser().resolve()
 
-    def path_or_default(self, value: str, default: str) -> Path:
-        """A configured path, or `default` under the state dir when the value is ''."""
-        return Path(value).expanduser().resolve() if value else self.state_path / default
+    def path_or_default(self, value: str, default: str) -> Path | str:
+        """A configured location, or `default` under the state dir when the value is ''. A local path (or a
+        `file://` URL) gives an absolute `Path`; an object-store URL (`s3://bucket/key`) stays a URL string
+        (`schemas.storage.normalize`), never `Path("s3://b/k")`, which is the local folder `s3:/b/k`. Settings that
+        only make sense locally (key files, sockets) get a URL string back and fail where they open it."""
+        if not value:
+            return self.state_path / default
+        from schemas import storage  # pyarrow: loaded by the commands that read a location, not by every command
+
+        loc = storage.normalize(value if storage.is_remote(value) or value.startswith("file:") else Path(value))
+        return loc.expanduser().resolve() if isinstance(loc, Path) else loc
+
+    def rewards_root(self) -> Path | str:
+        """Where the reward job keeps its state and the reward table (`rewards_dir`)."""
+        return self.path_or_default(self.rewards_dir, "rewards")
+
+    def reward_table(self) -> Path | str:
+        """The production reward table: `table/` under the rewards root."""
+        from schemas import storage
+
+        return storage.join(self.rewards_root(), "table")
 
     def mlflow_tracking_uri(self) -> str:
         return self.mlflow.tracking_uri or f"sqlite:///{self.state_path / 'mlflow.db'}"

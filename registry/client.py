@@ -7,6 +7,19 @@ are the artifacts of one MLflow run (`checkpoint/`); `local_path` downloads them
 version, atomically, so concurrent readers never see a half-copied checkpoint. Every version carries the SHA-256
 of its files but the descriptive metadata (tag `rtrl.content_sha256`): two versions with the same tag are the same
 model, even in two registries (the gate's episode cache relies on it).
+
+**Artifact root.** `artifact_root` is a storage location (`schemas.storage`): a local folder (the default,
+`<state_dir>/mlflow-artifacts`) or an object-store URL `s3://bucket/prefix`. The experiment this module creates gets
+`<root>/<experiment>` as its artifact location (`file:///...` for a folder, the `s3://` URL as is), so MLflow's own
+S3 artifact repository (boto3) uploads and downloads a version's files: nothing goes through local disk but the
+download cache. MLflow reads a custom S3 endpoint from `MLFLOW_S3_ENDPOINT_URL`; `use_s3_endpoint_from_aws_env`
+sets it from `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL` (the variables `schemas.storage` reads), so one setting
+points the data plane and MLflow at the same server. An experiment keeps the location it was created with:
+changing `mlflow.artifact_root` later applies to a new tracking store (or experiment), not to existing versions.
+
+**Promotion lock.** `promotion_lock` is where `registry.promotion` serialises its compare-and-swap: None (the
+caller's local lock file), a local path (an flock on it), or an object-store URL (a lease object there, which holds
+across hosts). `from_config` takes `mlflow.promotion_lock`, else a lease under an object-store artifact root.
 """
 
 from __future__ import annotations
@@ -15,12 +28,49 @@ import hashlib
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from schemas import storage
 
 EXPERIMENT = "rtrl-checkpoints"
 ARTIFACT_DIR = "checkpoint"
 DIGEST_TAG = "rtrl.content_sha256"
+LOCKS_DIR = "_rtrl-locks"   # under an object-store artifact root: the promotion lease (not an experiment's folder)
+
+
+def use_s3_endpoint_from_aws_env(env=None) -> str | None:
+    """Point MLflow's S3 artifact repository at the S3 server `schemas.storage` uses: set `MLFLOW_S3_ENDPOINT_URL`
+    from `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` when those name one and it is not set already (an explicit
+    value wins). Returns the endpoint MLflow will use (None: AWS's own). Child processes (the MLflow UI) inherit
+    it."""
+    env = os.environ if env is None else env
+    if not env.get("MLFLOW_S3_ENDPOINT_URL"):
+        endpoint = storage.S3Settings.from_env(env).endpoint_url
+        if endpoint:
+            env["MLFLOW_S3_ENDPOINT_URL"] = endpoint
+    return env.get("MLFLOW_S3_ENDPOINT_URL") or None
+
+
+def _is_remote_uri(uri: str) -> bool:
+    return urlsplit(uri).scheme not in ("", "file")
+
+
+def artifact_location(artifact_root, experiment: str) -> str:
+    """The MLflow artifact location of `experiment` under `artifact_root`: a `file://` URI for a local folder, the
+    object-store URL (`s3://bucket/prefix/<experiment>`) for a remote one."""
+    loc = storage.join(artifact_root, experiment)
+    return loc.absolute().as_uri() if isinstance(loc, Path) else loc
+
+
+def default_promotion_lock(artifact_root, model: str) -> str | None:
+    """The lease object the promotion of `model` uses when nothing is configured: under an object-store artifact
+    root (`<root>/_rtrl-locks/promotion-<model>.lease`), None for a local root (the flock of the caller)."""
+    if not storage.is_remote(artifact_root):
+        return None
+    return storage.join(artifact_root, LOCKS_DIR, f"promotion-{model}.lease")
 
 
 # Files that say how a checkpoint was made, not what it does (trainer/bootstrap write them: registering the same
@@ -55,26 +105,38 @@ class VersionInfo:
 
 
 class Registry:
-    def __init__(self, tracking_uri: str, artifact_root: Path, model: str, cache_dir: Path):
+    def __init__(self, tracking_uri: str, artifact_root: Path | str, model: str, cache_dir: Path,
+                 promotion_lock: Path | str | None = None):
         from mlflow.tracking import MlflowClient
 
         self.tracking_uri, self.model = tracking_uri, model
-        self.artifact_root, self.cache_dir = Path(artifact_root), Path(cache_dir)
+        self.artifact_root, self.cache_dir = storage.normalize(artifact_root), Path(cache_dir)
+        self.promotion_lock = None if promotion_lock is None else storage.normalize(promotion_lock)
+        if storage.is_remote(self.artifact_root):
+            use_s3_endpoint_from_aws_env()
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
     @classmethod
     def from_config(cls, cfg) -> "Registry":
-        """From an `RtrlConfig` (tracking URI, artifact root, registered model name, cache under the state dir)."""
-        return cls(cfg.mlflow_tracking_uri(), cfg.path_or_default(cfg.mlflow.artifact_root, "mlflow-artifacts"),
-                   cfg.mlflow.registered_model, cfg.state_path / "checkpoints")
+        """From an `RtrlConfig` (tracking URI, artifact root, registered model name, cache under the state dir,
+        promotion lock: `mlflow.promotion_lock`, else a lease under an object-store artifact root)."""
+        root = cfg.path_or_default(cfg.mlflow.artifact_root, "mlflow-artifacts")
+        model = cfg.mlflow.registered_model
+        lock = (cfg.path_or_default(cfg.mlflow.promotion_lock, "registry.promotion.lock")
+                if cfg.mlflow.promotion_lock else default_promotion_lock(root, model))
+        return cls(cfg.mlflow_tracking_uri(), root, model, cfg.state_path / "checkpoints", promotion_lock=lock)
 
     def experiment_id(self, name: str = EXPERIMENT) -> str:
         """The id of experiment `name`, created (artifacts under the artifact root) when missing."""
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
+            if storage.is_remote(self.artifact_root) != _is_remote_uri(exp.artifact_location or ""):
+                warnings.warn(f"experiment {name!r} keeps its artifacts at {exp.artifact_location}, not under the "
+                              f"configured artifact root {self.artifact_root}: an experiment keeps the location it "
+                              "was created with (use a fresh tracking store for the new root)", stacklevel=2)
             return exp.experiment_id
-        self.artifact_root.mkdir(parents=True, exist_ok=True)
-        return self.client.create_experiment(name, artifact_location=(self.artifact_root / name).as_uri())
+        storage.mkdirs(self.artifact_root)   # a local folder; nothing to create in an object store
+        return self.client.create_experiment(name, artifact_location=artifact_location(self.artifact_root, name))
 
     def register(self, folder: str | Path, tags: dict[str, str] | None = None,
                  run_name: str = "checkpoint") -> str:

@@ -10,25 +10,49 @@ Then the old champion becomes alias `previous` and the version gets `promotion.*
 `previous` the champion again and walks `previous` one promotion further back (each version's
 `promotion.previous_version`), so repeated rollbacks undo promotions in order.
 
-**Lock assumption.** MLflow's alias API has no compare-and-swap, so the read-check-write runs under an exclusive
-`fcntl.flock` on a lock file next to the SQLite store (or under the state dir for another tracking URI). That is
-atomic for every promoter on the machine holding the embedded store (the default). With a shared MLflow server,
-promoters on different machines do not see each other's flock: promote from one place (the orchestrator), or
-put a server-side lock in front of this module.
+**The lock.** MLflow's alias API has no compare-and-swap, so the read-check-write runs under a mutual-exclusion
+lock. Which one: `registry.promotion_lock` when the registry has one (`mlflow.promotion_lock`, or by default a lease
+under an object-store artifact root: `registry.client.Registry.from_config`), else the `lock` argument.
+
+  * A local path: an exclusive `fcntl.flock` on that file (the default: next to the SQLite store, see
+    `lock_path_for`). Atomic for every promoter on the machine holding the file; promoters on other machines do
+    not see it.
+  * An object-store URL (`s3://bucket/key`): a lease object, `ObjectLease`, for promoters on any host. It is taken
+    with a conditional create (`If-None-Match: *`) and released with a conditional delete (`If-Match: <etag>` of
+    the holder's own lease), so at most one promoter holds it while every holder finishes in time (below). Each
+    lease body is unique (a random owner id), so an ETag never comes back for a different holder.
+
+**What the lease guarantees, and under which assumptions.** A holder that crashes leaves its lease behind; a waiter
+takes it over (a conditional replace `If-Match` on the very lease it watched, so two waiters cannot both take it)
+once it has seen the *same* lease version for `ttl_s` by its *own* monotonic clock. No wall-clock time is compared
+across hosts: clock skew does not matter. What matters is clock *rate* and the holder's speed: the holder checks,
+right before its alias writes, that less than `ttl_s / 2` has passed on its monotonic clock since it sent the
+create, and gives up (PromotionRefused, nothing written) otherwise. Two promotions can therefore overlap only if
+the holder's alias writes (two, or three for a rollback) land later than `ttl_s` after it took the lease, as the
+waiter's clock measures it: the check leaves `ttl_s / 2` (15 s with the default `ttl_s` of 30 s) for the writes in
+flight and any difference in clock rates (real clocks differ by parts per million). The critical section is a
+handful of MLflow calls, well under a second; a write stuck in the network for longer than that margin (across a
+partition) could still land after a takeover, because MLflow's alias API takes no fencing token. After a crash
+the next promotion waits up to `ttl_s` for the stale lease. The object store must offer strongly consistent
+conditional writes (AWS S3 since 2024, MinIO, moto).
 """
 
 from __future__ import annotations
 
 import fcntl
 import getpass
+import json
 import os
 import socket
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+from schemas import storage
 
 CHAMPION, PREVIOUS = "champion", "previous"
 
@@ -58,10 +82,24 @@ def lock_path_for(tracking_uri: str, state_path: Path) -> Path:
     return Path(state_path) / "registry.promotion.lock"
 
 
+def lock_for(registry, fallback: str | Path) -> Path | str:
+    """The lock a promotion of `registry` takes: its `promotion_lock` when it has one (configured, or a lease
+    under an object-store artifact root), else `fallback` (the caller's local lock file, `lock_path_for`)."""
+    own = getattr(registry, "promotion_lock", None)
+    return storage.normalize(own if own is not None else fallback)
+
+
 @contextmanager
-def registry_lock(path: str | Path, timeout_s: float = 60.0) -> Iterator[None]:
-    """Hold an exclusive flock on `path` (created) for the block; PromotionRefused after `timeout_s`."""
-    path = Path(path)
+def registry_lock(path: str | Path, timeout_s: float = 60.0) -> Iterator[Callable[[], None]]:
+    """Hold the promotion lock at `path` for the block: an flock on a local file (created), or an `ObjectLease`
+    for an object-store URL. Yields a check to call right before the writes (a no-op for the flock; for a lease it
+    raises PromotionRefused once the lease may have run out). PromotionRefused after `timeout_s` of waiting."""
+    loc = storage.normalize(path)
+    if storage.is_remote(loc):
+        with ObjectLease(loc, timeout_s=timeout_s) as lease:
+            yield lease.check
+        return
+    path = Path(loc)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -75,11 +113,94 @@ def registry_lock(path: str | Path, timeout_s: float = 60.0) -> Iterator[None]:
                     raise PromotionRefused(f"another promotion holds {path} for more than {timeout_s:.0f} s") from None
                 time.sleep(0.02)
         try:
-            yield
+            yield lambda: None
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+class ObjectLease:
+    """A lease held as one object in a shared store (any `schemas.storage` location; S3 for promoters on several
+    hosts). The module docstring says what it guarantees. `clock` and `sleep` are for tests.
+
+        with ObjectLease("s3://bucket/locks/promotion.lease") as lease:
+            lease.check()          # before the writes: PromotionRefused once ttl_s / 2 has passed
+            ...
+    """
+
+    def __init__(self, loc, ttl_s: float = 30.0, timeout_s: float = 60.0, poll_s: float = 0.1,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        if ttl_s <= 0 or timeout_s < 0:
+            raise ValueError("ttl_s must be > 0 and timeout_s >= 0")
+        self.loc, self.ttl_s, self.timeout_s, self.poll_s = storage.normalize(loc), ttl_s, timeout_s, poll_s
+        self.clock, self.sleep = clock, sleep
+        self.version: str | None = None     # the held lease's version (S3 ETag), None when not held
+        self.taken_over: dict | None = None  # the stale lease this one replaced, if any
+        self._since = 0.0
+
+    def _body(self) -> bytes:
+        return json.dumps({"owner": uuid.uuid4().hex, "by": _actor(), "pid": os.getpid(), "ttl_s": self.ttl_s,
+                           "acquired_at": _now(None)}, sort_keys=True).encode()
+
+    def acquire(self) -> "ObjectLease":
+        deadline = self.clock() + self.timeout_s
+        watched: tuple[str, float] | None = None   # (version seen, when first seen on this host's clock)
+        while True:
+            since = self.clock()
+            if (version := storage.create_if_absent(self.loc, self._body())) is not None:
+                self.version, self._since = version, since
+                return self
+            current = storage.read_versioned(self.loc)
+            if current is None:          # released between the create and the read: try again now
+                continue
+            body, version = current
+            now = self.clock()
+            if watched is None or watched[0] != version:
+                watched = (version, now)
+            elif now - watched[1] >= self.ttl_s:   # the same lease for a whole ttl: its holder is gone
+                since = self.clock()
+                if (mine := storage.replace_if_version(self.loc, self._body(), version)) is not None:
+                    self.version, self._since, self.taken_over = mine, since, _parse(body)
+                    return self
+                watched = None           # another waiter took it over first
+                continue
+            if now >= deadline:
+                holder = _parse(body)
+                raise PromotionRefused(f"another promotion holds the lease {self.loc} (by {holder.get('by', '?')}, "
+                                       f"since {holder.get('acquired_at', '?')}) for more than "
+                                       f"{self.timeout_s:.0f} s; a lease is taken over {self.ttl_s:.0f} s after its "
+                                       "holder stopped")
+            self.sleep(self.poll_s)
+
+    def check(self) -> None:
+        """Raise PromotionRefused unless the lease is held with at least half its ttl left (measured from before
+        the request that took it)."""
+        if self.version is None:
+            raise PromotionRefused(f"the lease {self.loc} is not held")
+        if self.clock() - self._since >= self.ttl_s / 2:
+            raise PromotionRefused(f"the promotion lease {self.loc} ran for more than {self.ttl_s / 2:.0f} s (half "
+                                   "its ttl) before a registry write: stopped so that a promoter taking it over "
+                                   "cannot overlap; check the registry and run it again")
+
+    def release(self) -> bool:
+        """Delete the lease if it is still this one; whether it was (False: another promoter took it over)."""
+        version, self.version = self.version, None
+        return version is not None and storage.delete_if_version(self.loc, version)
+
+    def __enter__(self) -> "ObjectLease":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _parse(body: bytes) -> dict:
+    try:
+        out = json.loads(body)
+    except ValueError:
+        return {}
+    return out if isinstance(out, dict) else {}
 
 
 def _actor() -> str:
@@ -109,7 +230,7 @@ def promote(registry, version: str, lock: str | Path, force: bool = False, expec
     `expect_champion` names the champion to swap from when the version has no `gate.champion_version` (only
     useful with `force`); it must agree with the tag when both exist."""
     version = str(version)
-    with registry_lock(lock):
+    with registry_lock(lock_for(registry, lock)) as check:
         tags = _tags(registry, version)
         decision, gated_against = tags.get("gate.decision"), tags.get("gate.champion_version")
         if not force and decision != "promote":
@@ -130,6 +251,7 @@ def promote(registry, version: str, lock: str | Path, force: bool = False, expec
         if current != str(expected):
             raise PromotionRefused(f"alias champion moved since the eval: it points to {current}, and version "
                                    f"{version} was compared against {expected}; gate it again against {current}")
+        check()   # the last moment to give up: the writes below go together
         if current is not None:
             registry.set_alias(PREVIOUS, current)
         registry.set_alias(CHAMPION, version)
@@ -145,13 +267,14 @@ def promote(registry, version: str, lock: str | Path, force: bool = False, expec
 
 def rollback(registry, lock: str | Path, now: datetime | None = None) -> PromotionResult:
     """Point `champion` back at `previous`; `previous` moves to the version that one replaced (or is removed)."""
-    with registry_lock(lock):
+    with registry_lock(lock_for(registry, lock)) as check:
         current, prev = registry.version_of(CHAMPION), registry.version_of(PREVIOUS)
         if prev is None:
             raise PromotionRefused("alias previous is not set: there is no promotion to roll back")
         if prev == current:
             raise PromotionRefused(f"alias previous already equals champion ({current})")
         before = _tags(registry, prev).get("promotion.previous_version") or None
+        check()
         registry.set_alias(CHAMPION, prev)
         if before is not None and before != prev:
             registry.set_alias(PREVIOUS, before)

@@ -102,6 +102,7 @@ def _collector_stage(cfg, config_path, overrides, events, log) -> dict:
 
 def _archive_stage(cfg, expected_ids: set[str], log) -> dict:
     from pipelines.archive.archiver import Archiver
+    from pipelines.archive.layout import archive_root
     from pipelines.archive.reader import archived_event_ids
 
     archiver = Archiver.from_config(cfg, log=lambda *_: None)
@@ -112,8 +113,7 @@ def _archive_stage(cfg, expected_ids: set[str], log) -> dict:
     finally:
         archiver.close()
     elapsed = time.perf_counter() - t0
-    root = cfg.path_or_default(cfg.archive.output_dir, "archive")
-    found = archived_event_ids(root)
+    found = archived_event_ids(archive_root(cfg))
     archived = len(expected_ids & found)
     log(f"archive: {archived} of {len(expected_ids)} sent events archived in {elapsed:.2f}s (incl. 3 s idle wait)")
     return {"events_archived": archived, "archive_events_per_s": round(len(found) / max(elapsed - 3.0, 1e-6), 1)}

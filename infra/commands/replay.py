@@ -35,14 +35,14 @@ BUILD_ONE = ("build one with `rtrl archive` (from Kafka) or `rtrl archive import
 
 
 def archive_problem(archive: str, start, end) -> str | None:
-    """Why a replay of [start, end) over `archive` would have nothing to read, or None when it has events there."""
-    from pathlib import Path
-
+    """Why a replay of [start, end) over `archive` (a local folder or an object-store URL) would have nothing to
+    read, or None when it has events there."""
     from pipelines.archive.manifest import ArchiveError, load_manifests
     from pipelines.archive.reader import event_time_span
+    from schemas import storage
 
-    root = Path(archive)
-    if not root.is_dir():
+    root = storage.normalize(archive)
+    if not storage.exists(root):
         return f"no archive at {root}: {BUILD_ONE}"
     try:
         if not any(m.files for m in load_manifests(root)):
@@ -59,9 +59,10 @@ def archive_problem(archive: str, start, end) -> str | None:
 
 def replay(args, cfg) -> int:
     from infra.progress import ProgressLine
+    from pipelines.archive.layout import archive_root
     from pipelines.rewards import progress, replay_job
 
-    archive = args.events or str(cfg.path_or_default(cfg.archive.output_dir, "archive"))
+    archive = args.events or str(archive_root(cfg))
     start, end = _time(args.start, "start"), _time(args.end, "end")
     if (problem := archive_problem(archive, start, end)) is not None:
         print(f"rtrl replay: {problem}", file=sys.stderr)

@@ -18,6 +18,7 @@ import streamlit as st
 
 from infra.config import load_config
 from infra.dashboard import data
+from pipelines.archive.layout import archive_root
 from pipelines.metrics.catalog import BY_NAME, METRICS
 from pipelines.metrics.report import fmt_change, fmt_value, org_rows, table_rows, version_rows
 from pipelines.metrics.store import MetricsStore
@@ -277,7 +278,7 @@ def page_health() -> None:
     if cycles:
         hf = data.health_frame(cycles)
         last = cycles[-1]
-        lag = data.consumer_lag(CFG.path_or_default(CFG.archive.output_dir, "archive"), cycles)
+        lag = data.consumer_lag(archive_root(CFG), cycles)
         cols = st.columns(4)
         cols[0].metric("Reward-job lag (records)", "n/a" if lag is None else f"{lag['total']:,}",
                        help="records the archiver has committed that no reward cycle has read yet")

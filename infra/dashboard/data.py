@@ -97,19 +97,23 @@ def dead_letters_frame(cycles: list[dict[str, Any]]) -> pl.DataFrame:
                                       "count": pl.Int64})
 
 
-def consumer_lag(archive_root: Path, cycles: list[dict[str, Any]]) -> dict[str, Any] | None:
+def consumer_lag(archive_root: Path | str, cycles: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Records the archiver has committed but no reward cycle has read yet, per partition: the archiver's next
-    offset (from its manifests, same Kafka cluster) minus the latest done cycle's range end. None without both."""
+    offset (from its manifests, same Kafka cluster) minus the latest done cycle's range end. None without both.
+    `archive_root` is a local folder or an object-store URL (`schemas.storage`)."""
+    from pipelines.archive import layout
+    from schemas import storage
+
     done = [c for c in cycles if c["status"] == "done" and c["stop"]]
-    mdir = archive_root / "_manifests"
-    if not done or not mdir.is_dir():
+    if not done:
         return None
     last = done[-1]
-    cluster_dirs = [mdir / last["cluster_id"]] if last.get("cluster_id") else [d for d in mdir.iterdir() if d.is_dir()]
+    clusters = ([last["cluster_id"]] if last.get("cluster_id") else
+                storage.list_dirs(storage.join(archive_root, layout.MANIFEST_DIR)))
     positions: dict[str, int] = {}
-    for d in cluster_dirs:
-        for f in d.glob("*.json"):
-            m = _MANIFEST_NAME.match(f.name)
+    for cluster in clusters:
+        for f in storage.list_files(layout.manifest_dir(archive_root, cluster), "*.json", recursive=False):
+            m = None if storage.is_temp(f.loc) else _MANIFEST_NAME.match(storage.name(f.loc))
             if m:
                 key = f"{m['topic']}/{m['partition']}"
                 positions[key] = max(positions.get(key, 0), int(m["last"]) + 1)

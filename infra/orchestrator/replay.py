@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
+from pipelines.archive.layout import archive_root
+from schemas import storage
 from schemas.instants import parse_instant
 
 
@@ -26,7 +28,9 @@ def production_table(cfg) -> Path:
     return (cfg.state_path / "rewards" / "table").resolve()
 
 
-def output_for(cfg, start: datetime, end: datetime, out: str | None) -> Path:
+def output_for(cfg, start: datetime, end: datetime, out: str | None) -> Path | str:
+    if out and storage.is_remote(out):
+        return storage.normalize(out)   # an object-store table: never the local production table
     if out:
         p = Path(out).expanduser().resolve()
         prod = production_table(cfg)
@@ -44,8 +48,8 @@ def replay_range(cfg, cli: RtrlCli, start: str, end: str, out: str | None = None
     if e <= s:
         raise ValueError(f"replay end {end} is not after start {start}")
     target = output_for(cfg, s, e, out)
-    archive = cfg.path_or_default(cfg.archive.output_dir, "archive")
-    if not archive.is_dir():
+    archive = archive_root(cfg)
+    if not storage.exists(archive):
         raise StepFailed(f"the event archive {archive} does not exist (is `rtrl archive` running?)")
     log(f"replay [{s.isoformat()}, {e.isoformat()}) from {archive} -> {target}")
     _, summary = cli.run("replay", "--events", str(archive), "--start", s.isoformat(), "--end", e.isoformat(),

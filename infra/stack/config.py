@@ -132,7 +132,13 @@ class MlflowConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tracking_uri: str = Field(default="", description="'' means SQLite at <state_dir>/mlflow.db.")
-    artifact_root: str = Field(default="", description="'' means <state_dir>/mlflow-artifacts.")
+    artifact_root: str = Field(default="", description="Where version files go: a local folder or an object-store "
+                               "URL (s3://bucket/prefix; S3 settings from the AWS_* environment, as for the "
+                               "archive). '' means <state_dir>/mlflow-artifacts.")
+    promotion_lock: str = Field(default="", description="What serialises promotions (the compare-and-swap of alias "
+                                "champion): a local path (an flock: promoters on one host) or an object-store URL "
+                                "(a lease object: promoters on any host). '' means a lease under an s3:// "
+                                "artifact_root, else an flock next to the SQLite store.")
     ui_host: str = Field(default="127.0.0.1", description="MLflow UI bind address; localhost by default.")
     ui_port: int = Field(default=15000, ge=1, le=65535)
     startup_timeout_s: float = Field(default=60.0, gt=0, le=600)

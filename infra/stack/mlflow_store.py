@@ -1,6 +1,8 @@
 """MLflow on a local SQLite file: the tracking store and model registry of the embedded default.
 
 The store is created at `rtrl up` (schema migrated once); the web UI is an optional process (`rtrl up --mlflow-ui`).
+The artifact root is a local folder (created here) or an object-store URL (nothing to create; MLflow's S3 client
+is pointed at the AWS_* endpoint by `registry.client.use_s3_endpoint_from_aws_env`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from infra.stack.process import ManagedProcess, StackError, port_is_free
 
 
 class MlflowStore:
-    def __init__(self, cfg: MlflowConfig, tracking_uri: str, artifact_root: Path, state_dir: Path):
+    def __init__(self, cfg: MlflowConfig, tracking_uri: str, artifact_root: Path | str, state_dir: Path):
         self.cfg = cfg
         self.tracking_uri = tracking_uri
         self.artifact_root = artifact_root
@@ -28,7 +30,14 @@ class MlflowStore:
         """Create (or migrate) the SQLite tracking/registry schema; idempotent."""
         if self.tracking_uri.startswith("sqlite:///"):
             Path(self.tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        self.artifact_root.mkdir(parents=True, exist_ok=True)
+        from schemas import storage
+
+        if storage.is_remote(self.artifact_root):
+            from registry.client import use_s3_endpoint_from_aws_env
+
+            use_s3_endpoint_from_aws_env()
+        else:
+            Path(self.artifact_root).mkdir(parents=True, exist_ok=True)
         from mlflow.tracking import MlflowClient
 
         MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri).search_experiments(max_results=1)

@@ -1,5 +1,9 @@
 """Data-quality reports: `SuiteResult`s -> Markdown, HTML and JSON (one table per suite: rule, status, observed,
-unexpected examples), and a one-screen text summary for the terminal."""
+unexpected examples), and a one-screen text summary for the terminal.
+
+A report folder is a storage location (`schemas.storage`): a local folder or an object-store URL
+(`s3://bucket/quality/<run>`). Each file is written atomically (a reader sees a whole report file or none), and
+`read_report` reads report.json back from either."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pipelines.quality.result import RuleResult, SuiteResult, all_passed
+from schemas import storage
 
 STATUS_MARK = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
 
@@ -101,13 +106,23 @@ def summary(results: Sequence[SuiteResult], max_failures: int = 8) -> str:
     return "\n".join(lines)
 
 
+REPORT_FILES = {"md": "report.md", "html": "report.html", "json": "report.json"}
+
+
 def write_report(results: Sequence[SuiteResult], directory: str | Path, meta: dict[str, Any] | None = None
-                 ) -> dict[str, Path]:
-    """Write report.md, report.html and report.json into `directory` (created); return their paths."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    paths = {"md": d / "report.md", "html": d / "report.html", "json": d / "report.json"}
-    paths["md"].write_text(to_markdown(results, meta))
-    paths["html"].write_text(to_html(results, meta))
-    paths["json"].write_text(to_json(results, meta))
+                 ) -> dict[str, Path | str]:
+    """Write report.md, report.html and report.json into `directory` (a local folder, created, or an object-store
+    URL), each atomically; return their locations (a `Path` each for a local folder, URL strings otherwise).
+    report.json goes last: a reader that finds it finds the other two."""
+    d = storage.normalize(directory)
+    paths = {kind: storage.join(d, name) for kind, name in REPORT_FILES.items()}
+    storage.write_text(paths["md"], to_markdown(results, meta))
+    storage.write_text(paths["html"], to_html(results, meta))
+    storage.write_text(paths["json"], to_json(results, meta))
     return paths
+
+
+def read_report(directory: str | Path) -> dict[str, Any]:
+    """The report.json of a report folder (local or object store) as written by `write_report`; its `suites` are
+    `SuiteResult.to_dict()`s. FileNotFoundError when there is none."""
+    return json.loads(storage.read_text(storage.join(directory, REPORT_FILES["json"])))
