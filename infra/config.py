@@ -35,6 +35,7 @@ from instrumentation.simulator.config import SimulatorConfig
 from pipelines.archive.config import ArchiveConfig
 from pipelines.metrics.config import AbConfig
 from pipelines.quality.config import QualityConfig
+from pipelines.rewards.runner_config import BeamConfig
 from pipelines.rewards.spec import RewardSpec
 from serving.config import ServingConfig
 from trainer.bootstrap.config import PolicyConfig
@@ -61,6 +62,7 @@ class RtrlConfig(BaseModel):
     collector: CollectorConfig = Field(default_factory=CollectorConfig)
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     rewards: RewardSpec = Field(default_factory=RewardSpec)
+    beam: BeamConfig = Field(default_factory=BeamConfig)
     quality: QualityConfig = Field(default_factory=QualityConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)

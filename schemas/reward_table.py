@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-import pyarrow.parquet as pq
 
+from schemas import storage
 from schemas.arrow import fill_defaults, model_arrow_schema
 from schemas.rewards import RewardRow
 
@@ -19,17 +19,19 @@ def read_reward_table(path: str | Path, window: str | None = None) -> pl.DataFra
     included; names starting with '_' or '.' are skipped), sorted by request_id. Partition directories are not
     turned into columns: `policy_version` is already a column of every row. `window`: only the partitions of
     that window (`.../window=<window>/...`: one cycle's rows, the cycle id being the window)."""
-    p = Path(path)
-    if not p.exists():
+    p = storage.normalize(path)
+    if not storage.exists(p):
         raise FileNotFoundError(f"reward table {p} does not exist")
-    files = [p] if p.is_file() else sorted(
-        f for f in p.rglob("*.parquet") if not any(part.startswith(("_", ".")) for part in f.relative_to(p).parts))
-    if window is not None:
-        files = [f for f in files if f"window={window}" in f.parts]
+    if storage.is_file(p):
+        files = [p]
+    else:
+        files = [f.loc for f in storage.list_files(p, "**/*.parquet")
+                 if not any(part.startswith(("_", ".")) for part in f.rel.split("/"))
+                 and (window is None or f"window={window}" in f.rel.split("/"))]
     if not files:
         return pl.from_arrow(ROW_SCHEMA.empty_table())
     # pyarrow reads each file (its errors -- ArrowInvalid for a file that is not Parquet -- are what callers
     # handle); no hive partitioning, so directory names never become columns. A file written before a field was
     # added to RewardRow gets that field's default (the trainer reads cut_short of every row).
-    return pl.concat([pl.from_arrow(fill_defaults(pq.read_table(f), RewardRow)) for f in files],
+    return pl.concat([pl.from_arrow(fill_defaults(storage.read_parquet(f), RewardRow)) for f in files],
                      how="diagonal_relaxed").sort("request_id")

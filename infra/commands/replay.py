@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
 from infra.commands import add_command
 from infra.commands.rewards import SHARDS_HELP, _line, _time, summarize
@@ -21,7 +20,7 @@ def add_parser(subparsers) -> None:
     rep.add_argument("--end", required=True, metavar="TIME", help="exclusive; requests made in [start, end)")
     rep.add_argument("--out", required=True, metavar="DIR", help="reward table output (never the production one "
                      "unless you say so)")
-    rep.add_argument("--cycles", metavar="DIR", help="the live cycles' rewards state (default: <state_dir>/rewards): "
+    rep.add_argument("--cycles", metavar="DIR", help="the live cycles' rewards state (default: rewards_dir): "
                      "an event a recorded cycle read is late exactly when that cycle found it late; other events "
                      "are judged by their archived received_time")
     rep.add_argument("--no-cycles", action="store_true", help="judge every event's lateness by its received_time")
@@ -61,14 +60,15 @@ def replay(args, cfg) -> int:
     from infra.progress import ProgressLine
     from pipelines.archive.layout import archive_root
     from pipelines.rewards import progress, replay_job
+    from schemas import storage
 
     archive = args.events or str(archive_root(cfg))
     start, end = _time(args.start, "start"), _time(args.end, "end")
     if (problem := archive_problem(archive, start, end)) is not None:
         print(f"rtrl replay: {problem}", file=sys.stderr)
         return 1
-    cycles = None if args.no_cycles else (args.cycles or str(cfg.state_path / "rewards"))
-    if args.cycles and not Path(args.cycles, "cycles").is_dir():
+    cycles = None if args.no_cycles else (args.cycles or str(cfg.rewards_root()))
+    if args.cycles and not storage.list_files(storage.join(args.cycles, "cycles"), "*.json", recursive=False):
         print(f"rtrl replay: --cycles {args.cycles} holds no cycle manifests (cycles/*.json)", file=sys.stderr)
         return 1
     print(f"replay: {archive} [{start.isoformat()}, {end.isoformat()}) -> {args.out} "
@@ -78,7 +78,7 @@ def replay(args, cfg) -> int:
     try:
         with ProgressLine(lambda s: _line("replay", s)):
             summary = replay_job.run(archive, start, end, args.out, cfg.rewards, shards=args.shards,
-                                     beam_args=args.beam_args or None, cycles=cycles)
+                                     beam_args=cfg.beam.for_job("replay", args.beam_args), cycles=cycles)
     except ValueError as e:
         print(f"rtrl replay: {e}", file=sys.stderr)
         return 2

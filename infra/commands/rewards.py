@@ -64,11 +64,13 @@ def add_parser(subparsers) -> None:
                       "the last cycle + its open join state")
     rew.add_argument("--cycle", required=True, metavar="ID", help="cycle id (a rerun of a started cycle reads the "
                      "same range; a done cycle is not run twice)")
-    rew.add_argument("--out", metavar="DIR", help="reward table root (default: <state_dir>/rewards/table)")
+    rew.add_argument("--out", metavar="DIR", help="reward table root, a path or s3:// URL (default: the table under "
+                     "rewards_dir, <state_dir>/rewards/table)")
     rew.add_argument("--idle", type=float, default=2.0, metavar="S",
                      help="the range ends where every partition has been quiet for S seconds (default 2)")
     rew.add_argument("--shards", type=int, help=SHARDS_HELP)
-    rew.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION", help="after --: Beam pipeline options")
+    rew.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION", help="after --: Beam pipeline options, added to "
+                     "[beam] options and [beam] cycle (e.g. -- --runner=DaskRunner --dask_client_address=HOST:8786)")
 
     strm = add_command(subparsers, "rewards-stream", stream,
                        "run the reward job continuously on an unbounded Kafka read (a portable runner: Flink, "
@@ -80,24 +82,26 @@ def add_parser(subparsers) -> None:
     strm.add_argument("--group-id", default="rtrl-rewards", help="Kafka consumer group (default rtrl-rewards)")
     strm.add_argument("--expansion-service", metavar="HOST:PORT", help="a running Beam expansion service for KafkaIO")
     strm.add_argument("--shards", type=int, help=SHARDS_HELP)
-    strm.add_argument("beam_args", nargs="+", metavar="BEAM_OPTION", help="after --: Beam options naming the runner")
+    strm.add_argument("beam_args", nargs="*", metavar="BEAM_OPTION", help="after --: Beam options naming the runner "
+                      "(added to [beam] options and [beam] stream)")
 
 
 def cycle(args, cfg) -> int:
-    from pathlib import Path
 
     from infra.progress import ProgressLine
     from pipelines.rewards import progress
     from pipelines.rewards.cycle_job import run_cycle
 
-    root = cfg.state_path / "rewards"
-    out = Path(args.out) if args.out else root / "table"
+    from schemas import storage
+
+    root = cfg.rewards_root()
+    out = storage.normalize(args.out) if args.out else cfg.reward_table()
     t0 = time.perf_counter()
     progress.reset()
     try:
         with ProgressLine(lambda s: _line(f"rewards {args.cycle}", s)):
             m = run_cycle(args.cycle, cfg.kafka, root, out, cfg.rewards, shards=args.shards,
-                          idle_s=args.idle, beam_args=args.beam_args or None,
+                          idle_s=args.idle, beam_args=cfg.beam.for_job("cycle", args.beam_args),
                           log=lambda msg: print(msg, file=sys.stderr, flush=True))
     except ValueError as e:
         print(f"rtrl rewards: {e}", file=sys.stderr)
@@ -105,7 +109,7 @@ def cycle(args, cfg) -> int:
     print(json.dumps({"rewards": {"cycle": m.cycle_id, "seq": m.seq, "status": m.status, "after": m.after,
                                   "as_of": m.as_of, "records_in_range": m.range["records"],
                                   "rows": sum(n for _, n in m.partitions), "out": str(out),
-                                  "dead_letter_file": str(root / "dead_letter" / f"{m.cycle_id}.parquet"),
+                                  "dead_letter_file": str(storage.join(root, "dead_letter", f"{m.cycle_id}.parquet")),
                                   "seconds": round(time.perf_counter() - t0, 2), **summarize(m.counters)}},
                      indent=2))
     return 0
@@ -117,7 +121,7 @@ def stream(args, cfg) -> int:
 
     from pipelines.rewards import stream_job
 
-    options = PipelineOptions(args.beam_args)
+    options = PipelineOptions(cfg.beam.for_job("stream", args.beam_args))
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
     if runner in ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner"):
         print("rtrl rewards-stream: the unbounded Kafka read needs a portable runner (e.g. -- --runner=FlinkRunner "

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Callable
 
 import apache_beam as beam
@@ -33,6 +32,7 @@ from pipelines.rewards.classifiers import get_classifier
 from pipelines.rewards.frames import concat_frames
 from pipelines.rewards.sink import write_carry, write_dead_letters, write_partition
 from pipelines.rewards.spec import RewardSpec
+from schemas import storage
 
 COUNTS, DEAD, ROWS, CARRY = "counts", "dead", "rows", "carry"
 
@@ -97,7 +97,7 @@ class ShardJoin:
 
 @dataclass(frozen=True)
 class Sink:
-    """Where a bounded run's outputs go. `table`/`window`: the reward table and the partition label; `carry`: the
+    """Where a bounded run's outputs go (paths or object-store URLs, schemas.storage). `table`/`window`: the reward table and the partition label; `carry`: the
     open join state's folder (None: not kept, as in a replay); `dead_letters`: the run's dead-letter file (None:
     none expected); `result`: the summary file the driver reads."""
     table: str
@@ -116,11 +116,11 @@ class WriteGroup:
         key, values = group
         kind, version = key if isinstance(key, tuple) else (key, None)
         if kind == ROWS:
-            return "partitions", [write_partition(Path(self.sink.table), self.sink.window, version, values)]
+            return "partitions", [write_partition(self.sink.table, self.sink.window, version, values)]
         if kind == CARRY:
-            return CARRY, write_carry(Path(self.sink.carry), values) if self.sink.carry else 0
+            return CARRY, write_carry(self.sink.carry, values) if self.sink.carry else 0
         if kind == DEAD:
-            return DEAD, write_dead_letters(Path(self.sink.dead_letters), values, self.sink.cluster_id) \
+            return DEAD, write_dead_letters(self.sink.dead_letters, values, self.sink.cluster_id) \
                 if self.sink.dead_letters else 0
         total: dict[str, int] = {}
         for c in values:
@@ -153,11 +153,7 @@ class Finish:
             elif kind == DEAD:
                 summary["dead_letters"] = value
         summary["partitions"] = sorted(list(p) for p in summary["partitions"])
-        path = Path(self.sink.result)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
-        tmp.replace(path)
+        storage.write_text(self.sink.result, json.dumps(summary, indent=2, sort_keys=True))
         return summary
 
 
@@ -186,5 +182,5 @@ class BoundedRewards(beam.PTransform):
 
 
 def read_summary(sink: Sink) -> dict:
-    return json.loads(Path(sink.result).read_text())
+    return json.loads(storage.read_text(sink.result))
 

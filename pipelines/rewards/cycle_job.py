@@ -8,7 +8,9 @@ time minus the allowed lateness; idle partitions do not hold it back; no event c
 plus `max_skew_s`, so one client clock cannot move the cut-off: `kafka_range.watermark_time`); so every request is
 emitted by exactly one cycle.
 
-Crash safety. The manifest `<state>/rewards/cycles/<cycle_id>.json` is written first with the fixed range
+State lives under the rewards root: a path or an object-store URL (schemas.storage; every write atomic), so a
+runner's workers need no shared disk. Crash safety. The manifest `<state>/rewards/cycles/<cycle_id>.json` is
+written first with the fixed range
 (status "started"), then the Beam job writes the reward partitions (idempotent overwrite), the carry and the
 dead letters (`<state>/rewards/dead_letter/<cycle_id>.parquet`, the archive's dead-letter schema; the archiver
 publishes the same messages to the dead-letter topic, so this job does not publish them twice), then the manifest
@@ -19,14 +21,11 @@ and writes the same files; rerunning a done cycle does nothing.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 import apache_beam as beam
 import polars as pl
-import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.rewards import progress
@@ -35,7 +34,9 @@ from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary
 from pipelines.rewards.kafka_range import (MAX_SKEW_S, FixedRange, ReadRangeItemsFn, cluster_id, fix_range,
                                            parse_key, range_watermark)
 from pipelines.rewards.spec import RewardSpec
+from schemas import storage
 from schemas.kafka_clients import KafkaTarget, bootstrap_of
+from schemas.storage import Location
 from schemas.topics import EVENT_TOPICS
 
 
@@ -53,43 +54,42 @@ class CycleManifest:
     counters: dict = field(default_factory=dict)
 
 
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 class CycleStore:
-    def __init__(self, root: Path):
-        self.root = root
+    """The cycle job's state under `root` (a path or an object-store URL, schemas.storage): manifests, results,
+    carried join state and dead letters."""
 
-    def manifest_path(self, cycle_id: str) -> Path:
-        return self.root / "cycles" / f"{cycle_id}.json"
+    def __init__(self, root: Location):
+        self.root = storage.normalize(root)
 
-    def dead_letter_path(self, cycle_id: str) -> Path:
-        return self.root / "dead_letter" / f"{cycle_id}.parquet"
+    def manifest_path(self, cycle_id: str) -> Location:
+        return storage.join(self.root, "cycles", f"{cycle_id}.json")
 
-    def result_path(self, cycle_id: str) -> Path:
-        return self.root / "cycles" / "results" / f"{cycle_id}.json"
+    def dead_letter_path(self, cycle_id: str) -> Location:
+        return storage.join(self.root, "dead_letter", f"{cycle_id}.parquet")
 
-    def carry_dir(self, cycle_id: str) -> Path:
-        return self.root / "carry" / cycle_id
+    def result_path(self, cycle_id: str) -> Location:
+        return storage.join(self.root, "cycles", "results", f"{cycle_id}.json")
+
+    def carry_dir(self, cycle_id: str) -> Location:
+        return storage.join(self.root, "carry", cycle_id)
+
+    def carry_files(self, cycle_id: str) -> list[str]:
+        return [str(f.loc) for f in storage.list_files(self.carry_dir(cycle_id), "*.parquet", recursive=False)]
 
     def load(self, cycle_id: str) -> CycleManifest | None:
         p = self.manifest_path(cycle_id)
-        return CycleManifest(**json.loads(p.read_text())) if p.exists() else None
+        return CycleManifest(**json.loads(storage.read_text(p))) if storage.exists(p) else None
+
+    def manifests(self) -> list[CycleManifest]:
+        return [CycleManifest(**json.loads(storage.read_text(f.loc)))
+                for f in storage.list_files(storage.join(self.root, "cycles"), "*.json", recursive=False)]
 
     def latest_done(self) -> CycleManifest | None:
-        done = [m for m in (CycleManifest(**json.loads(p.read_text()))
-                            for p in (self.root / "cycles").glob("*.json")) if m.status == "done"]
+        done = [m for m in self.manifests() if m.status == "done"]
         return max(done, key=lambda m: m.seq) if done else None
 
     def save(self, m: CycleManifest) -> None:
-        _write_json(self.manifest_path(m.cycle_id), asdict(m))
+        storage.write_text(self.manifest_path(m.cycle_id), json.dumps(asdict(m), indent=2, sort_keys=True))
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -139,13 +139,13 @@ NOTHING_MATURE = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class ReadCarryFn(beam.DoFn):
-    def process(self, path: str):
-        frame = pl.read_parquet(path)
+    def process(self, loc: str):
+        frame = pl.from_arrow(storage.read_parquet(loc))
         if frame.height:
-            yield EventBatch(Path(path).stem, frame, carried=True)
+            yield EventBatch(storage.name(loc).removesuffix(".parquet"), frame, carried=True)
 
 
-def run_cycle(cycle_id: str, bootstrap: KafkaTarget, state_root: Path, out: Path, spec: RewardSpec,
+def run_cycle(cycle_id: str, bootstrap: KafkaTarget, state_root: Location, out: Location, spec: RewardSpec,
               shards: int | None = None, idle_s: float = 2.0, beam_args: list[str] | None = None, log=print,
               max_skew_s: float = MAX_SKEW_S) -> CycleManifest:
     """`max_skew_s`: how far past its receipt time an event's time may count for the cut-off (see kafka_range)."""
@@ -158,7 +158,7 @@ def run_cycle(cycle_id: str, bootstrap: KafkaTarget, state_root: Path, out: Path
         raise ValueError(f"cycle {cycle_id} was started with reward spec {m.spec_version}; this run has "
                          f"{spec.version()}: finish it with the same spec, or replay with the new one")
     prev = store.load(m.previous) if m.previous else None
-    carry_in = sorted(str(p) for p in store.carry_dir(prev.cycle_id).glob("*.parquet")) if prev else []
+    carry_in = store.carry_files(prev.cycle_id) if prev else []
     r = FixedRange(**m.range)
     progress.put("events_total", r.records)
     if r.cluster_id and (now := cluster_id(bootstrap)) != r.cluster_id:

@@ -24,13 +24,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import apache_beam as beam
 import polars as pl
 from apache_beam.metrics import Metrics
 
 from pipelines.rewards.batches import EventBatch
+from schemas import storage
+from schemas.storage import Location
 
 LATE_REQUESTS, LATE_EVENTS = "late_requests", "late_events"
 _TIME = pl.Datetime("us", "UTC")
@@ -79,13 +80,14 @@ class CycleSpan:
     after: datetime | None      # None: the first cycle (nothing fired before it)
 
 
-def cycle_spans(rewards_state: str | Path | None) -> list[CycleSpan]:
-    """Every partition range of the done cycles recorded under `rewards_state` (the cycle job's state root)."""
+def cycle_spans(rewards_state: Location | None) -> list[CycleSpan]:
+    """Every partition range of the done cycles recorded under `rewards_state` (the cycle job's state root: a
+    path or an object-store URL)."""
     if rewards_state is None:
         return []
     spans = []
-    for p in sorted(Path(rewards_state, "cycles").glob("*.json")):
-        m = json.loads(p.read_text())
+    for f in storage.list_files(storage.join(rewards_state, "cycles"), "*.json", recursive=False):
+        m = json.loads(storage.read_text(f.loc))
         if m.get("status") != "done":
             continue
         r, after = m["range"], m.get("after")

@@ -19,6 +19,7 @@ from pipelines.archive.writer import EVENTS
 from pipelines.rewards import progress
 from pipelines.rewards.batches import EventBatch
 from pipelines.rewards.frames import conform
+from schemas import storage
 from pipelines.rewards.lateness import ReplayCuts, late_counter, split_late
 
 
@@ -48,7 +49,8 @@ class ReadArchiveFileFn(beam.DoFn):
 
 def file_clusters(root: str | Path) -> dict[str, str]:
     """The Kafka cluster id each committed data file's offsets refer to (path relative to the root)."""
-    return {f.path: m.cluster_id for m in load_manifests(Path(root)) for f in m.files if f.kind == EVENTS}
+    return {f.path: m.cluster_id for m in load_manifests(storage.normalize(root)) for f in m.files
+            if f.kind == EVENTS}
 
 
 def _in(frame: pl.DataFrame, start: datetime | None, end: datetime | None) -> pl.DataFrame:

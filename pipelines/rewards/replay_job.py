@@ -29,6 +29,7 @@ from pipelines.rewards.kafka_range import MAX_SKEW_S
 from pipelines.rewards.lateness import ReplayCuts, cycle_spans, receipt_cuts
 from pipelines.rewards.read_archive import ReadArchive, count_duplicate_copies, receipt_times
 from pipelines.rewards.spec import RewardSpec
+from schemas import storage
 
 
 COUNTERS = ("events_read", "duplicates_dropped", "rows_emitted", "unknown_labels", "late_requests", "late_events",
@@ -93,7 +94,7 @@ def run(archive: str | Path, start: datetime, end: datetime, out: str | Path, sp
         raise ValueError(f"end ({end.isoformat()}) must be after start ({start.isoformat()})")
     options = PipelineOptions(beam_args or ["--runner=DirectRunner"])
     window = window_label(start, end)
-    sink = Sink(table=str(out), window=window, result=str(Path(out) / "_replays" / f"{window}.json"))
+    sink = Sink(table=str(out), window=window, result=str(storage.join(out, "_replays", f"{window}.json")))
     p = beam.Pipeline(options=options)
     cuts = replay_cuts(archive, start, end, spec, cycles)
     build(p, archive, start, end, sink, spec, shards, cuts)
