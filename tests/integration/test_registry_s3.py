@@ -1,7 +1,9 @@
 """The MLflow registry with its artifact root on S3, against a real S3 server (moto's, as the stack runs it) and a
 real MLflow store: a registered checkpoint's files land in the bucket and nothing under a local artifact folder,
 and come back byte for byte; promoters in separate processes, sharing no lock file, race through the lease object
-in the bucket and exactly one wins; rollback is still one call; a stale lease is taken over, a live one is not."""
+in the bucket and exactly one wins; rollback is still one call; a stale lease is taken over, a live one is not.
+Also the other configured locations of issue 39's storage part: quality reports and `rtrl replay`'s archive check
+on s3:// URLs."""
 
 from __future__ import annotations
 
@@ -159,3 +161,29 @@ def test_a_stale_lease_on_s3_is_taken_over_after_its_ttl_and_a_live_one_is_not(s
         with pytest.raises(PromotionRefused, match="half its ttl"):
             lease.check()   # 0.5 s later: the holder must not write any more
     assert not storage.exists(url)
+
+
+def test_quality_reports_and_the_replay_archive_check_take_s3_urls(s3_server, tmp_path, monkeypatch):
+    from datetime import datetime, timezone
+
+    from infra.commands.replay import archive_problem
+    from pipelines.quality import read_report, write_report
+    from pipelines.quality.result import RuleResult, SuiteResult
+
+    monkeypatch.chdir(tmp_path)
+    rule = RuleResult("reward_within_clip", "expect_column_values_to_be_between", "reward", False,
+                      description="reward in [-1, 1]", observed="1 of 3 rows",
+                      unexpected_examples=[{"request_id": "r-2"}])
+    suite = SuiteResult("rewards", False, [rule], 3, 0.01)
+    url = s3_server.url("quality")
+    paths = write_report([suite], url, meta={"rewards": "s3://b/rewards"})
+    assert paths["json"] == f"{url}/report.json"
+    assert [k.rsplit("/", 1)[1] for k in s3_server.keys(url)] == ["report.html", "report.json", "report.md"]
+    doc = read_report(url)
+    assert doc["success"] is False and SuiteResult.from_dict(doc["suites"][0]) == suite
+    assert "| reward_within_clip | FAIL |" in storage.read_text(paths["md"])
+    assert list(tmp_path.iterdir()) == []    # nothing written locally (no "s3:" folder)
+
+    t0, t1 = datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 2, tzinfo=timezone.utc)
+    missing = s3_server.url("archive")
+    assert archive_problem(missing, t0, t1).startswith(f"no archive at {missing}: build one")

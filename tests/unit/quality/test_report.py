@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
+import pytest
 
 from pipelines.quality import SuiteResult, check_rewards, summary, write_report
 from pipelines.rewards.spec import RewardSpec
@@ -55,3 +57,25 @@ def test_summary_lists_each_failing_rule_with_an_example():
     assert text.splitlines()[0].startswith("rewards: FAIL (3 of ")
     assert "FAIL not_a_privacy_mode_request: 1 of 5 rows" in text and '"r-4"' in text
     assert text.endswith("FAILED: training on this data is blocked")
+
+
+def test_a_report_folder_is_a_storage_location_written_atomically_and_read_back(tmp_path, monkeypatch):
+    import os
+
+    from pipelines.quality import read_report
+
+    result = _failing()
+    replaced = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (replaced.append((Path(a).name, Path(b).name)),
+                                                     real_replace(a, b)))
+    paths = write_report([result], f"file://{tmp_path}/q", meta={"rewards": "t.parquet"})
+    assert paths["json"] == tmp_path / "q" / "report.json"
+    # every file went through a temp file renamed over its name (schemas.storage's atomic write), report.json last
+    assert [b for _, b in replaced] == ["report.md", "report.html", "report.json"]
+    assert all(a.startswith(".tmp-") for a, _ in replaced)
+    assert sorted(p.name for p in (tmp_path / "q").iterdir()) == ["report.html", "report.json", "report.md"]
+    doc = read_report(tmp_path / "q")
+    assert doc["success"] is False and SuiteResult.from_dict(doc["suites"][0]) == result
+    with pytest.raises(FileNotFoundError):
+        read_report(tmp_path / "none")
