@@ -6,7 +6,11 @@
   reference_compute_only_events_per_s  that pass alone over frames already in memory (no I/O), for scale;
   replay_events_per_s            `rtrl replay`'s job (Beam DirectRunner) over the same archive;
   offset_range_events_per_s      a cycle run (`rtrl rewards`) over the same events produced to a private broker,
-                                 fixing the range and reading it back through Beam.
+                                 fixing the range and reading it back through Beam;
+  dask_events_per_s              the replay job unchanged on Beam's DaskRunner over a `dask.distributed`
+                                 LocalCluster of `dask_workers` processes (no shared memory), reading the archive
+                                 from S3 and writing the rows to S3 (a private moto server), not counting the
+                                 archive's upload.
 Rows from all of them are compared: `*_rows_match_reference` is false if any differs (and the command exits 1).
 """
 
@@ -44,7 +48,8 @@ def _reference_job(archive: Path, start, end, out: Path, spec, classifier) -> No
         write_partition(out, "reference", version, [part])
 
 
-def run(n_requests: int, kafka: bool = True, shards: int | None = None, log: Callable[[str], None] = print) -> dict:
+def run(n_requests: int, kafka: bool = True, shards: int | None = None, log: Callable[[str], None] = print,
+        dask_workers: int = 2) -> dict:
     from pipelines.archive.importer import import_frames
     from pipelines.rewards import replay_job
     from pipelines.rewards.assemble import assemble_rewards
@@ -87,6 +92,8 @@ def run(n_requests: int, kafka: bool = True, shards: int | None = None, log: Cal
                   "replay_rows_match_reference": replayed.sort("request_id").equals(ref.sort("request_id")),
                   "replay_counters": s.counters}
         log(f"bench: reference job {t_ref:.2f}s (compute alone {t_compute:.2f}s), replay {t_replay:.2f}s")
+        if dask_workers:
+            result |= _dask(tmp, frames, start, end, spec, ref, shards, dask_workers, log)
         if kafka:
             result |= _offset_range(tmp, frames, spec, ref, shards, log)
         result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
@@ -132,3 +139,48 @@ def _offset_range(tmp: Path, frames: dict[str, pl.DataFrame], spec, ref: pl.Data
                 "offset_range_rows_match_reference": got.sort("request_id").equals(expected.sort("request_id"))}
     finally:
         stack.down(log=lambda *_: None)
+
+
+def _dask(tmp: Path, frames: dict[str, pl.DataFrame], start, end, spec, ref: pl.DataFrame, shards, workers: int,
+          log) -> dict:
+    import os
+
+    from dask.distributed import LocalCluster
+
+    from infra.bench.ports import free_port
+    from infra.stack.broker import BUCKET, S3_CREDENTIALS, ObjectStore
+    from infra.stack.config import KafkaConfig
+    from pipelines.archive.importer import import_frames
+    from pipelines.rewards import replay_job
+    from schemas.reward_table import read_reward_table
+
+    store = ObjectStore(KafkaConfig(port=free_port(pair=True)), tmp / "s3")   # moto on kafka.port + 1
+    store.start()
+    env = {**S3_CREDENTIALS, "AWS_ENDPOINT_URL_S3": store.url, "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)              # the workers (spawned below) inherit it
+    cluster = None
+    try:
+        archive, out = f"s3://{BUCKET}/bench/archive", f"s3://{BUCKET}/bench/dask-rewards"
+        import_frames(archive, frames)
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        args = ["--runner=DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
+        from pipelines.rewards.runner_config import with_runner_alias
+
+        t0 = time.perf_counter()
+        replay_job.run(archive, start, end, out, spec, shards=shards or 2 * workers, beam_args=with_runner_alias(args))
+        t_dask = time.perf_counter() - t0
+        got = read_reward_table(out)
+        events = sum(f.height for f in frames.values())
+        log(f"bench: DaskRunner ({workers} workers, S3 in and out) {t_dask:.2f}s")
+        return {"dask_workers": len(cluster.workers), "dask_events_per_s": round(events / t_dask, 1),
+                "dask_rows_match_reference": got.sort("request_id").equals(ref.sort("request_id"))}
+    finally:
+        if cluster is not None:
+            cluster.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        store.proc.stop()

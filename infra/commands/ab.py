@@ -76,7 +76,7 @@ def compute(args, cfg) -> int:
     from pipelines.metrics.cycle import compute_cycle_metrics, scan_cycle
     from pipelines.metrics.store import MetricsStore
 
-    table = Path(args.rewards) if args.rewards else cfg.state_path / "rewards" / "table"
+    table = Path(args.rewards) if args.rewards else cfg.reward_table()
     as_of = args.as_of or _manifest_as_of(cfg, args.cycle)
     store = MetricsStore.for_state_dir(cfg.state_path)
     t0 = time.perf_counter()

@@ -29,10 +29,12 @@ def add_parser(subparsers) -> None:
     bfz.add_argument("--scale", type=float, default=1.0, help="multiply every target's case count (default 1: "
                      "about 60,000 cases)")
     bfz.add_argument("--seed", type=int, default=0, help="generation seed (default 0)")
-    br = add("rewards", "reward job: replay and Kafka offset-range throughput vs a polars reference, peak RSS; rows "
-             "must match")
+    br = add("rewards", "reward job: replay, DaskRunner (S3 in and out) and Kafka offset-range throughput vs a "
+             "polars reference, peak RSS; rows must match")
     br.add_argument("--requests", type=int, default=100_000, help="synthetic requests (~5 events each)")
     br.add_argument("--no-kafka", action="store_true", help="skip the offset-range stage")
+    br.add_argument("--dask-workers", type=int, default=2, metavar="N", help="worker processes of the DaskRunner "
+                    "stage's dask.distributed LocalCluster (default 2; 0 skips the stage)")
     btr = add("trainer", "trainer tokens/s vs TRL's GRPOTrainer; log-prob memory at vocab 32k (installs TRL for the "
               "benchmark when missing)")
     btr.add_argument("--rows", type=int, default=256, help="reward rows to train on (default 256)")
@@ -115,9 +117,10 @@ def main(args, cfg) -> int:
         from infra.bench.rewards import run as run_rewards
 
         result = {"benchmark": "rewards", "cpus": os.cpu_count(),
-                  **run_rewards(args.requests, kafka=not args.no_kafka, log=log)}
+                  **run_rewards(args.requests, kafka=not args.no_kafka, log=log, dask_workers=args.dask_workers)}
         print(json.dumps(result))
-        ok = result["reference_rows_match"] and result["replay_rows_match_reference"] and result.get("offset_range_rows_match_reference", True)
+        ok = result["reference_rows_match"] and result["replay_rows_match_reference"] and all(
+            result.get(k, True) for k in ("offset_range_rows_match_reference", "dask_rows_match_reference"))
         return 0 if ok else 1
     if args.bench_command == "serving":
         from infra.bench.serving import run as run_serving

@@ -31,7 +31,7 @@ def main(args, cfg) -> int:
     from trainer.run import run_training
     from trainer.selection import SelectionError
 
-    rewards = Path(args.rewards) if args.rewards else cfg.state_path / "rewards" / "table"
+    rewards = Path(args.rewards) if args.rewards else cfg.reward_table()
     if not rewards.exists():
         print(f"rtrl train: reward table {rewards} does not exist (run `rtrl rewards --cycle ID` first)",
               file=sys.stderr)

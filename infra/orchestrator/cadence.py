@@ -107,7 +107,7 @@ def count_mature_requests(cfg, now: datetime, timeout_s: float = 60.0) -> int:
     from schemas.kafka_clients import kafka_client_args
     from schemas.topics import TRAJECTORY_TOPIC
 
-    start = start_after(CycleStore(cfg.state_path / "rewards").latest_done(), cfg.kafka)
+    start = start_after(CycleStore(cfg.rewards_root()).latest_done(), cfg.kafka)
     delay = timedelta(seconds=cfg.rewards.maturity_delay_s() + cfg.rewards.allowed_lateness_s)
     c = KafkaConsumer(**kafka_client_args(cfg.kafka), enable_auto_commit=False, group_id=None,
                       max_poll_records=5000, fetch_max_bytes=64 * 1024 * 1024)

@@ -80,7 +80,7 @@ def collect(ctx: CycleContext) -> dict:
     champion = ctx.registry().version_of("champion")
     if champion is None:
         raise StepFailed("alias champion is not set: run `rtrl bootstrap` first")
-    m = plan(CycleStore(ctx.cfg.state_path / "rewards"), ctx.cycle_id, ctx.cfg.kafka, ctx.cfg.rewards,
+    m = plan(CycleStore(ctx.cfg.rewards_root()), ctx.cycle_id, ctx.cfg.kafka, ctx.cfg.rewards,
              ctx.cfg.orchestrator.range_idle_s, ctx.log)
     return {"champion": champion, "records": m.range["records"], "reward_cycle_seq": m.seq, "after": m.after,
             "as_of": m.as_of}
@@ -94,7 +94,7 @@ def distill(ctx: CycleContext) -> dict:
 
 
 def validate(ctx: CycleContext) -> dict:
-    table = ctx.record.result("distill").get("out") or str(ctx.cfg.state_path / "rewards" / "table")
+    table = ctx.record.result("distill").get("out") or str(ctx.cfg.reward_table())
     report = ctx.cfg.state_path / "quality" / ctx.cycle_id
     code, _ = ctx.cli.run("quality", "--rewards", table, "--window", ctx.cycle_id, "--report", str(report),
                           step="validate", ok_codes=(0, 3), expect_json=False)
@@ -110,7 +110,7 @@ def validate(ctx: CycleContext) -> dict:
 def measure(ctx: CycleContext) -> dict:
     from pipelines.metrics import MetricsStore, compute_cycle_metrics, scan_cycle
 
-    table = ctx.record.result("distill").get("out") or str(ctx.cfg.state_path / "rewards" / "table")
+    table = ctx.record.result("distill").get("out") or str(ctx.cfg.reward_table())
     try:
         rows = scan_cycle(table, ctx.cycle_id)
     except FileNotFoundError as e:

@@ -118,6 +118,23 @@ def read_file(root: str | Path, entry: FileEntry, start: datetime | None = None,
     return df
 
 
+def read_times(root: str | Path, entry: FileEntry, start: datetime | None = None,
+               end: datetime | None = None) -> pl.DataFrame:
+    """`event_time` and `received_time` of one committed data file's rows with start <= event_time < end: two
+    columns read, not the file (a file from before `received_time` existed reads it as null)."""
+    root = storage.normalize(root)
+    try:
+        df = pl.from_arrow(_read(root, entry, ["event_time", "received_time"]))
+    except (KeyError, pa.ArrowInvalid):
+        df = read_file(root, entry).select("event_time", "received_time")
+    df = df.with_columns(pl.col("event_time", "received_time").cast(pl.Datetime("us", "UTC")))
+    if start is not None:
+        df = df.filter(pl.col("event_time") >= start)
+    if end is not None:
+        df = df.filter(pl.col("event_time") < end)
+    return df
+
+
 def read_events(root: str | Path, event_type: str | None = None, start: datetime | None = None,
                 end: datetime | None = None, dedupe: bool = True) -> pl.DataFrame:
     """Archived events with `start <= event_time < end` (either bound optional, timezone-aware), of one event type

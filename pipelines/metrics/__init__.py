@@ -20,7 +20,7 @@ The contract (what the orchestrator calls after a cycle's rewards are written)::
     from pipelines.metrics import AbConfig, MetricsStore, compute_cycle_metrics, scan_cycle
 
     store = MetricsStore.for_state_dir(cfg.state_path)                # <state_dir>/ab/
-    rows = scan_cycle(cfg.state_path / "rewards" / "table", cycle_id)  # the cycle's partitions, lazily
+    rows = scan_cycle(cfg.reward_table(), cycle_id)  # the cycle's partitions, lazily
     result = compute_cycle_metrics(rows, cycle_id, control_arm="control", treatment_arm="treatment",
                                    as_of=manifest.as_of, config=cfg.ab, store=store)
     store.write(cycle_id, result)

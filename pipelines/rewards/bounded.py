@@ -181,6 +181,17 @@ class BoundedRewards(beam.PTransform):
                 | "Summary" >> beam.Map(Finish(self.sink)))
 
 
+def run_to_end(p: beam.Pipeline) -> None:
+    """Run a pipeline to completion (and close the client a distributed runner opened for it)."""
+    result = p.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)   # the DaskRunner's dask.distributed client
+        if client is not None:
+            client.close()
+
+
 def read_summary(sink: Sink) -> dict:
     return json.loads(storage.read_text(sink.result))
 

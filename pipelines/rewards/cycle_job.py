@@ -30,7 +30,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.rewards import progress
 from pipelines.rewards.batches import DEFAULT_SHARDS, EventBatch
-from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary
+from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary, run_to_end
 from pipelines.rewards.kafka_range import (MAX_SKEW_S, FixedRange, ReadRangeItemsFn, cluster_id, fix_range,
                                            parse_key, range_watermark)
 from pipelines.rewards.spec import RewardSpec
@@ -179,7 +179,7 @@ def run_cycle(cycle_id: str, bootstrap: KafkaTarget, state_root: Location, out: 
     carried = p | "CarryFiles" >> beam.Create(carry_in, reshuffle=False) | "ReadCarry" >> beam.ParDo(ReadCarryFn())
     _ = ((read, carried) | "Merge" >> beam.Flatten()
          | "Rewards" >> BoundedRewards(spec, shards or DEFAULT_SHARDS, as_of, sink, after=_dt(m.after)))
-    p.run().wait_until_finish()
+    run_to_end(p)
     summary = read_summary(sink)
     m.counters = summary["counters"]
     m.partitions = [tuple(x) for x in summary["partitions"]]

@@ -143,11 +143,14 @@ class ReplayCuts:
         else:
             spans = pl.DataFrame({"_covered": pl.repeat(False, frame.height, eager=True),
                                   "_span_cut": pl.repeat(None, frame.height, dtype=_TIME, eager=True)})
-        keyed = frame.select(pl.col("received_time").cast(_TIME), pl.int_range(pl.len()).alias("_i"))
-        known = keyed.drop_nulls("received_time").sort("received_time")
-        by_receipt = (keyed.join(known.join_asof(self.receipts, on="received_time", strategy="backward",
-                                                 allow_exact_matches=False).select("_i", "cut"),
-                                 on="_i", how="left", maintain_order="left")["cut"])
+        if self.receipts.is_empty() or frame["received_time"].null_count() == frame.height:
+            by_receipt = pl.repeat(None, frame.height, dtype=_TIME, eager=True)   # nothing received: no cut-off
+        else:
+            keyed = frame.select(pl.col("received_time").cast(_TIME), pl.int_range(pl.len()).alias("_i"))
+            known = keyed.drop_nulls("received_time").sort("received_time")
+            by_receipt = (keyed.join(known.join_asof(self.receipts, on="received_time", strategy="backward",
+                                                     allow_exact_matches=False).select("_i", "cut"),
+                                     on="_i", how="left", maintain_order="left")["cut"])
         covered = spans["_covered"]
         cut = pl.select(pl.when(covered).then(spans["_span_cut"]).otherwise(by_receipt)).to_series()
         return cut, int(covered.sum())

@@ -14,7 +14,7 @@ import apache_beam as beam
 import polars as pl
 
 from pipelines.archive.manifest import load_manifests
-from pipelines.archive.reader import list_files, read_duplicates, read_file
+from pipelines.archive.reader import list_files, read_duplicates, read_file, read_times
 from pipelines.archive.writer import EVENTS
 from pipelines.rewards import progress
 from pipelines.rewards.batches import EventBatch
@@ -61,8 +61,7 @@ def _in(frame: pl.DataFrame, start: datetime | None, end: datetime | None) -> pl
 def receipt_times(root: str | Path, start: datetime | None, end: datetime | None) -> pl.DataFrame:
     """(event_time, received_time) of every committed event in [start, end), the duplicate copies the archiver
     dropped included: what receipt cut-offs are made of."""
-    frames = [read_file(root, f, start, end).select("event_time", "received_time")
-              for f in list_files(root, None, start, end)]
+    frames = [read_times(root, f, start, end) for f in list_files(root, None, start, end)]
     frames.append(_in(read_duplicates(root), start, end).select("event_time", "received_time"))
     return pl.concat(frames)
 

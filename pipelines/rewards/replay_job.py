@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.rewards import progress
 from pipelines.rewards.batches import DEFAULT_SHARDS
-from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary
+from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary, run_to_end
 from pipelines.rewards.kafka_range import MAX_SKEW_S
 from pipelines.rewards.lateness import ReplayCuts, cycle_spans, receipt_cuts
 from pipelines.rewards.read_archive import ReadArchive, count_duplicate_copies, receipt_times
@@ -98,7 +98,7 @@ def run(archive: str | Path, start: datetime, end: datetime, out: str | Path, sp
     p = beam.Pipeline(options=options)
     cuts = replay_cuts(archive, start, end, spec, cycles)
     build(p, archive, start, end, sink, spec, shards, cuts)
-    p.run().wait_until_finish()
+    run_to_end(p)
     result = read_summary(sink)
     counters = dict.fromkeys(COUNTERS, 0) | result["counters"]
     for name, n in count_duplicate_copies(archive, start, read_until(end, spec), cuts).items():
