@@ -163,3 +163,61 @@ def test_a_replay_of_live_cycles_that_saw_late_duplicate_and_out_of_order_events
     for name in ("events_read", "late_requests", "late_events", "duplicates_dropped"):
         assert summary.counters.get(name, 0) == count(name), (name, summary.counters, [m.counters for m in (m1, m2, m3)])
     assert summary.counters["late_rule_receipt"] == 0 and summary.counters["late_rule_live_cycle"] > 0
+
+
+def test_cycles_and_a_replay_with_all_state_on_s3_give_the_rows_of_local_storage_and_leave_nothing_local(
+        broker, s3_server, tmp_path):
+    """The same cycles twice over one Kafka log: state and table on local disk, and on S3 through `rtrl rewards`
+    processes whose state dir, working dir and temp dir start empty and stay empty. Then the archive on S3 replayed
+    on Beam's DaskRunner (2 worker processes) into S3: the local replay's rows."""
+    import os
+
+    from dask.distributed import LocalCluster
+
+    from infra.config import load_config
+    from pipelines.archive.archiver import Archiver
+    from pipelines.rewards import replay_job
+    from pipelines.rewards.cycle_job import run_cycle
+
+    cfg, spec = broker.cfg, RewardSpec()
+    boot, local = cfg.kafka.bootstrap(), tmp_path / "local"
+    remote = s3_server.url("rewards")
+    bare = {d: tmp_path / "bare" / d for d in ("state", "cwd", "tmp")}
+    for d in bare.values():
+        d.mkdir(parents=True)
+
+    def s3_cycle(cycle_id: str) -> dict:
+        argv = rtrl_argv("rewards", "--cycle", cycle_id, "--idle", "1", "--shards", "3",
+                         overrides=[f'state_dir="{bare["state"]}"', f"kafka.port={cfg.kafka.port}",
+                                    f'rewards_dir="{remote}"'])
+        out = subprocess.run(argv, cwd=bare["cwd"], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "TMPDIR": str(bare["tmp"]), "PYTHONPATH": str(REPO)})
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout)["rewards"]
+
+    produce(boot, part(0, 12))
+    local_1 = run_cycle("c1", boot, local, local / "table", spec, shards=3, idle_s=1.0, log=lambda *_: None)
+    s3_1 = s3_cycle("c1")
+    produce(boot, part(12, 24))
+    local_2 = run_cycle("c2", boot, local, local / "table", spec, shards=3, idle_s=1.0, log=lambda *_: None)
+    s3_2 = s3_cycle("c2")
+    assert s3_2["after"] == s3_1["as_of"] and (s3_1["rows"], s3_2["rows"]) == (
+        sum(n for _, n in local_1.partitions), sum(n for _, n in local_2.partitions))
+    assert read_reward_table(f"{remote}/table").equals(read_reward_table(local / "table"))
+    assert any(k.endswith("/carry/c2/trajectory.parquet") for k in s3_server.keys(remote))
+    # no local file at all, not even a log (Beam leaves only empty scratch folders in $TMPDIR)
+    assert [p for d in bare.values() for p in d.rglob("*") if not p.is_dir()] == []
+
+    # the archive on S3, replayed on a distributed engine whose workers share no memory and no disk
+    archive = s3_server.url("archive")
+    acfg = load_config(None, [f'state_dir="{cfg.state_dir}"', f"kafka.port={cfg.kafka.port}",
+                              f'archive.output_dir="{archive}"'])
+    Archiver.from_config(acfg, log=lambda _: None).run(until_idle_s=2.0)
+    start, end = datetime.fromisoformat("2026-11-01T00:00:00+00:00"), datetime.fromisoformat("2026-11-03T00:00+00:00")
+    direct = replay_job.run(archive, start, end, tmp_path / "replay", spec, shards=3, cycles=local)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        dask = replay_job.run(archive, start, end, f"{remote}/replay", spec, shards=3, cycles=remote,
+                              beam_args=["--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+                                         f"--dask_client_address={cluster.scheduler_address}"])
+    assert direct.rows > 0 and read_reward_table(f"{remote}/replay").equals(read_reward_table(tmp_path / "replay"))
+    assert dask.counters == direct.counters
