@@ -53,8 +53,12 @@ def s3_registry(s3_server, tmp_path, monkeypatch):
 
 def test_a_checkpoint_registered_on_s3_lands_in_the_bucket_and_downloads_identical(s3_registry, s3_server,
                                                                                   tmp_path):
+    from infra.stack.mlflow_store import MlflowStore
+
     reg, root, cfg = s3_registry
     assert reg.artifact_root == root and os.environ["MLFLOW_S3_ENDPOINT_URL"] == s3_server.endpoint
+    MlflowStore(cfg.mlflow, cfg.mlflow_tracking_uri(), cfg.path_or_default(cfg.mlflow.artifact_root, "x"),
+                cfg.state_path).ensure_store()   # `rtrl up`'s store step: no folder made for an s3:// root
     src = checkpoint(tmp_path / "ckpt")
     v = reg.register(src)
 
