@@ -27,11 +27,10 @@ How (`<spool_dir>/wal/`, beside the spool's own segments):
 - What a restart resends: exactly the unretired records, i.e. those still queued or in a batch whose send had not
   returned when the process died, plus at most the one batch acknowledged just before the death whose commit had
   not happened yet (after a machine crash: everything after the last cursor that reached the disk). Copies carry
-  the same `event_id`; the reward job keeps the first: `ComputeRewards` (`pipelines/rewards/compute.py`, shared by
-  the streaming, cycle and replay jobs) runs `DedupeByEventIdFn` (`pipelines/rewards/dedupe.py`, ids remembered
-  for the maturity delay plus the follow-up window of event time), and `AssembleRewardsFn` merges its buffers with
-  `frames.concat_frames` (first row per event_id). The archiver drops the retries it still remembers
-  (`pipelines/archive/dedupe.py`).
+  the same `event_id`; the reward job keeps the first and counts the others (`pipelines/rewards/bounded.py` for
+  cycles and replays, `AssembleRewardsFn` in streaming; a copy that arrives after the cut-off is counted late).
+  The archiver drops the retries it still remembers (`pipelines/archive/dedupe.py`) and records each dropped
+  copy's id and position (`_duplicates/`).
 - Events evicted under `queue_full_policy = "drop_oldest"` stay in the log until a later batch retires them: a
   process killed before that delivers them after all (at least once beats a counted drop). When the log is full
   (`spool_max_bytes`) or cannot be written, `emit` writes the event to the spool instead, as queue overflow does.
