@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 
 from infra.commands import add_command
 
@@ -70,13 +69,14 @@ def main(args, cfg) -> int:
 
     from pipelines.archive.manifest import ArchiveError
     from pipelines.quality import check_archive, check_rewards, read_reward_table, summary, write_report
+    from schemas import storage
 
     qcfg, spec = _sections(cfg)
     results, events = [], None
     try:
         if events_root:
-            if not Path(events_root).is_dir():
-                raise FileNotFoundError(f"event archive {events_root} is not a directory")
+            if not storage.exists(storage.normalize(events_root)):
+                raise FileNotFoundError(f"event archive {events_root} does not exist")
             result, events = check_archive(events_root, start, end, qcfg)
             results.append(result)
         if rewards_path:
@@ -86,7 +86,7 @@ def main(args, cfg) -> int:
         print(f"rtrl quality: {e}", file=sys.stderr)
         return EXIT_USAGE
 
-    report_dir = Path(args.report) if getattr(args, "report", None) else (
+    report_dir = storage.normalize(args.report) if getattr(args, "report", None) else (
         cfg.state_path / "quality" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     meta = {"rewards": rewards_path, "events": events_root, "spec_version": spec.version(),
             "start": start.isoformat() if start else None, "end": end.isoformat() if end else None}

@@ -65,7 +65,7 @@ def test_events_and_rewards_together_catch_a_privacy_mode_row(cfg, tmp_path, cap
 @pytest.mark.parametrize("kw, message", [
     ({}, "give --rewards PATH and/or --events"),
     ({"rewards": "/nonexistent/rewards.parquet"}, "does not exist"),
-    ({"events": "/nonexistent/archive"}, "is not a directory"),
+    ({"events": "/nonexistent/archive"}, "does not exist"),
     ({"events": ".", "start": "2026-11-01T10:00:00"}, "needs a timezone"),
 ])
 def test_bad_input_exits_2_with_the_reason(cfg, kw, message, capsys):
