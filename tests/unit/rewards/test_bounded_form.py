@@ -6,18 +6,15 @@ over consecutive cycles chained by their carry, with out-of-order, duplicate and
 from __future__ import annotations
 
 import random
-import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import apache_beam as beam
 import polars as pl
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.testing.test_stream import TestStream
 
 from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary
-from pipelines.rewards.compute import ComputeRewards, run_and_count
+from pipelines.rewards.compute import run_and_count
 from pipelines.rewards.cycle_job import ReadCarryFn
 from pipelines.rewards.lateness import DropLateFn
 from pipelines.rewards.parse import DEAD_LETTER, ParseEventsFn
@@ -25,6 +22,7 @@ from pipelines.rewards.spec import RewardSpec
 from schemas import to_wire
 from schemas.reward_table import read_reward_table
 from tests.unit.rewards.builders import T0, applied, at, followup, rejected, snapshot, tool_result, trajectory
+from tests.unit.rewards.test_compute_stream import run_stream
 from tests.unit.rewards.test_cycle_carry import run_bounded
 
 pytestmark = pytest.mark.slow
@@ -111,30 +109,14 @@ def test_the_bounded_form_gives_the_stateful_forms_rows_and_counts_over_chained_
         after = as_of
 
 
-_COLLECTED: dict[str, list] = {}
-
-
-def _collect(key: str, item) -> None:
-    _COLLECTED.setdefault(key, []).append(item)
-
-
 def test_the_streaming_form_with_state_and_timers_gives_the_bounded_forms_rows(tmp_path):
     """The stream sees each cycle's input in arrival order, its watermark at the cycle's as_of after each; events
     the bounded cycles drop as late are far behind its firings too."""
     parts = cycles()
-    ts = TestStream()
+    steps = []
     for events, as_of in parts:
-        ts = ts.add_elements([beam.window.TimestampedValue(to_wire(e), e.event_time.timestamp()) for e in events])
-        ts = ts.advance_watermark_to((T0 + timedelta(seconds=as_of)).timestamp())
-    ts = ts.advance_watermark_to_infinity()
-    key = str(uuid.uuid4())
-    opts = PipelineOptions()
-    opts.view_as(StandardOptions).streaming = True
-    with beam.Pipeline(options=opts) as p:
-        parsed = p | ts | beam.ParDo(ParseEventsFn()).with_outputs(DEAD_LETTER, main="events")
-        rows, _carry = parsed.events | ComputeRewards(SPEC, shards=2)
-        _ = rows | beam.FlatMap(lambda f: f.to_dicts()) | beam.Map(lambda r: _collect(key, r))
-    streamed = {r["request_id"]: r for r in _COLLECTED.pop(key, [])}
+        steps += [("events", [(e, (e.event_time - T0).total_seconds()) for e in events]), ("watermark", as_of)]
+    streamed, _ = run_stream(steps)
     bounded: dict[str, dict] = {}
     after = None
     for n, (events, as_of) in enumerate(parts, 1):
