@@ -31,6 +31,7 @@ from apache_beam.utils.timestamp import Timestamp
 from pipelines.rewards import progress
 from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.batches import EventBatch, micros
+from pipelines.rewards.bounded import keep_for, maturities
 from pipelines.rewards.classifiers import get_classifier
 from pipelines.rewards.frames import concat_frames, first_per_event_id
 from pipelines.rewards.lateness import count_late
@@ -57,7 +58,7 @@ class AssembleRewardsFn(beam.DoFn):
         self.spec = spec
         self.as_of = as_of
         self.after_us = _NONE if after is None else micros(after)  # rows maturing by then were emitted before
-        self.keep_for = timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
+        self.keep_for = keep_for(spec)
         self.rows_emitted = Metrics.counter("rewards", "rows_emitted")
         self.duplicates = Metrics.counter("rewards", "duplicates_dropped")
         self.unknown = Metrics.counter("rewards", "unknown_labels")
@@ -72,12 +73,7 @@ class AssembleRewardsFn(beam.DoFn):
         return self.after_us if fired is None else fired
 
     def _maturities(self, traj: pl.DataFrame) -> pl.Series:
-        """Mature time of each trajectory row (aligned with the frame); null for privacy-mode rows."""
-        q = timedelta(seconds=self.spec.maturity_delay_s(question=True))
-        d = timedelta(seconds=self.spec.maturity_delay_s())
-        return traj.select(pl.when(pl.col("privacy_mode")).then(None).otherwise(
-            pl.col("event_time") + pl.when(pl.col("response_kind") == "question").then(pl.lit(q))
-            .otherwise(pl.lit(d)))).to_series()
+        return maturities(traj, self.spec)
 
     def _arm(self, candidates: pl.Series, fired: int, armed_state, flush) -> None:
         after = candidates.drop_nulls()

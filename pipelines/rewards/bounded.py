@@ -97,9 +97,10 @@ class ShardJoin:
 
 @dataclass(frozen=True)
 class Sink:
-    """Where a bounded run's outputs go (paths or object-store URLs, schemas.storage). `table`/`window`: the reward table and the partition label; `carry`: the
-    open join state's folder (None: not kept, as in a replay); `dead_letters`: the run's dead-letter file (None:
-    none expected); `result`: the summary file the driver reads."""
+    """Where a bounded run's outputs go (paths or object-store URLs, schemas.storage). `table`/`window`: the
+    reward table and the partition label; `carry`: the open join state's folder (None: not kept, as in a
+    replay); `dead_letters`: the run's dead-letter file (None: none expected); `result`: the summary file the
+    driver reads."""
     table: str
     window: str
     result: str
