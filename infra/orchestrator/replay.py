@@ -24,17 +24,22 @@ def _instant(text: str, name: str) -> datetime:
         raise ValueError(f"replay {name}: {e}") from None
 
 
-def production_table(cfg) -> Path:
-    return (cfg.state_path / "rewards" / "table").resolve()
+def production_table(cfg) -> Path | str:
+    return cfg.reward_table()
 
 
 def output_for(cfg, start: datetime, end: datetime, out: str | None) -> Path | str:
+    prod = production_table(cfg)
     if out and storage.is_remote(out):
-        return storage.normalize(out)   # an object-store table: never the local production table
+        url = str(storage.normalize(out))
+        if storage.is_remote(prod) and (url == str(prod) or url.startswith(f"{prod}/") or
+                                        str(prod).startswith(f"{url}/")):
+            raise ValueError(f"replay output {url} would overwrite the production reward table {prod}: choose a "
+                             "separate prefix")
+        return url
     if out:
         p = Path(out).expanduser().resolve()
-        prod = production_table(cfg)
-        if p == prod or prod in p.parents or p in prod.parents:
+        if isinstance(prod, Path) and (p == prod or prod in p.parents or p in prod.parents):
             raise ValueError(f"replay output {p} would overwrite the production reward table {prod}: choose a "
                              "separate folder")
         return p
