@@ -109,7 +109,10 @@ class Broker:
         if self.store is not None:
             self.store.start()
             storage = f"s3://{BUCKET}/"
-            env = {**S3_CREDENTIALS, "AWS_ENDPOINT": self.store.url}
+            # its own store, whatever AWS_* endpoint the calling process has (the data plane's S3, say)
+            env = {**S3_CREDENTIALS, "AWS_ENDPOINT": self.store.url, "AWS_ENDPOINT_URL": self.store.url,
+                   "AWS_ENDPOINT_URL_S3": self.store.url, "AWS_DEFAULT_REGION": "us-east-1",
+                   "AWS_REGION": "us-east-1"}
         else:
             storage = "memory://tansu/"
         # A fresh cluster id per incarnation of the log (the object store's, or the broker's over memory storage),

@@ -149,10 +149,8 @@ class S3Server:
 
 
 @pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    """A real S3 server (moto's, as the stack runs it) for tests with data-plane state on S3. Sets AWS_ACCESS_KEY_ID,
-    AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION and AWS_ENDPOINT_URL_S3 (S3 only, so other AWS clients of the
-    session, e.g. the broker's store, keep their own endpoint) for the rest of the session."""
+def _s3_process(tmp_path_factory):
+    """moto's S3 server process for the session (the stack runs the same), with its bucket made."""
     import subprocess
     import sys
     import time
@@ -167,26 +165,33 @@ def s3_server(tmp_path_factory):
     endpoint = f"http://127.0.0.1:{port}"
     env = {"AWS_ACCESS_KEY_ID": "rtrl-test", "AWS_SECRET_ACCESS_KEY": "rtrl-test", "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_ENDPOINT_URL_S3": endpoint}
-    mp = pytest.MonkeyPatch()
     try:
         deadline = time.monotonic() + 60
         while not port_accepts("127.0.0.1", port):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"moto_server did not start: {log.read_text()[-2000:]}")
             time.sleep(0.1)
-        for k, v in env.items():
-            mp.setenv(k, v)
         server = S3Server(endpoint, "rtrl-test", env)
         server.client().create_bucket(Bucket=server.bucket)
         yield server
     finally:
-        mp.undo()
         proc.terminate()
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def s3_server(_s3_process, monkeypatch):
+    """A real S3 server for a test with data-plane state on S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    AWS_DEFAULT_REGION and AWS_ENDPOINT_URL_S3 point `schemas.storage`, boto3 and the test's subprocesses at it
+    while the test runs, and only then (other tests of the worker, e.g. a broker over its own store, never see
+    them)."""
+    for k, v in _s3_process.env.items():
+        monkeypatch.setenv(k, v)
+    return _s3_process
 
 
 def _uses_gateway(item) -> bool:

@@ -83,6 +83,7 @@ def test_s3_settings_come_from_the_environment_the_aws_way():
 
 
 def test_resolve_s3_configures_pyarrow_from_the_environment(monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)   # it would win over AWS_ENDPOINT_URL
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
