@@ -61,9 +61,10 @@ def report(args, cfg) -> int:
 
 
 def _manifest_as_of(cfg, cycle: str) -> str | None:
-    p = cfg.state_path / "rewards" / "cycles" / f"{cycle}.json"
+    from schemas import storage
+
     try:
-        return json.loads(p.read_text()).get("as_of")
+        return json.loads(storage.read_text(storage.join(cfg.rewards_root(), "cycles", f"{cycle}.json"))).get("as_of")
     except (OSError, ValueError):
         return None
 
@@ -76,7 +77,9 @@ def compute(args, cfg) -> int:
     from pipelines.metrics.cycle import compute_cycle_metrics, scan_cycle
     from pipelines.metrics.store import MetricsStore
 
-    table = Path(args.rewards) if args.rewards else cfg.reward_table()
+    from schemas import storage
+
+    table = storage.normalize(args.rewards) if args.rewards else cfg.reward_table()
     as_of = args.as_of or _manifest_as_of(cfg, args.cycle)
     store = MetricsStore.for_state_dir(cfg.state_path)
     t0 = time.perf_counter()

@@ -31,8 +31,10 @@ def main(args, cfg) -> int:
     from trainer.run import run_training
     from trainer.selection import SelectionError
 
-    rewards = Path(args.rewards) if args.rewards else cfg.reward_table()
-    if not rewards.exists():
+    from schemas import storage
+
+    rewards = storage.normalize(args.rewards) if args.rewards else cfg.reward_table()
+    if not storage.exists(rewards):
         print(f"rtrl train: reward table {rewards} does not exist (run `rtrl rewards --cycle ID` first)",
               file=sys.stderr)
         return 2

@@ -17,21 +17,25 @@ from pipelines.metrics.rates import DEFINITIONS, INPUT_COLUMNS, den_col, rates, 
 from pipelines.metrics.result import CycleMetrics, MetricResult, verdict
 from pipelines.metrics.srm import srm_check
 from pipelines.metrics.store import MetricsStore, check_cycle_id
+from schemas import storage
 
 
-def cycle_files(table_root: str | Path, cycle_id: str) -> list[Path]:
+def cycle_files(table_root: str | Path, cycle_id: str) -> list[Path | str]:
     """The reward table's files of one cycle: `<root>/policy_version=*/window=<cycle_id>/*.parquet` (the layout
-    `rtrl rewards --cycle ID` writes, pipelines/rewards/sink.py)."""
-    return sorted(Path(table_root).glob(f"policy_version=*/window={check_cycle_id(cycle_id)}/*.parquet"))
+    `rtrl rewards --cycle ID` writes, pipelines/rewards/sink.py); the root is a path or an object-store URL."""
+    pattern = f"policy_version=*/window={check_cycle_id(cycle_id)}/*.parquet"
+    return [f.loc for f in storage.list_files(table_root, pattern) if not storage.is_temp(f.loc)]
 
 
 def scan_cycle(table_root: str | Path, cycle_id: str) -> pl.LazyFrame:
-    """The cycle's reward rows, lazily (only the columns the metrics read are loaded)."""
+    """The cycle's reward rows, lazily (locally only the columns the metrics read are loaded)."""
     files = cycle_files(table_root, cycle_id)
     if not files:
         raise FileNotFoundError(f"no reward rows for cycle {cycle_id!r} under {table_root} "
                                 f"(expected policy_version=*/window={cycle_id}/*.parquet)")
-    return pl.scan_parquet(files, hive_partitioning=False)
+    if all(isinstance(f, Path) for f in files):
+        return pl.scan_parquet(files, hive_partitioning=False)
+    return pl.concat([pl.from_arrow(storage.read_parquet(f)) for f in files]).lazy()
 
 
 def _as_utc(as_of: datetime | str | None) -> datetime | None:

@@ -204,6 +204,10 @@ def test_cycles_and_a_replay_with_all_state_on_s3_give_the_rows_of_local_storage
     assert s3_2["after"] == s3_1["as_of"] and (s3_1["rows"], s3_2["rows"]) == (
         sum(n for _, n in local_1.partitions), sum(n for _, n in local_2.partitions))
     assert read_reward_table(f"{remote}/table").equals(read_reward_table(local / "table"))
+    from pipelines.metrics.cycle import scan_cycle   # the A/B metrics read the cycle's rows from S3 too
+
+    assert scan_cycle(f"{remote}/table", "c2").collect().sort("request_id").equals(
+        scan_cycle(local / "table", "c2").collect().sort("request_id"))
     assert any(k.endswith("/carry/c2/trajectory.parquet") for k in s3_server.keys(remote))
     # no local file at all, not even a log (Beam leaves only empty scratch folders in $TMPDIR)
     assert [p for d in bare.values() for p in d.rglob("*") if not p.is_dir()] == []
