@@ -194,11 +194,16 @@ def _parse_block(body: str, tools: ToolSet | None) -> tuple[ToolCallRecord, Tool
     if not _encodable(obj):  # "\ud800" escapes decode to lone surrogates: not text any tool could take
         return ToolCallRecord(name=_guess_name(_utf8(body)), status=ToolCallStatus.parse_error,
                               error="not valid JSON text: a \\u escape is a lone UTF-16 surrogate"), None
-    if not isinstance(obj, dict) or "name" not in obj or "arguments" not in obj:
+    return call_record(obj, "arguments", tools)
+
+
+def call_record(obj: Any, args_key: str, tools: ToolSet | None) -> tuple[ToolCallRecord, ToolCall | None]:
+    """One decoded call object (`{"name": ..., args_key: {...}}`) -> its record and, when valid, the call."""
+    if not isinstance(obj, dict) or "name" not in obj or args_key not in obj:
         return ToolCallRecord(name="", status=ToolCallStatus.parse_error,
-                              error='a call must be a JSON object with "name" and "arguments"'), None
-    name, args = obj["name"], obj["arguments"]
-    extra = sorted(set(obj) - {"name", "arguments"})
+                              error=f'a call must be a JSON object with "name" and "{args_key}"'), None
+    name, args = obj["name"], obj[args_key]
+    extra = sorted(set(obj) - {"name", args_key})
     why = f"unexpected key(s) {', '.join(extra)} in the call" if extra else validate_call(name, args, tools)
     shown = name[:128] if isinstance(name, str) else ""
     if why:
@@ -245,9 +250,17 @@ def parse_response(text: str, tools: ToolSet | None = None) -> ParsedResponse:
     if CLOSE in content:
         records.append(ToolCallRecord(name="", status=ToolCallStatus.parse_error, error=f"{CLOSE} without {OPEN}"))
         content = content.replace(CLOSE, "").strip()
-    if blocks and content:
-        records.append(ToolCallRecord(name="", status=ToolCallStatus.parse_error,
-                                      error="text outside the tool-call blocks of a response that calls tools"))
+    return finish(records, calls, content, blocks)
+
+
+def finish(records: list[ToolCallRecord], calls: list[ToolCall], content: str,
+           attempts: int | None = None) -> ParsedResponse:
+    """The response from its call records, valid calls and outside text, in any tool-call format
+    (schemas/tool_formats.py). `attempts`: how many of the records are calls the model wrote (default all). Text
+    beside a call is a broken call; an edit call makes an edit; a call-free text ending in '?' is a question."""
+    if content and (len(records) if attempts is None else attempts):
+        records = records + [ToolCallRecord(name="", status=ToolCallStatus.parse_error,
+                                            error="text outside the tool-call blocks of a response that calls tools")]
     if any(c.name in EDIT_TOOLS for c in calls):
         kind = ResponseKind.edit
     elif not records and content.endswith("?"):
