@@ -90,7 +90,7 @@ def cycle(args, cfg) -> int:
 
     from infra.progress import ProgressLine
     from pipelines.rewards import progress
-    from pipelines.rewards.cycle_job import run_cycle
+    from pipelines.rewards.cycle_job import CycleStore, run_cycle
 
     from schemas import storage
 
@@ -109,7 +109,7 @@ def cycle(args, cfg) -> int:
     print(json.dumps({"rewards": {"cycle": m.cycle_id, "seq": m.seq, "status": m.status, "after": m.after,
                                   "as_of": m.as_of, "records_in_range": m.range["records"],
                                   "rows": sum(n for _, n in m.partitions), "out": str(out),
-                                  "dead_letter_file": str(storage.join(root, "dead_letter", f"{m.cycle_id}.parquet")),
+                                  "dead_letter_file": str(CycleStore(root).dead_letter_path(m.cycle_id)),
                                   "seconds": round(time.perf_counter() - t0, 2), **summarize(m.counters)}},
                      indent=2))
     return 0

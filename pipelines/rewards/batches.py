@@ -15,6 +15,7 @@ from zlib import crc32
 import polars as pl
 
 from pipelines.rewards.frames import conform
+from schemas import to_arrow
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,11 @@ class EventBatch:
     event_type: str
     frame: pl.DataFrame
     carried: bool = False   # handed over by the previous cycle's run (its open join state), not new input
+
+    @classmethod
+    def of(cls, event_type: str, events: list) -> "EventBatch":
+        """A batch of parsed `Event`s of one type."""
+        return cls(event_type, pl.from_arrow(to_arrow(events, event_type)))
 
     @property
     def min_time(self) -> datetime:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import apache_beam as beam
-import polars as pl
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
@@ -20,7 +19,6 @@ from pipelines.rewards.assemble_fn import CARRY, AssembleRewardsFn
 from pipelines.rewards.batches import DEFAULT_SHARDS, EventBatch, micros, split_by_shard
 from pipelines.rewards.lateness import DropLateFn
 from pipelines.rewards.spec import RewardSpec
-from schemas import to_arrow
 
 
 class BatchEventsFn(beam.DoFn):
@@ -35,7 +33,7 @@ class BatchEventsFn(beam.DoFn):
         self.pending: dict[str, list] = {}
 
     def _batch(self, event_type: str) -> WindowedValue:
-        batch = EventBatch(event_type, pl.from_arrow(to_arrow(self.pending.pop(event_type), event_type)))
+        batch = EventBatch.of(event_type, self.pending.pop(event_type))
         return WindowedValue(batch, Timestamp(micros=micros(batch.min_time)), [GlobalWindow()])
 
     def process(self, e):

@@ -1,4 +1,4 @@
-"""Bounded Kafka offset ranges: fix a cycle's range, and read it back inside Beam (ReadKafkaRange).
+"""Bounded Kafka offset ranges: fix a cycle's range, and read it back inside Beam (ReadRangeItemsFn).
 
 The embedded broker's high watermark cannot be trusted (see infra/stack/broker.py), so a range's end is fixed by
 reading: every partition is consumed from its start offset until polls come back empty for `idle_s`; the next
@@ -23,8 +23,12 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from pydantic import AwareDatetime, BaseModel, ValidationError
 
+from pipelines.archive.deadletter import DeadLetter
 from pipelines.archive.messages import SourceMessage
 from pipelines.rewards import progress
+from pipelines.rewards.batches import EventBatch
+from pipelines.rewards.lateness import late_counter
+from pipelines.rewards.parse import parse_one
 from schemas.kafka_clients import KafkaTarget, bootstrap_of, kafka_client_args
 
 Partition = tuple[str, int]
@@ -243,17 +247,6 @@ class ReadKafkaRangeFn(beam.DoFn):
         c.assign([])
 
 
-class ReadKafkaRange(beam.PTransform):
-    def __init__(self, bootstrap: KafkaTarget, r: FixedRange):
-        super().__init__()
-        self.bootstrap, self.r = bootstrap, r
-
-    def expand(self, pbegin):
-        ranges = [(*parse_key(k), self.r.start[k], self.r.stop[k]) for k in sorted(self.r.stop)]
-        return (pbegin | "Ranges" >> beam.Create(ranges, reshuffle=False)
-                | "Read" >> beam.ParDo(ReadKafkaRangeFn(self.bootstrap)))
-
-
 class ReadRangeItemsFn(ReadKafkaRangeFn):
     """(topic, partition, start, stop) -> the bounded join's source items (pipelines/rewards/bounded.py): event
     batches of at most `batch_events` per type with the input older than `after` dropped (late, lateness.py), the
@@ -265,13 +258,6 @@ class ReadRangeItemsFn(ReadKafkaRangeFn):
         self.after, self.batch_events = after, batch_events
 
     def process(self, element):
-        from pipelines.archive.deadletter import DeadLetter
-        from pipelines.rewards.batches import EventBatch
-        from pipelines.rewards.lateness import late_counter
-        from pipelines.rewards.parse import parse_one
-        from schemas import to_arrow
-        import polars as pl
-
         counts: dict[str, int] = {}
         pending: dict[str, list] = {}
 
@@ -279,7 +265,7 @@ class ReadRangeItemsFn(ReadKafkaRangeFn):
             counts[name] = counts.get(name, 0) + n
 
         def batch(event_type: str) -> EventBatch:
-            return EventBatch(event_type, pl.from_arrow(to_arrow(pending.pop(event_type), event_type)))
+            return EventBatch.of(event_type, pending.pop(event_type))
 
         for message in super().process(element):
             add("events_read")

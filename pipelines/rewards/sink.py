@@ -1,10 +1,11 @@
-"""WriteRewardTable: reward rows -> Parquet partitioned by policy_version and cycle window, idempotently.
+"""The reward table sink: reward rows -> Parquet partitioned by policy_version and window, idempotently.
 
 Layout: `<out>/policy_version=<v>/window=<label>/part-0.parquet`, one file per partition, rows sorted by
 request_id (one row per request_id). `out` is a path or an object-store URL (schemas.storage); each file is
 written atomically, so a rerun of the same window replaces the partition whole: never duplicated, never
-half-written. Streaming runs
-write each emitted frame as its own file instead (`WriteRewardParts`, window label = hour of mature time).
+half-written. Bounded runs write one file per partition (`write_partition`, from pipelines/rewards/bounded.py);
+streaming runs write each emitted frame as its own file instead (`WriteRewardParts`, window label = hour of
+mature time).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import apache_beam as beam
 import polars as pl
-import pyarrow.parquet as pq
 
 from pipelines.archive.deadletter import dead_letter_table
 from schemas import storage
@@ -24,12 +24,6 @@ from schemas.storage import Location
 
 def partition_dir(out: Location, policy_version: str, window: str) -> Path | str:
     return storage.join(out, f"policy_version={policy_version}", f"window={window}")
-
-
-def partitions_written(out: Location, window: str) -> list[tuple[str, int]]:
-    """(file, rows) of every partition of `window` under `out`, sorted by path."""
-    return [(str(f.loc), pq.ParquetFile(storage.open_input(f.loc)).metadata.num_rows)
-            for f in storage.list_files(out, f"policy_version=*/window={window}/part-0.parquet")]
 
 
 def write_partition(out: Location, window: str, policy_version: str, frames) -> tuple[str, int]:
@@ -44,22 +38,6 @@ def _write_file(d: Location, name: str, rows: pl.DataFrame) -> tuple[str, int]:
     final = storage.join(d, name)
     storage.write_parquet(final, rows.to_arrow().cast(ROW_SCHEMA), compression="zstd")
     return str(final), rows.height
-
-
-class WriteRewardTable(beam.PTransform):
-    """Bounded runs: one `part-0.parquet` per (policy_version, window label = cycle id or replay range)."""
-
-    def __init__(self, out: Location, window: str):
-        super().__init__()
-        self.out, self.window = storage.normalize(out), window
-
-    def expand(self, rows):
-        out, window = self.out, self.window
-        return (rows
-                | "ByPolicyVersion" >> beam.FlatMap(
-                    lambda f: [(k[0], part) for k, part in f.partition_by("policy_version", as_dict=True).items()])
-                | "Group" >> beam.GroupByKey()
-                | "Write" >> beam.MapTuple(lambda v, frames: write_partition(out, window, v, frames)))
 
 
 def write_stream_parts(out: Location, rows: pl.DataFrame) -> list[tuple[str, int]]:
