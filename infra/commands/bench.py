@@ -85,6 +85,15 @@ def add_parser(subparsers) -> None:
     bar.add_argument("--batch", type=int, default=50_000, help="archive.batch_max_events (default 50000)")
     bar.add_argument("--bootstrap", default="", metavar="HOST:PORT", help="an existing broker with the topics "
                      "(default: a private one)")
+    brk = add("ranks", "one cycle step on N CPU ranks (gloo) at a ZeRO stage and on 1 rank with the same global "
+              "batch: candidates registered (must be 1), largest weight difference, reloaded logits")
+    from infra.bench.ranks import add_arguments as add_ranks_arguments  # argparse only
+    add_ranks_arguments(brk)
+    bgp = add("gpu", "the GPU check: trainer tokens/s and peak memory (bf16, checkpointing, LoRA), the fused log-prob "
+              "kernel vs torch, generation vs recomputation log-probs, checkpoint save/load; without a GPU a dry run "
+              "at toy size on the CPU")
+    from infra.bench.gpu import add_arguments as add_gpu_arguments  # argparse only
+    add_gpu_arguments(bgp)
 
 
 def main(args, cfg) -> int:
@@ -181,4 +190,12 @@ def main(args, cfg) -> int:
                   **run_archive(args.events, args.batch, args.bootstrap, args.config, tuple(args.overrides), log=log)}
         print(json.dumps(result))
         return 0
+    if args.bench_command in ("ranks", "gpu"):   # run(args, cfg, log) -> (result, ok)
+        import contextlib
+        import importlib
+
+        with contextlib.redirect_stdout(sys.stderr):     # DeepSpeed's and the launcher's prints stay off stdout
+            result, ok = importlib.import_module(f"infra.bench.{args.bench_command}").run(args, cfg, log=log)
+        print(json.dumps({"benchmark": args.bench_command, "cpus": os.cpu_count(), **result}, default=str))
+        return 0 if ok else 1
     raise SystemExit(f"unknown benchmark {args.bench_command!r}")
