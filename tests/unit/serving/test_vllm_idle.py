@@ -109,10 +109,12 @@ def test_without_the_setting_vllms_busy_polling_is_left_alone(child):
 
 def test_the_busy_poll_is_off_by_default_and_on_only_through_the_engines_executor():
     from serving.config import ServingConfig
-    from serving.engine import BUSY_POLL_EXECUTOR, busy_poll_args
+    from serving.engine_args import BUSY_POLL_EXECUTOR, engine_kwargs
 
-    assert ServingConfig().busy_poll_ms == 0 and busy_poll_args(ServingConfig()) == {}
-    assert busy_poll_args(ServingConfig(busy_poll_ms=5)) == {"distributed_executor_backend": BUSY_POLL_EXECUTOR}
+    assert ServingConfig().busy_poll_ms == 0
+    assert "distributed_executor_backend" not in engine_kwargs("m", ServingConfig(), "cpu")
+    on = engine_kwargs("m", ServingConfig(busy_poll_ms=5), "cpu")
+    assert on["distributed_executor_backend"] == BUSY_POLL_EXECUTOR
 
 
 @pytest.mark.integration      # a child interpreter imports vLLM
