@@ -190,19 +190,21 @@ class Gateway:
         req, pinned, arm = self._prepare(body, caller)
         t0 = time.perf_counter()
         with self._lease(pinned, arm) as slot:
+            await slot.wait_ready()   # an in-place swap reloading this version's engine: wait for its weights
             prompt_ids, spec = self._render(slot.engine, req)
             generations = await slot.engine.sample(prompt_ids, spec, request_id=req.request_id)
         served = self._served(req, arm, slot, prompt_ids, spec, generations, t0)
         self._log(served, pinned)
         return build_response(served)
 
-    def open_stream(self, body: Any, caller: Caller = Caller()) -> "Stream":
+    async def open_stream(self, body: Any, caller: Caller = Caller()) -> "Stream":
         """A streamed completion, validated, routed, leased and rendered (so a bad request is still a plain 4xx);
         iterate `Stream.chunks()` to sample and send, and `close()` it whatever happens."""
         req, pinned, arm = self._prepare(body, caller)
         lease = self._lease(pinned, arm)
         slot = lease.__enter__()
         try:
+            await slot.wait_ready()
             prompt_ids, spec = self._render(slot.engine, req)
         except BaseException:
             lease.__exit__(None, None, None)
@@ -343,7 +345,7 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
         try:
             caller = caller_of(request, gateway.cfg.user_header)
             if isinstance(body, dict) and body.get("stream") is True:
-                stream = gateway.open_stream(body, caller)
+                stream = await gateway.open_stream(body, caller)
                 return SSEResponse(stream)
             answer = await gateway.chat(body, caller)
         except RequestError as e:

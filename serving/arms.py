@@ -20,9 +20,24 @@ through the engine serving will use, and when the candidate is promoted the alia
 already loaded: the swap is a switch, no load. `unstage(version)` retires it unless an alias holds it; a staged
 version no alias holds is unstaged by the poller after `stage_ttl_s` (a gate that died leaks nothing).
 
-Spares (`serving.spare_engines`, serving/spares.py): a load first asks for an idle engine on the wanted cores and
-reloads its weights in place; a retired engine that has drained becomes a spare instead of shutting down when the
-pool has room.
+Spares (`serving.spare_engines`, serving/spares.py; CPU only): a load first asks for an idle engine on the wanted
+cores and reloads its weights in place; a retired engine that has drained becomes a spare instead of shutting down
+when the pool has room.
+
+In-place swaps (`serving.swap`; the default on GPUs, where a second engine needs a second share of the device): when
+the new version has the old one's architecture, no spare is idle and no other alias or stage holds the old engine,
+the swap keeps one engine:
+
+  1. the alias switches at once to a slot of the new version on the same engine, whose requests wait (`Loaded.ready`)
+     until its weights are the new version's;
+  2. the requests already on the old version finish on the old weights (their trajectories are the old version's);
+  3. the engine reloads the new weights in place (`VllmEngine.reload`) and the waiting requests go.
+
+Nothing fails; new requests wait for the drain and the reload instead. A reload that fails shuts that engine down
+and loads a fresh one of the new version for the waiting requests.
+
+Placement (GPUs): an alias's engine starts on its arms' `devices` with their `gpu_memory_utilization` (the loader's
+keyword arguments); staged versions and spares use the loader's defaults.
 """
 
 from __future__ import annotations
@@ -38,6 +53,9 @@ from typing import Any, Callable, Iterator
 
 from serving.affinity import on_cores
 from serving.config import ServingConfig
+from serving.engine import same_architecture
+from serving.engine_args import is_gpu
+from serving.lora import is_adapter
 from serving.spares import Spares
 
 log = logging.getLogger("rtrl.serving.arms")
@@ -65,6 +83,16 @@ class Loaded:
     engine: Any
     in_flight: int = 0
     retiring: bool = False
+    ready: asyncio.Event | None = None   # unset while an in-place swap reloads the engine to `version`
+    error: str = ""                      # why a slot that waited for its reload has no engine
+
+    async def wait_ready(self) -> None:
+        """Return once the engine serves `version` (at once, unless an in-place swap is reloading it);
+        RuntimeError when that swap left no engine."""
+        if self.ready is not None:
+            await self.ready.wait()
+        if self.error:
+            raise RuntimeError(self.error)
 
 
 @contextmanager
@@ -88,6 +116,8 @@ class SwapRecord:
     in_flight_at_switch: int = 0
     old_engine_shut_down: bool = False
     old_engine_kept_spare: bool = False
+    in_place: bool = False        # the old engine drained and reloaded the new weights (no second engine)
+    reload_s: float | None = None  # in place: seconds the reload took (new requests waited drain_s + reload_s)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -95,15 +125,17 @@ class SwapRecord:
 
 @dataclass
 class Fleet:
-    """Arms' engines. `loader(version, folder)` builds an engine (blocking; run in a thread); `registry` has
-    `version_of(alias)` and `local_path(version)` (registry.client.Registry)."""
+    """Arms' engines. `loader(version, folder, **placement)` builds an engine (blocking; run in a thread; placement:
+    `cpu_cores`, `devices`, `gpu_memory_utilization` when set); `registry` has `version_of(alias)` and
+    `local_path(version)` (registry.client.Registry); `device` is where the engines run ("cpu", "cuda")."""
 
     cfg: ServingConfig
     registry: Any
-    loader: Callable[[str, Path], Any]
+    loader: Callable[..., Any]
     swaps: list[SwapRecord] = field(default_factory=list)
     ready: bool = False
     last_error: str = ""
+    device: str = "cpu"
 
     def __post_init__(self):
         self.arm_alias = {a.name: a.alias for a in self.cfg.arms}
@@ -115,8 +147,19 @@ class Fleet:
         self._tasks: set[asyncio.Task] = set()
         self._poller: asyncio.Task | None = None
         self._swap_lock = asyncio.Lock()
-        self.spares = Spares(self.cfg.spare_engines, self.cfg.spare_cpu_cores or self.cfg.cpu_cores, self.loader,
-                             _shut_down)
+        self.gpu = is_gpu(self.device)
+        self.spares = Spares(0 if self.gpu else self.cfg.spare_engines,   # CPU-only (an idle spare holds a GPU share)
+                             self.cfg.spare_cpu_cores or self.cfg.cpu_cores, self.loader, _shut_down)
+        self.placement: dict[str, dict] = {}     # alias -> the loader's devices / gpu_memory_utilization
+        for arm in self.cfg.arms:
+            if arm.devices or arm.gpu_memory_utilization is not None:
+                self.placement.setdefault(arm.alias, {k: v for k, v in (("devices", arm.devices), (
+                    "gpu_memory_utilization", arm.gpu_memory_utilization)) if v})
+
+    @property
+    def in_place_swaps(self) -> bool:
+        """Whether a swap to a checkpoint of the same architecture reloads the old engine (serving.swap)."""
+        return self.cfg.swap == "in_place" or (self.cfg.swap == "auto" and self.gpu)
 
     # -- start / stop -------------------------------------------------------------------------------------------
 
@@ -131,7 +174,7 @@ class Fleet:
             if version is None:
                 raise LookupError(f"registry alias {alias!r} is not set (run `rtrl bootstrap` to make and register "
                                   "the default policy, or point the alias at a version)")
-            self._by_alias[alias] = await self._get_or_load(version)
+            self._by_alias[alias] = await self._get_or_load(version, alias=alias)
         self.ready = True
         self._replenish()
 
@@ -182,7 +225,10 @@ class Fleet:
                 "arms": {arm: {"alias": alias, "version": self._by_alias[alias].version if alias in self._by_alias
                                else None} for arm, alias in self.arm_alias.items()},
                 "engines": [{"version": s.version, "in_flight": s.in_flight, "retiring": s.retiring,
-                             "cpu_cores": getattr(s.engine, "cpu_cores", "")} for s in self._all_slots()],
+                             "cpu_cores": getattr(s.engine, "cpu_cores", ""),
+                             **({"devices": s.engine.devices} if getattr(s.engine, "devices", "") else {}),
+                             **({"reloading": True} if s.ready is not None and not s.ready.is_set() else {})}
+                            for s in self._all_slots()],
                 "staged": self.staged, "spares": self.spares.status(),
                 "swaps": [s.as_dict() for s in self.swaps[-20:]], "last_error": self.last_error}
 
@@ -191,16 +237,21 @@ class Fleet:
 
     # -- loading, staging, hot swap -----------------------------------------------------------------------------
 
-    async def _get_or_load(self, version: str, cpu_cores: str = "") -> Loaded:
+    async def _get_or_load(self, version: str, cpu_cores: str = "", alias: str | None = None) -> Loaded:
         if (slot := self._loaded.get(version)) is not None:
             return slot
         folder = await asyncio.to_thread(self.registry.local_path, version)
-        engine = await self.spares.take(version, folder, cpu_cores or self.cfg.cpu_cores)
+        # an adapter runs on its base's engine (serving/lora.py), never on a spare of another checkpoint
+        engine = None if is_adapter(folder) else await self.spares.take(version, folder,
+                                                                          cpu_cores or self.cfg.cpu_cores)
         if engine is None:
-            extra = {"cpu_cores": cpu_cores} if cpu_cores else {}
-            engine = await asyncio.to_thread(self.loader, version, folder, **extra)
+            engine = await asyncio.to_thread(self.loader, version, folder, **self._placement_of(alias, cpu_cores))
         slot = self._loaded[version] = Loaded(version, engine)
         return slot
+
+    def _placement_of(self, alias: str | None, cpu_cores: str = "") -> dict:
+        """The loader's keyword arguments for an engine of `alias` (a stage: none but its cores)."""
+        return {**({"cpu_cores": cpu_cores} if cpu_cores else {}), **self.placement.get(alias or "", {})}
 
     def _replenish(self) -> None:
         """Start a spare engine in the background (at start) unless the pool is full."""
@@ -258,7 +309,7 @@ class Fleet:
                     log.warning("%s", self.last_error)
                     continue
                 current = self._by_alias.get(alias)
-                if version is None or current is None or version == current.version:
+                if version is None or current is None or (version == current.version and not current.error):
                     continue
                 failed_at = self._failed.get(version)
                 if failed_at is not None and time.monotonic() - failed_at < RETRY_FAILED_S:
@@ -270,10 +321,13 @@ class Fleet:
 
     async def _swap(self, alias: str, current: Loaded, version: str) -> SwapRecord | None:
         t0 = time.monotonic()
+        folder = await self._reloadable(alias, current, version)
+        if folder is not None:
+            return await self._swap_in_place(alias, current, version, folder, t0)
         log.info("alias %r moved %s -> %s: loading the new engine beside the old one", alias, current.version,
                  version)
         try:
-            new = await self._get_or_load(version)
+            new = await self._get_or_load(version, alias=alias)
         except Exception as e:  # noqa: BLE001 -- keep serving the old version; retry later
             self._failed[version] = time.monotonic()
             self.last_error = f"loading version {version} for alias {alias!r}: {type(e).__name__}: {e}"
@@ -293,10 +347,85 @@ class Fleet:
             self._retire(current, rec)
         return rec
 
+    async def _reloadable(self, alias: str, current: Loaded, version: str) -> Path | None:
+        """The new version's folder when this swap reloads `current`'s engine in place, else None: in-place swaps
+        on (serving.swap), the version not loaded already, no spare idle, no other alias or stage on the engine,
+        and the same architecture (config.json apart from names and stamps)."""
+        if not self.in_place_swaps or version in self._loaded or self.spares.status()["idle"]:
+            return None
+        if current.version in self._staged or any(s is current for a, s in self._by_alias.items() if a != alias):
+            return None
+        old = getattr(current.engine, "folder", None)
+        if not hasattr(current.engine, "reload") or old is None:
+            return None
+        try:
+            folder = await asyncio.to_thread(self.registry.local_path, version)
+        except Exception as e:  # noqa: BLE001 -- the blue/green path reports it (and retries later)
+            log.warning("version %s: %s: %s", version, type(e).__name__, e)
+            return None
+        return folder if await asyncio.to_thread(same_architecture, old, folder) else None
+
+    async def _swap_in_place(self, alias: str, current: Loaded, version: str, folder: Path,
+                             t0: float) -> SwapRecord:
+        """Switch the alias to a slot of `version` on the same engine, whose requests wait; let the old version's
+        requests finish on the old weights; reload; release the waiting requests."""
+        engine = current.engine
+        new = Loaded(version, engine, ready=asyncio.Event())
+        if self._loaded.get(current.version) is current:
+            del self._loaded[current.version]
+        self._loaded[version] = new
+        self._by_alias[alias] = new  # the switch: new requests now lease `new` and wait for its weights
+        arms = [a for a, al in self.arm_alias.items() if al == alias]
+        rec = SwapRecord(alias=alias, arms=arms, from_version=current.version, to_version=version,
+                         at=datetime.now(timezone.utc).isoformat(), load_s=0.0,
+                         in_flight_at_switch=current.in_flight, in_place=True)
+        self.swaps.append(rec)
+        log.info("alias %r moved %s -> %s: reloading its engine in place once the %d requests on version %s finish",
+                 alias, current.version, version, current.in_flight, current.version)
+        current.retiring = True
+        self._draining.append(current)
+        try:
+            deadline = time.monotonic() + self.cfg.drain_timeout_s
+            while current.in_flight and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            rec.drain_s = round(time.monotonic() - t0, 3)
+            if current.in_flight:
+                log.warning("version %s still had %d requests after drain_timeout_s=%.0f; reloading under them",
+                            current.version, current.in_flight, self.cfg.drain_timeout_s)
+            t1 = time.monotonic()
+            try:
+                await engine.reload(version, folder)
+            except Exception as e:  # noqa: BLE001 -- the waiting requests get a fresh engine instead
+                log.error("reloading the engine of version %s to %s in place failed (%s: %s); starting a new "
+                          "engine", current.version, version, type(e).__name__, e)
+                rec.old_engine_shut_down = True
+                await _shut_down(engine)
+                new.engine = await self._fresh(alias, version, folder, new)
+            rec.reload_s = round(time.monotonic() - t1, 3)
+        finally:
+            self._draining = [s for s in self._draining if s is not current]
+            new.ready.set()
+        rec.load_s = round(time.monotonic() - t0, 3)
+        log.info("alias %r now serves version %s in place (arms %s): drain %.1fs, reload %.1fs", alias, version,
+                 ", ".join(arms), rec.drain_s, rec.reload_s)
+        return rec
+
+    async def _fresh(self, alias: str, version: str, folder: Path, slot: Loaded):
+        """A new engine of `version` for a slot whose in-place reload failed (None, with `slot.error`, when that
+        fails too: its requests get a 500 and the next alias move loads anew)."""
+        try:
+            return await asyncio.to_thread(self.loader, version, folder, **self._placement_of(alias))
+        except Exception as e:  # noqa: BLE001 -- nothing left to serve this version with
+            slot.error = self.last_error = f"loading version {version} for alias {alias!r}: {type(e).__name__}: {e}"
+            log.error("%s", self.last_error)
+            self._loaded.pop(version, None)
+            self._failed[version] = time.monotonic()   # the poller loads it anew after RETRY_FAILED_S
+            return None
+
     def _to_arm_cores(self, engine) -> None:
         """An engine that starts serving an arm moves to the arms' cores (a candidate staged on a spare or on the
-        gate's cores otherwise serves live traffic beside the trainer: serving/affinity.py)."""
-        if self.cfg.cpu_cores:
+        gate's cores otherwise serves live traffic beside the trainer: serving/affinity.py). CPU only."""
+        if self.cfg.cpu_cores and not self.gpu:
             on_cores(engine, self.cfg.cpu_cores)
 
     def _retire(self, slot: Loaded, rec: SwapRecord | None) -> None:
@@ -319,6 +448,8 @@ class Fleet:
             log.warning("version %s still had %d requests after drain_timeout_s=%.0f; shutting it down anyway",
                         slot.version, slot.in_flight, self.cfg.drain_timeout_s)
         try:
+            if slot.engine is None:   # an in-place swap whose reload and fresh load failed: nothing to stop
+                return
             if not slot.in_flight and self.spares.offer(slot.engine):
                 log.info("the engine of version %s is kept as a spare", slot.version)
                 if rec is not None:

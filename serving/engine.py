@@ -121,13 +121,13 @@ class VllmEngine:
         the GPUs its processes see (an arm's `devices`); `lora`: it serves adapters (serving/lora.py)."""
         import time
 
-        from vllm.v1.engine.async_llm import AsyncLLM
-
         t0 = time.monotonic()
         device = platform_device()
         for line in ignored_knobs(cfg, device, devices):
             log.info("%s", line)
         tokenizer = chat_tokenizer(version, folder)
+        from vllm.v1.engine.async_llm import AsyncLLM
+
         # The engine's processes read these from the environment when they spawn: one load at a time, or a load
         # for other cores (devices) would bind its worker where the other load asked (seen: a spare on the arms'
         # core)
@@ -246,27 +246,29 @@ class VllmEngine:
         finish = None if o.finish_reason is None else ("length" if o.finish_reason == "length" else "stop")
         return Delta(index=o.index, token_ids=ids, logprobs=logprobs, top=top, finish_reason=finish)
 
-    async def sample(self, prompt_ids: list[int], spec: SampleSpec, request_id: str = "",
+    async def sample(self, prompt_ids: list[int], spec: SampleSpec, request_id: str = "", adapter=None,
                      **extra) -> list[Generation]:
-        """The `spec.n` samples of a prompt, once all are finished (`extra`: more vLLM SamplingParams, e.g. a
-        benchmark's ignore_eos)."""
+        """The `spec.n` samples of a prompt, once all are finished (`adapter`: a serving.lora.Adapter to sample
+        with; `extra`: more vLLM SamplingParams, e.g. a benchmark's ignore_eos)."""
         import uuid
 
         final = None
         async for out in self.llm.generate(self._engine_prompt(prompt_ids), self.sampling_params(spec, **extra),
-                                           f"{request_id or 'req'}-{uuid.uuid4().hex[:8]}"):
+                                           f"{request_id or 'req'}-{uuid.uuid4().hex[:8]}",
+                                           lora_request=adapter.request() if adapter is not None else None):
             final = out
         assert final is not None and final.finished
         steps = sorted((self._step(o, spec.top_logprobs) for o in final.outputs), key=lambda d: d.index)
         return [self.finish(d.index, d.token_ids, d.logprobs, d.top, d.finish_reason or "stop", spec) for d in steps]
 
-    async def stream(self, prompt_ids: list[int], spec: SampleSpec, request_id: str = ""):
+    async def stream(self, prompt_ids: list[int], spec: SampleSpec, request_id: str = "", adapter=None):
         """The samples as they are drawn: `Delta`s of new tokens per sample index, the last one of each sample with
         its finish_reason. Leaving the iteration early (a client that disconnected) aborts the request in vLLM."""
         import uuid
 
         async for out in self.llm.generate(self._engine_prompt(prompt_ids), self.sampling_params(spec, stream=True),
-                                           f"{request_id or 'req'}-{uuid.uuid4().hex[:8]}"):
+                                           f"{request_id or 'req'}-{uuid.uuid4().hex[:8]}",
+                                           lora_request=adapter.request() if adapter is not None else None):
             for o in out.outputs:
                 yield self._step(o, spec.top_logprobs)
 

@@ -37,12 +37,21 @@ def build_gateway(cfg, *, registry=None, loader=None) -> Gateway:
     from registry.client import Registry
 
     registry = registry or Registry.from_config(cfg)
+    device = "cpu"
     if loader is None:
-        from serving.engine import VllmEngine
+        from serving.engine import VllmEngine, platform_device
+        from serving.lora import with_adapters
 
-        def loader(version, folder, cpu_cores: str = ""):
-            scfg = cfg.serving.model_copy(update={"cpu_cores": cpu_cores}) if cpu_cores else cfg.serving
-            return VllmEngine.load(version, folder, scfg)
+        device = platform_device()
+
+        def start(version, folder, lora: bool = False, cpu_cores: str = "", devices: str = "",
+                  gpu_memory_utilization: float | None = None):
+            update = {k: v for k, v in (("cpu_cores", cpu_cores), ("gpu_memory_utilization", gpu_memory_utilization))
+                      if v}
+            scfg = cfg.serving.model_copy(update=update) if update else cfg.serving
+            return VllmEngine.load(version, folder, scfg, devices=devices, lora=lora)
+
+        loader = with_adapters(start, registry, cfg.serving.max_lora_rank)   # adapter versions: serving/lora.py
 
     emit = on_close = stats = None
     if cfg.serving.telemetry:
@@ -56,7 +65,8 @@ def build_gateway(cfg, *, registry=None, loader=None) -> Gateway:
 
         def on_close() -> None:  # what Kafka has not acknowledged within 5 s stays on disk for the next start
             client.close(timeout=5.0)
-    return Gateway(cfg.serving, Fleet(cfg.serving, registry, loader), cfg.mlflow.registered_model, emit=emit,
+    return Gateway(cfg.serving, Fleet(cfg.serving, registry, loader, device=device), cfg.mlflow.registered_model,
+                   emit=emit,
                    on_close=on_close, telemetry_stats=stats)
 
 

@@ -12,10 +12,11 @@ from serving.protocol import Delta, Generation, SampleSpec, Sampling, cut_at_sto
 
 
 class FakeRegistry:
-    """Aliases in a dict; `local_path` returns a made-up folder."""
+    """Aliases in a dict; `local_path` returns the folder `folders` names for a version, else a made-up one."""
 
-    def __init__(self, aliases: dict[str, str]):
+    def __init__(self, aliases: dict[str, str], folders: dict[str, Path] | None = None):
         self.aliases = dict(aliases)
+        self.folders = dict(folders or {})
         self.fail_reads = False
 
     def version_of(self, alias: str) -> str | None:
@@ -24,7 +25,7 @@ class FakeRegistry:
         return self.aliases.get(alias)
 
     def local_path(self, version: str) -> Path:
-        return Path(f"/nonexistent/v{version}")
+        return self.folders.get(version, Path(f"/nonexistent/v{version}"))
 
 
 class FakeEngine:
@@ -46,6 +47,9 @@ class FakeEngine:
         self.reply_for = None             # index -> text, for samples that differ
         self.step_s = 0.0                 # streamed: seconds per character
         self.tools_seen = None            # what the chat template was given
+        self.devices, self.placement = "", {}   # where the loader put it
+        self.reloading = False            # inside `reload` (reload_s > 0)
+        self.reload_s = 0.0
 
     def prompt_ids(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
         self.tools_seen = tools
@@ -60,23 +64,28 @@ class FakeEngine:
                 return text[:text.index(stop) + len(stop)], "stop"
         return text[:spec.max_tokens], "stop" if len(text) <= spec.max_tokens else "length"
 
-    async def sample(self, prompt_ids, spec: SampleSpec, request_id=""):
+    async def sample(self, prompt_ids, spec: SampleSpec, request_id="", adapter=None):
         assert not self.shut_down, "a request reached an engine that was shut down"
-        self.calls.append({"prompt_ids": prompt_ids, "max_tokens": spec.max_tokens, "seed": spec.seed, "spec": spec})
+        assert not self.reloading, "a request reached an engine while it reloaded"
+        self.calls.append({"prompt_ids": prompt_ids, "max_tokens": spec.max_tokens, "seed": spec.seed, "spec": spec,
+                           "adapter": adapter, "weights": self.version})
         if self.delay_s:
             await asyncio.sleep(self.delay_s)  # a slow generation (the behaviour under test): requests stay in flight
+        assert not self.reloading, "an engine reloaded under a request"
         out = []
         for i in range(spec.n):
             text, why = self._text(spec, i)
+            if adapter is not None:
+                text = f"{text} + {adapter.name}"
             ids = [ord(c) for c in text]
             out.append(self.finish(i, ids, [math.log(0.5)] * len(ids), [], why, spec))
         return out
 
-    async def stream(self, prompt_ids, spec: SampleSpec, request_id=""):
+    async def stream(self, prompt_ids, spec: SampleSpec, request_id="", adapter=None):
         """One character per step per sample; `step_s` between steps."""
         assert not self.shut_down, "a request reached an engine that was shut down"
         self.calls.append({"prompt_ids": prompt_ids, "max_tokens": spec.max_tokens, "seed": spec.seed, "spec": spec,
-                           "stream": True})
+                           "stream": True, "adapter": adapter})
         texts = [self._text(spec, i) for i in range(spec.n)]
         for k in range(max(len(t) for t, _ in texts) + 1):
             for i, (text, why) in enumerate(texts):
@@ -104,6 +113,9 @@ class FakeEngine:
         assert not self.shut_down, "a reload reached an engine that was shut down"
         if self.reload_fails:
             raise ValueError(f"cannot reload {folder}")
+        self.reloading = True
+        await asyncio.sleep(self.reload_s)
+        self.reloading = False
         self.version, self.folder = version, folder
         self.reply = self.scripted if self.scripted is not None else f"answer from v{version}"
         self.reloads.append(version)
@@ -125,7 +137,9 @@ class FakeLoader:
         self.loading = 0              # loads in progress now ...
         self.most_loading = 0         # ... and at most at once
 
-    def __call__(self, version: str, folder: Path, cpu_cores: str = "") -> FakeEngine:
+    def __call__(self, version: str, folder: Path, cpu_cores: str = "", **placement) -> FakeEngine:
+        """`placement`: what Fleet passes for a GPU arm (devices, gpu_memory_utilization) or AdapterHosts for a base
+        (lora), recorded on the engine."""
         import time
 
         self.loading += 1
@@ -138,17 +152,30 @@ class FakeLoader:
         if version in self.fail:
             raise RuntimeError(f"cannot load v{version}")
         e = FakeEngine(version, folder, cpu_cores=cpu_cores, **self.engine_kw)
+        e.devices, e.placement = placement.get("devices", ""), placement
         self.cpu_cores[version] = cpu_cores
         self.engines.append(e)
         return e
 
 
-def fake_fleet(aliases: dict[str, str], **cfg):
-    """(Fleet over fake engines with a fast poll and drain and `cfg` serving keys, its registry, its loader)."""
+def fake_fleet(aliases: dict[str, str], device: str = "cpu", folders: dict[str, Path] | None = None, **cfg):
+    """(Fleet over fake engines with a fast poll and drain and `cfg` serving keys, its registry, its loader);
+    `device`: where the fleet believes its engines run; `folders`: the registry's folders of versions."""
     from serving.arms import Fleet
 
-    reg, loader = FakeRegistry(aliases), FakeLoader()
-    return Fleet(ServingConfig(registry_poll_s=0.01, drain_timeout_s=5, **cfg), reg, loader), reg, loader
+    reg, loader = FakeRegistry(aliases, folders), FakeLoader()
+    return (Fleet(ServingConfig(registry_poll_s=0.01, drain_timeout_s=5, **cfg), reg, loader, device=device), reg,
+            loader)
+
+
+def checkpoint_config(folder: Path, **config) -> Path:
+    """A folder with just a config.json (what serving.engine.same_architecture compares)."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+                                                    **config}))
+    return folder
 
 
 def serving_config(**kw) -> ServingConfig:
