@@ -6,6 +6,8 @@ The tokenizer is a byte-level BPE trained here on generated text (so every strin
 format's special tokens (`schemas.chat_format.SPECIAL_TOKENS`), eos `<|end|>` and the chat template
 `schemas.chat_format.CHAT_TEMPLATE`: exactly what serving expects of any checkpoint. Different seeds give
 different weights (the same tokenizer), so two versions of "the policy" can be told apart.
+
+    adapter = make_tiny_adapter(tmp_path / "lora", folder, base_version="1", seed=5)   # a peft LoRA adapter of it
 """
 
 from __future__ import annotations
@@ -77,4 +79,31 @@ def make_tiny_checkpoint(folder: str | Path, seed: int = 0, *, hidden: int = 64,
     model.generation_config.pad_token_id = eos
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
+    return folder
+
+
+def make_tiny_adapter(folder: str | Path, base_folder: str | Path, base_version: str, seed: int = 0, *,
+                      rank: int = 8, scale: float = 0.2) -> Path:
+    """A peft LoRA adapter (every linear layer of the attention and MLP, rank `rank`) of the checkpoint in
+    `base_folder`, written to `folder` with rtrl_metadata.json naming `base_version` as its `lora_base`
+    (serving/lora.py). Its B matrices are random (peft starts them at 0, which would make the adapter a no-op), so
+    the adapted model differs from the base."""
+    import json
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(folder)
+    model = AutoModelForCausalLM.from_pretrained(str(base_folder), dtype=torch.float32)
+    lora = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    adapted = get_peft_model(model, lora)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=generator) * scale)
+    adapted.save_pretrained(str(folder))
+    (folder / "rtrl_metadata.json").write_text(json.dumps({"lora_base": str(base_version)}))
     return folder
