@@ -83,9 +83,9 @@ class ServingConfig(BaseModel):
         "reloads its weights (one engine's memory; new requests wait for the reload). auto = in_place on GPUs, "
         "blue_green on CPU. Another architecture, or an engine another alias or a stage also holds, always "
         "swaps blue/green.")
-    enable_lora: bool = Field(default=False, description="Start every engine with LoRA enabled, so an adapter "
-                              "version whose base is loaded already (control = the base, treatment = an adapter) "
-                              "shares its engine. Engines that serve an adapter enable LoRA whatever this says.")
+    enable_lora: bool = Field(default=False, description="Start every engine with LoRA enabled. Engines that serve "
+                              "adapters (serving/lora.py) enable it whatever this says; an adapter runs on its "
+                              "base's own LoRA engine, not on an arm's engine of the base.")
     max_loras: int = Field(default=2, ge=1, le=64, description="Adapters one engine batches at once (a swap between "
                            "adapters of one base serves both while the old one drains).")
     max_lora_rank: int = Field(default=16, description=f"Largest adapter rank an engine accepts; one of {LORA_RANKS}.")
