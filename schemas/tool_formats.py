@@ -4,7 +4,8 @@
                  the default, `schemas.tool_protocol`)
     llama3_json  {"name": ..., "parameters": {...}}, the whole message, several calls joined by "; ", optionally
                  after <|python_tag|> (Llama 3.1+)
-    mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (Mistral)
+    mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (Mistral; a call may carry the string "id" its
+                 chat template writes into the conversation)
 
 `get_format(name).parse(text, tools)` gives the same `ParsedResponse` as `tool_protocol.parse_response` does for
 Hermes: the valid calls, a record for every call with the reason a broken one is broken, the text outside the
@@ -105,6 +106,8 @@ def _parse_mistral(text: str, tools: ToolSet | None = None) -> ParsedResponse:
                       [], content)
     records, calls = [], []
     for item in obj:
+        if isinstance(item, dict) and isinstance(item.get("id"), str):   # the call id Mistral's template writes
+            item = {k: v for k, v in item.items() if k != "id"}
         record, call = _record(item, "arguments", tools)
         records.append(record)
         if call is not None:

@@ -13,7 +13,8 @@ trajectory is logged (evaluation traffic never becomes training traffic). Any ot
 Per request: the caller (key, user header) and the body → `parse_request` → `Router.assign(user)` → arm →
 `Fleet.lease(arm)` (the engine of the version the arm's alias points to, held until the answer is built or the
 stream ends, so a hot swap never cuts it off) → the checkpoint's chat template over the messages and the request's
-tools → `engine.sample` (or `engine.stream`) → `schemas.tool_protocol.parse_response` against the request's tools
+tools → `engine.sample` (or `engine.stream`) → the checkpoint's tool-call format (`serving.tool_format`,
+schemas/tool_formats.py) parses each sample against the request's tools
 → the OpenAI response and one `Trajectory` event per sample (server side: token ids, behaviour logprobs,
 tool-call records, latency) through the telemetry SDK.
 """
@@ -36,12 +37,12 @@ from starlette.routing import Route
 
 from schemas.api_keys import KeyStore
 from schemas.events import Trajectory
-from schemas.tool_protocol import parse_response
 from serving.arms import Fleet
 from serving.auth import AuthMiddleware, principal_of
 from serving.config import CPU_CORES_PATTERN, ServingConfig
 from serving.protocol import (Caller, ChatRequest, Generation, RequestError, SampleSpec, Served, TimeBounds,
-                              build_response, build_trajectories, final_content, fit_max_tokens, parse_request)
+                              build_response, build_trajectories, final_content, fit_max_tokens, parse_request,
+                              tool_format_of)
 from serving.streaming import (DONE, ChunkHead, ContentStream, Sample, content_chunk, last_chunk, role_chunk, sse,
                                usage_chunk)
 from serving.router import Router
@@ -152,7 +153,10 @@ class Gateway:
         return req, pinned, EVAL_ARM if pinned is not None else self.router.assign(req.user_id)
 
     def _render(self, engine, req: ChatRequest) -> tuple[list[int], SampleSpec]:
-        """The prompt's token ids (the checkpoint's chat template, given the request's tools) and what to sample."""
+        """The prompt's token ids (the checkpoint's chat template, given the request's tools, the calls sent back
+        written in its tool-call format) and what to sample."""
+        template = getattr(getattr(engine, "tokenizer", None), "chat_template", None)
+        req.use_tool_format(tool_format_of(self.cfg.tool_format, template if isinstance(template, str) else None))
         try:
             prompt_ids = engine.prompt_ids(req.messages, tools=req.template_tools)
         except Exception as e:  # noqa: BLE001 -- a template that rejects the conversation is the client's 400
@@ -164,7 +168,7 @@ class Gateway:
                 generations: list[Generation], t0: float) -> Served:
         return Served(request=req, arm=arm, policy_version=slot.version, model=f"{self.model_name}/v{slot.version}",
                       prompt_token_ids=prompt_ids, generations=generations,
-                      parsed=[parse_response(g.text, req.tools) for g in generations], sampling=spec.sampling,
+                      parsed=[req.parse(g.text) for g in generations], sampling=spec.sampling,
                       latency_ms=(time.perf_counter() - t0) * 1000)
 
     def _log(self, served: Served, pinned: str | None) -> None:
@@ -221,7 +225,7 @@ class Stream:
                  prompt_ids: list[int], spec: SampleSpec):
         self.gw, self.req, self.pinned, self.arm, self.lease, self.slot = gateway, req, pinned, arm, lease, slot
         self.prompt_ids, self.spec = prompt_ids, spec
-        self.samples = [Sample(i, ContentStream(spec.stop)) for i in range(spec.n)]
+        self.samples = [Sample(i, ContentStream(spec.stop, req.format.markers)) for i in range(spec.n)]
         self.t0 = time.perf_counter()
         self.failed = False
         self.closed = False

@@ -160,6 +160,11 @@ class ServingConfig(BaseModel):
         default=7 * 86400, ge=60, le=3650 * 86400, description="A request's metadata.event_time more than this "
         "before the receipt time is replaced by the receipt time and counted. Raise it to replay old simulated "
         "time through a live gateway.")
+    tool_format: Literal["auto", "hermes", "llama3_json", "mistral"] = Field(
+        default="auto", description="How the served model writes tool calls (schemas/tool_formats.py): responses "
+        "are parsed and the assistant calls a conversation sends back are written in it. \"auto\" = detected from "
+        "each served checkpoint's chat template (Hermes <tool_call> when the template shows none); \"hermes\" "
+        "(Qwen2.5, Hermes), \"llama3_json\" (Llama 3.1+), \"mistral\" ([TOOL_CALLS], Mistral v0.3).")
 
     @model_validator(mode="after")
     def _arms_are_a_split(self):

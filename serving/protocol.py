@@ -13,7 +13,8 @@ Request: an OpenAI chat-completions body, as the official client and editor/agen
     `serving.temperature`, top_p 1, untruncated (the distribution training traffic should come from).
   * `tools`, `tool_choice`: passed to the checkpoint's chat template; calls are validated against the offered
     tools' JSON Schemas (`schemas.tool_protocol.ToolSet`); a request with no tools is parsed against the built-in
-    five. `tool_choice` "none" offers none (any call is broken), {"function": {"name": N}} offers only N.
+    five. Responses are parsed, and the assistant `tool_calls` a conversation sends back are written, in the served
+    checkpoint's tool-call format (`serving.tool_format`, schemas/tool_formats.py; `ChatRequest.use_tool_format`). `tool_choice` "none" offers none (any call is broken), {"function": {"name": N}} offers only N.
   * `metadata` (OpenAI's free-form object) may carry `session_id`, `workspace_id`, `org_id`, `request_id`,
     `privacy_mode`, `client_version` and `event_time` (ISO 8601 with a zone: the simulated clock of
     docs/simulator.md; default now). An `org_id` other than the key's org is refused (403); an `event_time`
@@ -28,6 +29,7 @@ alternatives when asked) plus rtrl's top-level `policy_version`, `arm`, `request
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
 from dataclasses import dataclass, field
@@ -36,7 +38,8 @@ from typing import Any
 
 from schemas.chat_format import to_text_messages
 from schemas.events import Trajectory
-from schemas.tool_protocol import ParsedResponse, ToolSet, to_openai_tool_calls
+from schemas.tool_formats import ToolFormat, detect, get_format
+from schemas.tool_protocol import ParsedResponse, ToolCall, ToolSet, to_openai_tool_calls
 
 MAX_ID = 128
 CLIENT_VERSION = "rtrl-serving/0.1"
@@ -100,7 +103,7 @@ class TimeBounds:
 
 @dataclass
 class ChatRequest:
-    messages: list[dict[str, str]]   # role/content, tool calls already in protocol text
+    messages: list[dict[str, str]]   # role/content, tool calls written in `tool_format`
     user_id: str
     request_id: str
     session_id: str
@@ -122,6 +125,27 @@ class ChatRequest:
     tools: ToolSet | None = None              # the calls' validation set (None: the built-in five)
     template_tools: list[dict] | None = None  # what the chat template is given
     event_time_clamped: bool = False
+    tool_format: str = "hermes"               # how `messages` write the calls sent back and responses are parsed
+    sent_calls: list[tuple[int, str, list[ToolCall]]] = field(default_factory=list)  # (message index, its text
+    #                                           without calls, its calls): the assistant calls the client sent back
+
+    @property
+    def format(self) -> ToolFormat:
+        return get_format(self.tool_format)
+
+    def use_tool_format(self, name: str) -> None:
+        """Write the assistant calls sent back in format `name` (the served checkpoint's) and parse in it."""
+        if name == self.tool_format:
+            return
+        fmt = get_format(name)
+        for i, text, calls in self.sent_calls:
+            written = "\n".join(([text] if text else []) + [fmt.render(calls)])
+            self.messages[i] = {**self.messages[i], "content": written}
+        self.tool_format = name
+
+    def parse(self, text: str) -> ParsedResponse:
+        """A sample's text parsed in the request's tool-call format against its tools."""
+        return self.format.parse(text, self.tools)
 
     def spec(self, max_tokens: int, default_temperature: float) -> SampleSpec:
         t = default_temperature if self.temperature is None else self.temperature
@@ -244,7 +268,28 @@ def _stop(value: Any) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _messages(body: dict) -> list[dict[str, str]]:
+def _sent_calls(messages: list[dict]) -> list[tuple[int, str, list[ToolCall]]]:
+    """The assistant messages that send calls back: (index, their text without the calls, the calls)."""
+    out = []
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = []
+            for tc in m["tool_calls"]:
+                fn = tc["function"] if isinstance(tc, dict) else tc.function
+                name, args = (fn["name"], fn["arguments"]) if isinstance(fn, dict) else (fn.name, fn.arguments)
+                calls.append(ToolCall(name, json.loads(args) if isinstance(args, str) else args))
+            without = to_text_messages([{**m, "tool_calls": None}])[0]["content"]
+            out.append((i, without, calls))
+    return out
+
+
+def tool_format_of(setting: str, chat_template: str | None) -> str:
+    """The tool-call format a served checkpoint speaks: `serving.tool_format`, or for "auto" the one its chat
+    template shows (Hermes when it shows none)."""
+    return detect(chat_template) if setting == "auto" else get_format(setting).name
+
+
+def _messages(body: dict) -> tuple[list[dict[str, str]], list[tuple[int, str, list[ToolCall]]]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list", "messages")
@@ -257,7 +302,8 @@ def _messages(body: dict) -> list[dict[str, str]]:
         if m.get("role") == "developer":  # OpenAI's newer name for the system role
             messages[i] = {**m, "role": "system"}
     try:
-        return to_text_messages(messages)
+        text = to_text_messages(messages)
+        return text, _sent_calls(messages)
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise RequestError(f"messages: {e}", "messages") from None
 
@@ -333,7 +379,7 @@ def parse_request(body: Any, *, default_max_tokens: int, max_model_len: int, now
         raise RequestError("logprobs must be a boolean", "logprobs")
     top_logprobs = _int(body, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
     user = _user(body, caller)
-    text_messages = _messages(body)
+    text_messages, sent_calls = _messages(body)
     tools, template_tools = _tools(body)
     meta = body.get("metadata") or {}
     if not isinstance(meta, dict):
@@ -355,7 +401,7 @@ def parse_request(body: Any, *, default_max_tokens: int, max_model_len: int, now
         temperature=_float(body, "temperature", 0.0, 2.0), top_p=_float(body, "top_p", 0.0, 1.0, lo_open=True) or 1.0,
         stop=_stop(body.get("stop")), logprobs=logprobs or top_logprobs > 0, top_logprobs=top_logprobs,
         stream=stream, include_usage=stream and bool(options.get("include_usage")), tools=tools,
-        template_tools=template_tools)
+        template_tools=template_tools, sent_calls=sent_calls)
 
 
 def fit_max_tokens(prompt_len: int, max_tokens: int, max_model_len: int) -> int:

@@ -8,7 +8,8 @@
     data: [DONE]
 
 A sample's content is sent while it is sampled only where it cannot change: the text is held back from the first
-place a tool-call block could begin (`<tool_call>`: the calls are parsed, validated against the request's tools
+place a tool-call block could begin (the request's tool-call format's markers: `<tool_call>` for Hermes,
+`[TOOL_CALLS]` for Mistral, `<|python_tag|>` or `{` for Llama 3's JSON calls; the calls are parsed, validated against the request's tools
 and sent whole at the end, as `tool_calls` with their arguments), around a stop string that may still complete,
 at a trailing incomplete character and at trailing whitespace. What is sent is always a prefix of the content the
 same request gets without streaming (`protocol.final_content`), and the last chunk sends the rest. The log-probs
@@ -21,7 +22,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from schemas.tool_protocol import OPEN
+from schemas.tool_formats import FORMATS
 from serving.protocol import (Delta, Generation, Served, choice_extras, finish_reason, token_logprobs, tool_calls_of,
                               usage)
 
@@ -37,8 +38,9 @@ def sse(obj: dict) -> bytes:
 class ContentStream:
     """What of one sample's text may be sent so far (see the module docstring)."""
 
-    def __init__(self, stop: tuple[str, ...] = ()):
+    def __init__(self, stop: tuple[str, ...] = (), markers: tuple[str, ...] = FORMATS["hermes"].markers):
         self.stop = stop
+        self.markers = markers   # where a tool call can begin (schemas.tool_formats.ToolFormat.markers)
         self.sent = ""
         self.closed = False   # a tool-call block began: the rest goes in the last chunk
 
@@ -46,11 +48,13 @@ class ContentStream:
         for s in self.stop:           # the text ends before a stop string (the engine stops there)
             if (i := text.find(s)) >= 0:
                 text = text[:i]
-        if (i := text.find(OPEN)) >= 0:
+        found = [i for i in (text.find(m) for m in self.markers) if i >= 0]
+        if found:
             self.closed = True
-            text = text[:i]
+            text = text[:min(found)]
         else:
-            text = _without_partial(text, OPEN)
+            for m in self.markers:
+                text = _without_partial(text, m)
         for s in self.stop:
             text = _without_partial(text, s)
         return text.rstrip("\ufffd").strip()
