@@ -131,7 +131,7 @@ def test_the_doc_check_reads_mentions_and_resolves_global_options_and_placeholde
     assert named_command("gate 3 --via-serving".split()) == (("gate",), None)
     assert named_command("bench WHAT --json".split()) == (("bench",), None)
     assert named_command("COMMAND --help".split()) == ((), None)
-    assert named_command("bench gpu".split()) == (("bench",), "gpu")
+    assert named_command("bench quantum".split()) == (("bench",), "quantum")
     assert named_command("deploy now".split()) == ((), "deploy")
 
 
