@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from infra.bench.ranks import TOLERANCE, prepare, train_cycle, verdict
+from infra.bench.ranks_cycle import TOLERANCE, prepare, train_cycle, verdict
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

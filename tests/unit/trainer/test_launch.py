@@ -30,7 +30,8 @@ def test_each_rank_runs_the_same_command_with_its_config_and_the_rank_count_set(
     argv = launch_argv(4, rank_args)
     assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert argv[argv.index("--nproc-per-node") + 1] == "4" and "--standalone" in argv
-    assert argv[argv.index("-m", 3):argv.index("-m", 3) + 2] == ["-m", "infra.cli"] and argv[-len(rank_args):] == rank_args
+    module = argv.index("-m", 3)
+    assert argv[module:module + 2] == ["-m", "infra.cli"] and argv[module + 2:] == rank_args
 
 
 def test_the_ranks_environment_drops_a_single_process_world_and_shares_the_cores_on_cpu():
