@@ -44,6 +44,18 @@ def test_the_ranks_environment_drops_a_single_process_world_and_shares_the_cores
     assert launch_env(2, {"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"
 
 
+def test_a_launchers_rank_variables_are_kept_by_the_engines_single_process_defaults(monkeypatch):
+    from trainer.engine import _single_process_env
+
+    launched = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29511"}
+    for k, v in launched.items():
+        monkeypatch.setenv(k, v)
+    _single_process_env()
+    import os
+
+    assert {k: os.environ[k] for k in launched} == launched
+
+
 def test_bench_ranks_options_and_their_defaults():
     args = build_parser().parse_args(["bench", "ranks", "--json"])
     assert (args.ranks, args.zero_stage) == (2, 3)
