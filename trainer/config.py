@@ -79,6 +79,9 @@ class TrainerConfig(BaseModel):
     # run
     checkpoint_every: int = Field(default=1, ge=1, description="Optimizer steps between resumable checkpoints.")
     threads: int = Field(default=0, ge=0, le=1024, description="torch CPU threads; 0 = all cores.")
+    ranks: int = Field(default=1, ge=1, le=1024, description="Data-parallel ranks `rtrl train` runs (one process "
+                       "each, under torchrun: GPUs on a GPU machine, gloo on CPU). Rank 0 alone writes the MLflow run, "
+                       "the checkpoint and the one candidate version.")
 
     @field_validator("negative_kinds")
     @classmethod

@@ -1,6 +1,6 @@
 """The DeepSpeed engine around the policy: ZeRO stage from config, explicit accumulation boundaries, resumable
-checkpoints. On this machine it runs on the CPU accelerator in one process (gloo); on GPUs the same code runs
-under the `deepspeed` launcher (`deepspeed --num_gpus N -m infra.cli train ...`).
+checkpoints. On this machine it runs on the CPU accelerator (gloo), in one process or one per rank; on GPUs the same
+code runs one rank per GPU. `rtrl train` starts the ranks itself (`trainer.ranks`, `--ranks`: trainer/launch.py).
 
 Accumulation: the trainer calls `backward(loss, boundary)` once per micro-batch; the loss is already normalized
 by the step's constant (Dr. GRPO aggregation), so DeepSpeed must not divide it again (`scale_wrt_gas=False`), and
@@ -31,7 +31,16 @@ def prebuild_ops() -> None:
     build_shm_op()
 
 
+def set_rank_device() -> None:
+    """On GPUs, this rank's own GPU (cuda:LOCAL_RANK) as the current device, before any model or tensor is placed:
+    otherwise every rank's `.cuda()` lands on cuda:0. Nothing on the CPU."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
 def _single_process_env() -> None:
+    """A launcher's (torchrun, deepspeed) RANK, LOCAL_RANK, WORLD_SIZE and MASTER_* are kept (setdefault); alone, the
+    values of a world of one on a free port."""
     ops_cache_env()
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -82,11 +91,37 @@ class Engine:
         (before clipping) at a boundary."""
         self.engine.set_gradient_accumulation_boundary(boundary)
         self.engine.backward(loss, scale_wrt_gas=False)
+        # The trainer runs the module itself (its decoder and head apart), not `engine.forward`, which is where
+        # DeepSpeed ends a micro-step: at ZeRO-3 each micro-batch's gradient would then overwrite the last one's
+        # (micro_step_id stays 0: "copy, don't accumulate"). End it here, as the next `engine.forward` would.
+        end_micro_step = getattr(self.engine.optimizer, "clear_backward_seen_flag", None)
+        if end_micro_step is not None:
+            end_micro_step()
         self.engine.step()
         if boundary:
             norm = self.engine.get_global_grad_norm()
             return None if norm is None else float(norm)
         return None
+
+    def state_dict_for_save(self) -> dict | None:
+        """The whole model's weights for a Hugging Face save. At ZeRO-3 each rank holds a shard of every parameter
+        (the module's own tensors are empty placeholders), so they are gathered, a layer at a time, onto rank 0's
+        CPU memory in the parameters' own dtype (DeepSpeed's "16-bit" consolidated state dict: fp32 when the model
+        is fp32, as on the CPU here); other ranks get None. Collective: every rank must call it. Below ZeRO-3 every
+        rank holds the whole model: None, and `save_pretrained` takes the module's own state dict."""
+        if self.engine.zero_optimization_partition_weights():
+            return self.engine._zero3_consolidated_16bit_state_dict()
+        return None
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]:
+        """`values` summed over the ranks (the step's metrics of every rank's micro-batches); as is with one rank."""
+        if self.world_size == 1:
+            return list(values)
+        from deepspeed import comm
+
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        comm.all_reduce(t)
+        return t.tolist()
 
     def save(self, directory: Path, tag: str, client_state: dict) -> None:
         self.engine.save_checkpoint(str(directory), tag=tag, client_state=client_state)

@@ -5,6 +5,9 @@
     register the folder as a new version tagged candidate=true, parent=<champion>, with the data window, counts,
     reward statistics, config hash and code version in the tags and in rtrl_metadata.json.
 
+Several ranks (`trainer.ranks`, started by trainer/launch.py): rank 0 alone creates the MLflow run, logs, writes the
+checkpoint and registers the one candidate; the other ranks get the champion and the candidate version from it.
+
 A run directory per cycle (`<state>/train/<cycle>`) holds the resumable step checkpoints: rerunning a killed
 `rtrl train --cycle C` resumes it; a cycle whose candidate is registered is not trained twice.
 """
@@ -61,35 +64,61 @@ def _find_candidate(registry, cycle: str) -> str | None:
     return None
 
 
+def _fingerprint(rows) -> str:
+    """Which rows, in which order: the ranks must all train on the same ones."""
+    return hashlib.sha256("\n".join(rows["request_id"].to_list()).encode()).hexdigest()[:16]
+
+
 def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_root: Path,
                  as_of: datetime | None = None, log: Callable[[str], None] = print,
                  on_step: Callable | None = None, window: str | None = None) -> TrainResult:
+    """One cycle's training. Under a launcher (several ranks) rank 0 alone talks to MLflow: it looks up the champion,
+    creates the run, logs the metrics, writes the checkpoint folder and registers the one candidate; the others get
+    what they need from it (the champion, its folder, the candidate version) and return the same result. Every rank
+    reads and selects the rows itself (deterministic: sorted by request_id, a seeded sample) and the ranks check
+    that they agree before training."""
     from schemas.reward_table import read_reward_table
+    from trainer.ranks import Ranks
     from trainer.train import Trainer
 
-    existing = _find_candidate(registry, cycle)
-    parent, parent_dir = registry.resolve("champion")
+    ranks = Ranks.start()
+    lookup = None
+    if ranks.main:
+        existing = _find_candidate(registry, cycle)
+        parent, parent_dir = registry.resolve("champion")
+        lookup = (existing, parent, str(parent_dir),
+                  [] if existing is not None else ancestors(registry, parent, cfg.staleness))
+    existing, parent, parent_dir, lineage = ranks.share(lookup)
     if existing is not None:
-        log(f"train: cycle {cycle} already produced candidate version {existing}; nothing to do")
+        if ranks.main:
+            log(f"train: cycle {cycle} already produced candidate version {existing}; nothing to do")
         return TrainResult(cycle, parent, existing, already_done=True)
+    if not Path(parent_dir).is_dir():     # a rank on another machine: its own copy
+        parent_dir = registry.local_path(parent)
     rows = read_reward_table(rewards, window)
-    sel = select_rows(rows, parent, ancestors(registry, parent, cfg.staleness), cfg.staleness, cfg.min_rows, as_of,
+    sel = select_rows(rows, parent, lineage, cfg.staleness, cfg.min_rows, as_of,
                       max_rows=cfg.max_rows, seed=cfg.seed, train_on_cut_short=cfg.train_on_cut_short)
-    log(f"train: cycle {cycle}: champion v{parent}; {json.dumps(sel.counts)}")
+    ranks.same(_fingerprint(sel.rows), "the selected rows")
+    if ranks.main:
+        log(f"train: cycle {cycle}: champion v{parent}; {json.dumps(sel.counts)}"
+            + (f"; {ranks.world} ranks" if ranks.world > 1 else ""))
     config_hash = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]
-    mlflow_run = registry.client.create_run(registry.experiment_id(EXPERIMENT), run_name=f"train-{cycle}",
-                                            tags={"cycle": cycle, "parent": parent, "config_hash": config_hash})
-    run_id = mlflow_run.info.run_id
+    run_id = None
+    if ranks.main:
+        mlflow_run = registry.client.create_run(registry.experiment_id(EXPERIMENT), run_name=f"train-{cycle}",
+                                                tags={"cycle": cycle, "parent": parent, "config_hash": config_hash})
+        run_id = mlflow_run.info.run_id
     from mlflow.entities import Metric, Param
 
-    # one write each (a store transaction per parameter or metric costs ~0.1 s on a slow disk, 5 % of a cycle's train)
-    registry.client.log_batch(run_id, params=[Param(k, str(v)) for k, v in cfg.model_dump().items()])
+    if ranks.main:   # one write each (a store transaction per parameter or metric costs ~0.1 s on a slow disk)
+        registry.client.log_batch(run_id, params=[Param(k, str(v)) for k, v in cfg.model_dump().items()])
 
     def step_hook(m):
-        now = int(time.time() * 1000)
-        registry.client.log_batch(run_id, metrics=[Metric(name, float(value), now, m.step)
-                                                   for name, value in asdict(m).items()
-                                                   if name != "step" and value is not None])
+        if ranks.main:
+            now = int(time.time() * 1000)
+            registry.client.log_batch(run_id, metrics=[Metric(name, float(value), now, m.step)
+                                                       for name, value in asdict(m).items()
+                                                       if name != "step" and value is not None])
         if on_step:
             on_step(m)
 
@@ -103,18 +132,25 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
                     "counts": sel.counts, "reward_mean": float(rewards_col.mean()),
                     "reward_std": float(rewards_col.std() or 0.0), "steps": summary.steps, "tokens": summary.tokens,
                     "inert_rows": summary.inert_rows, "frozen_parameters": summary.frozen_parameters,
-                    "config_hash": config_hash, "code_version": code_version(), "train_run": run_id}
-        folder = trainer.save_checkpoint(metadata)
-        candidate = registry.register(folder, tags={"candidate": "true", "parent": parent, "cycle": cycle,
-                                                    "train_run": run_id, "reward_mean": f"{metadata['reward_mean']:.6f}",
-                                                    "rows": str(sel.rows.height), "config_hash": config_hash,
-                                                    "code_version": metadata["code_version"]},
-                                      run_name=f"candidate-{cycle}")
-        registry.client.set_terminated(run_id, "FINISHED")
+                    "config_hash": config_hash, "code_version": code_version(), "train_run": run_id,
+                    "ranks": ranks.world}
+        folder = trainer.save_checkpoint(metadata)      # every rank (ZeRO-3 gathers); rank 0 writes
+        candidate = None
+        if ranks.main:
+            candidate = registry.register(folder, tags={"candidate": "true", "parent": parent, "cycle": cycle,
+                                                        "train_run": run_id,
+                                                        "reward_mean": f"{metadata['reward_mean']:.6f}",
+                                                        "rows": str(sel.rows.height), "config_hash": config_hash,
+                                                        "code_version": metadata["code_version"]},
+                                          run_name=f"candidate-{cycle}")
+            registry.client.set_terminated(run_id, "FINISHED")
+        candidate = ranks.share(candidate)
     except BaseException:
-        registry.client.set_terminated(run_id, "FAILED")
+        if ranks.main:
+            registry.client.set_terminated(run_id, "FAILED")
         raise
-    trainer.cleanup()
+    if ranks.main:
+        trainer.cleanup()
     return TrainResult(cycle, parent, candidate, sel.counts, summary.steps, summary.tokens,
                        float(sel.rows["reward"].mean()), time.perf_counter() - t0, str(folder),
                        summary.resumed_from_step, loop_seconds=summary.seconds)

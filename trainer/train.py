@@ -121,8 +121,9 @@ class Trainer:
     def setup(self) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from trainer.engine import Engine
+        from trainer.engine import Engine, set_rank_device
 
+        set_rank_device()    # this rank's GPU before any copy of the model lands on one
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         torch.manual_seed(self.cfg.seed)
@@ -132,8 +133,6 @@ class Trainer:
         self.parent = None  # the frozen parent: theta_old in "parent" mode, and the KL reference
         if self.cfg.old_logprobs == "parent" or self.cfg.kl_coef > 0:
             self.parent = copy.deepcopy(model).eval().requires_grad_(False)
-            if torch.cuda.is_available():
-                self.parent = self.parent.cuda()
         groups = prompt_groups(self.rows)
         by = self.cfg.stratify_by
         if by and by not in self.rows.columns:
@@ -155,6 +154,8 @@ class Trainer:
         accumulation = max(len(s.micro) for s in self.plan) if self.plan else 1
         self.engine = Engine(model, self.cfg.lr, self.cfg.weight_decay, self.cfg.max_grad_norm, self.cfg.zero_stage,
                              self.cfg.micro_batch, accumulation)
+        if self.parent is not None:   # on this rank's device, where the engine put the policy
+            self.parent = self.parent.to(self.engine.device)
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
         self.loss_cfg = LossConfig(self.cfg.loss, self.cfg.clip_low, self.cfg.clip_high, self.cfg.tis_cap,
@@ -248,12 +249,17 @@ class Trainer:
                 out, ent_sum, mb, norm = self._micro_step(start, end, rows_in_step, boundary=k == len(share) - 1,
                                                           weight=weight)
                 grad_norm = norm if norm is not None else grad_norm
+                if not weight:       # the stand-in micro-batch of a rank without one: not part of the step
+                    continue
                 acc["loss"] += float(out.loss.detach())
                 acc["tokens"] += out.tokens
                 acc["entropy"] += ent_sum
                 for key, value in (("clip", out.clipped_fraction), ("tis", out.tis_weight_mean),
                                    ("mismatch", out.mismatch), ("kl", float(out.kl))):
                     acc[key] += value * out.tokens
+            if world > 1:        # the step's metrics over every rank's micro-batches
+                acc = dict(zip(acc, self.engine.all_reduce_sum(list(acc.values()))))
+                acc["tokens"] = int(acc["tokens"])
             tokens = max(acc["tokens"], 1)
             adv = self.adv[step.start:step.end]
             rewards = self.rows["reward"][step.start:step.end]
@@ -272,10 +278,14 @@ class Trainer:
 
     # -- outputs -----------------------------------------------------------------------------------------------
     def save_checkpoint(self, metadata: dict) -> Path:
-        """The trained policy as a Hugging Face folder (safetensors, tokenizer, config) + rtrl_metadata.json."""
+        """The trained policy as a Hugging Face folder (safetensors, tokenizer, config) + rtrl_metadata.json. Every
+        rank calls it (at ZeRO-3 the weights are gathered from all of them); rank 0 alone writes the folder."""
         folder = self.run_dir / "checkpoint"
+        state = self.engine.state_dict_for_save()       # None below ZeRO-3: the module's own
+        if self.engine.rank != 0:
+            return folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.engine.module.save_pretrained(folder, safe_serialization=True)
+        self.engine.module.save_pretrained(folder, safe_serialization=True, state_dict=state)
         self.tokenizer.save_pretrained(folder)
         for name in ("generation_config.json",):
             src = self.parent_dir / name

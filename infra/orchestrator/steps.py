@@ -5,7 +5,8 @@
     distill   the Beam reward job over that range (`rtrl rewards --cycle ID`): reward rows, window = the cycle id
     validate  the data-quality suite over the cycle's rows (`rtrl quality`); a failure blocks the cycle
     measure   the cycle's A/B metrics, treatment vs control (pipelines.metrics) -> <state_dir>/ab (the dashboard)
-    train     the champion on the cycle's rows (`rtrl train --cycle ID --window ID`): a candidate version
+    train     the champion on the cycle's rows (`rtrl train --cycle ID --window ID`): a candidate version; on
+              `trainer.ranks` ranks (the command starts them under torchrun; rank 0 registers the one candidate)
     evaluate  the gate, candidate vs the champion it was trained from (`rtrl gate`)
     promote   compare-and-swap `champion` to the candidate when the gate passed
     deploy    serving reports the new champion on its treatment arm (blue/green hot swap; a switch without a load
