@@ -65,6 +65,7 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
                  as_of: datetime | None = None, log: Callable[[str], None] = print,
                  on_step: Callable | None = None, window: str | None = None) -> TrainResult:
     from schemas.reward_table import read_reward_table
+    from trainer.adapters import base_of, lineage
     from trainer.train import Trainer
 
     existing = _find_candidate(registry, cycle)
@@ -72,6 +73,8 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
     if existing is not None:
         log(f"train: cycle {cycle} already produced candidate version {existing}; nothing to do")
         return TrainResult(cycle, parent, existing, already_done=True)
+    parent_base, base_dir = base_of(registry, parent, parent_dir)   # an adapter champion's full base checkpoint
+    adapter = lineage(registry, parent, parent_base) if cfg.lora_r else {}
     rows = read_reward_table(rewards, window)
     sel = select_rows(rows, parent, ancestors(registry, parent, cfg.staleness), cfg.staleness, cfg.min_rows, as_of,
                       max_rows=cfg.max_rows, seed=cfg.seed, train_on_cut_short=cfg.train_on_cut_short)
@@ -94,7 +97,7 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
             on_step(m)
 
     t0 = time.perf_counter()
-    trainer = Trainer(cfg, sel.rows, parent_dir, run_root / cycle, on_step=step_hook)
+    trainer = Trainer(cfg, sel.rows, parent_dir, run_root / cycle, on_step=step_hook, base_dir=base_dir)
     try:
         trainer.setup()
         summary = trainer.train()
@@ -103,12 +106,12 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
                     "counts": sel.counts, "reward_mean": float(rewards_col.mean()),
                     "reward_std": float(rewards_col.std() or 0.0), "steps": summary.steps, "tokens": summary.tokens,
                     "inert_rows": summary.inert_rows, "frozen_parameters": summary.frozen_parameters,
-                    "config_hash": config_hash, "code_version": code_version(), "train_run": run_id}
+                    "config_hash": config_hash, "code_version": code_version(), "train_run": run_id} | adapter
         folder = trainer.save_checkpoint(metadata)
         candidate = registry.register(folder, tags={"candidate": "true", "parent": parent, "cycle": cycle,
                                                     "train_run": run_id, "reward_mean": f"{metadata['reward_mean']:.6f}",
                                                     "rows": str(sel.rows.height), "config_hash": config_hash,
-                                                    "code_version": metadata["code_version"]},
+                                                    "code_version": metadata["code_version"]} | adapter,
                                       run_name=f"candidate-{cycle}")
         registry.client.set_terminated(run_id, "FINISHED")
     except BaseException:

@@ -111,29 +111,37 @@ def prompt_groups(rows: pl.DataFrame) -> list[str]:
 
 class Trainer:
     def __init__(self, cfg: TrainerConfig, rows: pl.DataFrame, parent_dir: str | Path, run_dir: str | Path,
-                 on_step: Callable[[StepMetrics], None] | None = None):
+                 on_step: Callable[[StepMetrics], None] | None = None, base_dir: str | Path | None = None):
         self.cfg, self.rows = cfg, rows.sort("request_id")
         self.parent_dir, self.run_dir = Path(parent_dir), Path(run_dir)
+        self.base_dir = None if base_dir is None else Path(base_dir)   # a LoRA-adapter parent's full base
         self.on_step = on_step or (lambda m: None)
         self.summary = TrainSummary(rows=rows.height)
 
     # -- setup -------------------------------------------------------------------------------------------------
     def setup(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
+        from trainer.adapters import is_peft, load_policy
         from trainer.engine import Engine
+        from trainer.modes import DTYPES, enable_checkpointing
 
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         torch.manual_seed(self.cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.parent_dir)
-        model = AutoModelForCausalLM.from_pretrained(self.parent_dir, dtype=torch.float32)
+        model = load_policy(self.parent_dir, self.base_dir, self.cfg)   # float32; full, or a LoRA adapter's
         self.summary.frozen_parameters = freeze(model, self.cfg.frozen)
+        # 16-bit training casts every parameter: keep the exact values of the ones saved but not trained
+        self._keep = ({n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)
+                       if not p.requires_grad} if self.cfg.precision != "fp32" and not is_peft(model) else {})
         self.parent = None  # the frozen parent: theta_old in "parent" mode, and the KL reference
-        if self.cfg.old_logprobs == "parent" or self.cfg.kl_coef > 0:
-            self.parent = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.cfg.old_logprobs == "parent" or self.cfg.kl_coef > 0:   # in the policy's compute dtype
+            self.parent = copy.deepcopy(model).eval().requires_grad_(False).to(DTYPES[self.cfg.precision])
             if torch.cuda.is_available():
                 self.parent = self.parent.cuda()
+        if self.cfg.gradient_checkpointing:
+            enable_checkpointing(model)
         groups = prompt_groups(self.rows)
         by = self.cfg.stratify_by
         if by and by not in self.rows.columns:
@@ -154,7 +162,7 @@ class Trainer:
         self.plan = steps(self.rows.height, self.cfg.rows_per_step, self.cfg.micro_batch, active)
         accumulation = max(len(s.micro) for s in self.plan) if self.plan else 1
         self.engine = Engine(model, self.cfg.lr, self.cfg.weight_decay, self.cfg.max_grad_norm, self.cfg.zero_stage,
-                             self.cfg.micro_batch, accumulation)
+                             self.cfg.micro_batch, accumulation, precision=self.cfg.precision)
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
         self.loss_cfg = LossConfig(self.cfg.loss, self.cfg.clip_low, self.cfg.clip_high, self.cfg.tis_cap,
@@ -272,10 +280,18 @@ class Trainer:
 
     # -- outputs -----------------------------------------------------------------------------------------------
     def save_checkpoint(self, metadata: dict) -> Path:
-        """The trained policy as a Hugging Face folder (safetensors, tokenizer, config) + rtrl_metadata.json."""
+        """The trained policy as a Hugging Face folder (safetensors, tokenizer, config), or a peft LoRA adapter
+        folder, + rtrl_metadata.json. 16-bit precision saves the float32 master weights (gathered from every rank:
+        then all ranks call this)."""
+        from trainer.adapters import is_peft, save_weights
+        from trainer.modes import master_state_dict
+
         folder = self.run_dir / "checkpoint"
         folder.mkdir(parents=True, exist_ok=True)
-        self.engine.module.save_pretrained(folder, safe_serialization=True)
+        module = self.engine.module
+        masters = (None if self.cfg.precision == "fp32"
+                   else master_state_dict(module, trainable_only=is_peft(module), keep=self._keep))
+        save_weights(module, folder, masters, base_uri=str(metadata.get("lora_base_uri", "")))
         self.tokenizer.save_pretrained(folder)
         for name in ("generation_config.json",):
             src = self.parent_dir / name
