@@ -63,7 +63,8 @@ def test_bf16_trains_in_float32_masters_saves_float32_and_its_logprobs_are_withi
     folder, rows = parent
     before = load_file(folder / "model.safetensors")
     fp32, out32 = _trained(folder, rows, tmp_path / "fp32")
-    bf16 = Trainer(_cfg(precision="bf16", frozen=["model.norm.weight"]), rows, folder, tmp_path / "bf16")
+    frozen = "model.layers.0.mlp.up_proj.weight"    # random values: its bf16 cast would change them
+    bf16 = Trainer(_cfg(precision="bf16", frozen=[frozen]), rows, folder, tmp_path / "bf16")
     bf16.setup()
     assert next(bf16.engine.module.parameters()).dtype == torch.bfloat16
     mb = build_micro_batch(rows.head(8), torch.zeros(8), pad_id=0)
@@ -77,15 +78,35 @@ def test_bf16_trains_in_float32_masters_saves_float32_and_its_logprobs_are_withi
     assert all(t.dtype == torch.float32 for t in after16.values())
     assert json.loads((out16 / "config.json").read_text())["dtype"] == "float32"
     # the frozen parameter keeps the parent's float32 value exactly (not its bf16 cast)
-    assert torch.equal(after16["model.norm.weight"], before["model.norm.weight"])
-    moved = [k for k in before if k != "model.norm.weight"]
-    # float32 masters hold updates below bf16's spacing: each trained tensor moved, in fp32's direction
+    assert not torch.equal(before[frozen], before[frozen].bfloat16().float())
+    assert torch.equal(after16[frozen], before[frozen])
+    moved = [k for k in before if k != frozen]
+    # saved from the float32 masters (not bf16 values) and each trained tensor moved, in fp32's direction
+    assert all(not torch.equal(after16[k], after16[k].bfloat16().float()) for k in moved)
     assert all(not torch.equal(after16[k], before[k]) for k in moved)
     before_m = {k: before[k] for k in moved}
     cos = _delta(_update(after16, before_m), _update(after32, before_m))
     assert cos > 0.9, cos
     AutoModelForCausalLM.from_pretrained(out16, dtype="auto")   # transformers loads it as is
     assert fp32.summary.history[0].grad_norm == pytest.approx(bf16.summary.history[0].grad_norm, rel=0.05)
+
+
+def test_a_bf16_run_killed_mid_way_resumes_to_the_same_float32_weights(parent, tmp_path):
+    folder, rows = parent
+    _, full = _trained(folder, rows, tmp_path / "full", precision="bf16")
+
+    def crash(m):
+        if m.step == 2:
+            raise KeyboardInterrupt("killed")
+
+    killed = Trainer(_cfg(precision="bf16"), rows, folder, tmp_path / "resumed", on_step=crash)
+    killed.setup()
+    with pytest.raises(KeyboardInterrupt):
+        killed.train()
+    t, resumed = _trained(folder, rows, tmp_path / "resumed", precision="bf16")
+    assert t.summary.resumed_from_step == 2
+    a, b = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert all(torch.allclose(a[k], b[k], atol=1e-6, rtol=0) for k in a)   # the float32 masters came back
 
 
 def test_a_16_bit_precision_needs_zero_and_the_lm_head_cannot_be_adapted():
