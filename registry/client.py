@@ -78,6 +78,15 @@ def default_promotion_lock(artifact_root, model: str) -> str | None:
 DESCRIPTIVE_FILES = frozenset({"rtrl_metadata.json"})
 
 
+# The file that makes a folder a policy checkpoint: a full Hugging Face one, or a peft LoRA adapter over a full
+# one (the version's `lora_base` tag names it; trainer/adapters.py).
+CHECKPOINT_MARKERS = ("config.json", "adapter_config.json")
+
+
+def is_checkpoint(folder: str | Path) -> bool:
+    return any((Path(folder) / name).is_file() for name in CHECKPOINT_MARKERS)
+
+
 def content_digest(folder: str | Path) -> str:
     """SHA-256 over what decides a checkpoint's behaviour: every file's path (relative, sorted) and bytes, except
     DESCRIPTIVE_FILES (symlinks are followed)."""
@@ -140,13 +149,14 @@ class Registry:
 
     def register(self, folder: str | Path, tags: dict[str, str] | None = None,
                  run_name: str = "checkpoint") -> str:
-        """Log `folder` (an HF checkpoint) as a run's artifacts and make it a new version, tagged with the folder's
+        """Log `folder` (an HF checkpoint or a LoRA adapter) as a run's artifacts and make it a new version, tagged with the folder's
         `content_digest`; returns the version."""
         from mlflow.exceptions import MlflowException
 
         folder = Path(folder)
-        if not (folder / "config.json").is_file():
-            raise ValueError(f"{folder} is not a Hugging Face checkpoint folder (no config.json)")
+        if not is_checkpoint(folder):
+            raise ValueError(f"{folder} is not a Hugging Face checkpoint folder (no config.json) nor a LoRA adapter "
+                             "(no adapter_config.json)")
         tags = {k: str(v) for k, v in (tags or {}).items()} | {DIGEST_TAG: content_digest(folder)}
         run = self.client.create_run(self.experiment_id(), run_name=run_name, tags=tags)
         try:
@@ -199,7 +209,7 @@ class Registry:
         import mlflow.artifacts
 
         dest = self.cache_dir / self.model / f"v{version}"
-        if (dest / "config.json").is_file():
+        if is_checkpoint(dest):
             return dest
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".v{version}-", dir=dest.parent))
@@ -209,7 +219,7 @@ class Registry:
             try:
                 os.replace(got, dest)
             except OSError:
-                if not (dest / "config.json").is_file():  # not a concurrent download that won the race
+                if not is_checkpoint(dest):  # not a concurrent download that won the race
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 NEGATIVE_KINDS = ("edit", "question", "answer", "broken")
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 class TrainerConfig(BaseModel):
@@ -82,6 +83,21 @@ class TrainerConfig(BaseModel):
     ranks: int = Field(default=1, ge=1, le=1024, description="Data-parallel ranks `rtrl train` runs (one process "
                        "each, under torchrun: GPUs on a GPU machine, gloo on CPU). Rank 0 alone writes the MLflow run, "
                        "the checkpoint and the one candidate version.")
+    # memory (trainer/modes.py, trainer/adapters.py)
+    precision: str = Field(default="fp32", pattern="^(fp32|bf16|fp16)$",
+                           description="fp32 | bf16 | fp16: DeepSpeed mixed precision (16-bit forward/backward, "
+                                       "float32 master weights and optimizer; fp16 with dynamic loss scaling, for "
+                                       "GPUs without bf16). The candidate is saved in float32 either way.")
+    gradient_checkpointing: bool = Field(default=False, description="Recompute each decoder layer's activations in "
+                                         "backward instead of keeping them (transformers, non-reentrant).")
+    lora_r: int = Field(default=0, ge=0, le=4096, description="LoRA rank; 0 = train every parameter. > 0: train a "
+                        "peft LoRA adapter, the candidate is an adapter over a full base checkpoint.")
+    lora_alpha: float = Field(default=16.0, gt=0, description="LoRA scale numerator (the update is alpha/r x BA).")
+    lora_dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the adapter's input.")
+    lora_target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS), min_length=1,
+                                           description="Module names that get adapters (attention and MLP "
+                                                       "projections). Not the LM head: the fused log-prob path "
+                                                       "reads its weight.")
 
     @field_validator("negative_kinds")
     @classmethod
@@ -90,3 +106,18 @@ class TrainerConfig(BaseModel):
         if unknown:
             raise ValueError(f"unknown kind(s) {', '.join(unknown)}; choose from {', '.join(NEGATIVE_KINDS)}")
         return kinds
+
+    @field_validator("lora_target_modules")
+    @classmethod
+    def _head_not_adapted(cls, targets: list[str]) -> list[str]:
+        if {"lm_head", "embed_tokens"} & set(targets):
+            raise ValueError("LoRA on lm_head/embed_tokens is not supported: the fused log-prob path reads the "
+                             "head's weight")
+        return targets
+
+    @model_validator(mode="after")
+    def _master_weights_need_zero(self) -> "TrainerConfig":
+        if self.precision != "fp32" and self.zero_stage < 1:
+            raise ValueError(f"precision {self.precision} needs zero_stage >= 1 (ZeRO keeps the float32 master "
+                             "weights and gradients; stage 0 would accumulate gradients in 16 bits)")
+        return self

@@ -56,15 +56,17 @@ def _single_process_env() -> None:
 
 class Engine:
     def __init__(self, model: torch.nn.Module, lr: float, weight_decay: float, max_grad_norm: float,
-                 zero_stage: int, micro_batch: int, accumulation: int):
+                 zero_stage: int, micro_batch: int, accumulation: int, precision: str = "fp32"):
         _single_process_env()
         import deepspeed
+
+        from trainer.modes import deepspeed_sections
 
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
         config = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": accumulation,
                   "gradient_clipping": max_grad_norm, "zero_optimization": {"stage": zero_stage},
-                  "steps_per_print": 10**9, "wall_clock_breakdown": False}
+                  "steps_per_print": 10**9, "wall_clock_breakdown": False} | deepspeed_sections(precision)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 
     @property

@@ -78,6 +78,8 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
     reads and selects the rows itself (deterministic: sorted by request_id, a seeded sample) and the ranks check
     that they agree before training."""
     from schemas.reward_table import read_reward_table
+    from trainer.adapters import base_of
+    from trainer.adapters import lineage as adapter_tags
     from trainer.ranks import Ranks
     from trainer.train import Trainer
 
@@ -86,15 +88,20 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
     if ranks.main:
         existing = _find_candidate(registry, cycle)
         parent, parent_dir = registry.resolve("champion")
-        lookup = (existing, parent, str(parent_dir),
-                  [] if existing is not None else ancestors(registry, parent, cfg.staleness))
-    existing, parent, parent_dir, lineage = ranks.share(lookup)
+        parent_base, base_dir = (None, None) if existing is not None else base_of(registry, parent, parent_dir)
+        lookup = (existing, parent, str(parent_dir), parent_base, base_dir and str(base_dir),
+                  [] if existing is not None else ancestors(registry, parent, cfg.staleness),
+                  adapter_tags(registry, parent, parent_base) if cfg.lora_r and existing is None else {})
+    # an adapter champion's full base checkpoint (parent_base, base_dir), and an adapter candidate's tags
+    existing, parent, parent_dir, parent_base, base_dir, lineage, adapter = ranks.share(lookup)
     if existing is not None:
         if ranks.main:
             log(f"train: cycle {cycle} already produced candidate version {existing}; nothing to do")
         return TrainResult(cycle, parent, existing, already_done=True)
     if not Path(parent_dir).is_dir():     # a rank on another machine: its own copy
         parent_dir = registry.local_path(parent)
+    if base_dir is not None and not Path(base_dir).is_dir():
+        base_dir = registry.local_path(parent_base)
     rows = read_reward_table(rewards, window)
     sel = select_rows(rows, parent, lineage, cfg.staleness, cfg.min_rows, as_of,
                       max_rows=cfg.max_rows, seed=cfg.seed, train_on_cut_short=cfg.train_on_cut_short)
@@ -123,7 +130,7 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
             on_step(m)
 
     t0 = time.perf_counter()
-    trainer = Trainer(cfg, sel.rows, parent_dir, run_root / cycle, on_step=step_hook)
+    trainer = Trainer(cfg, sel.rows, parent_dir, run_root / cycle, on_step=step_hook, base_dir=base_dir)
     try:
         trainer.setup()
         summary = trainer.train()
@@ -133,15 +140,15 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
                     "reward_std": float(rewards_col.std() or 0.0), "steps": summary.steps, "tokens": summary.tokens,
                     "inert_rows": summary.inert_rows, "frozen_parameters": summary.frozen_parameters,
                     "config_hash": config_hash, "code_version": code_version(), "train_run": run_id,
-                    "ranks": ranks.world}
-        folder = trainer.save_checkpoint(metadata)      # every rank (ZeRO-3 gathers); rank 0 writes
+                    "ranks": ranks.world} | adapter
+        folder = trainer.save_checkpoint(metadata)      # every rank (ZeRO-3 and 16-bit masters gather); rank 0 writes
         candidate = None
         if ranks.main:
             candidate = registry.register(folder, tags={"candidate": "true", "parent": parent, "cycle": cycle,
                                                         "train_run": run_id,
                                                         "reward_mean": f"{metadata['reward_mean']:.6f}",
                                                         "rows": str(sel.rows.height), "config_hash": config_hash,
-                                                        "code_version": metadata["code_version"]},
+                                                        "code_version": metadata["code_version"]} | adapter,
                                           run_name=f"candidate-{cycle}")
             registry.client.set_terminated(run_id, "FINISHED")
         candidate = ranks.share(candidate)

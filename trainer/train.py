@@ -111,28 +111,36 @@ def prompt_groups(rows: pl.DataFrame) -> list[str]:
 
 class Trainer:
     def __init__(self, cfg: TrainerConfig, rows: pl.DataFrame, parent_dir: str | Path, run_dir: str | Path,
-                 on_step: Callable[[StepMetrics], None] | None = None):
+                 on_step: Callable[[StepMetrics], None] | None = None, base_dir: str | Path | None = None):
         self.cfg, self.rows = cfg, rows.sort("request_id")
         self.parent_dir, self.run_dir = Path(parent_dir), Path(run_dir)
+        self.base_dir = None if base_dir is None else Path(base_dir)   # a LoRA-adapter parent's full base
         self.on_step = on_step or (lambda m: None)
         self.summary = TrainSummary(rows=rows.height)
 
     # -- setup -------------------------------------------------------------------------------------------------
     def setup(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
+        from trainer.adapters import is_peft, load_policy
         from trainer.engine import Engine, set_rank_device
+        from trainer.modes import DTYPES, enable_checkpointing
 
         set_rank_device()    # this rank's GPU before any copy of the model lands on one
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         torch.manual_seed(self.cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(self.parent_dir)
-        model = AutoModelForCausalLM.from_pretrained(self.parent_dir, dtype=torch.float32)
+        model = load_policy(self.parent_dir, self.base_dir, self.cfg)   # float32; full, or a LoRA adapter's
         self.summary.frozen_parameters = freeze(model, self.cfg.frozen)
+        # 16-bit training casts every parameter: keep the exact values of the ones saved but not trained
+        self._keep = ({n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)
+                       if not p.requires_grad} if self.cfg.precision != "fp32" and not is_peft(model) else {})
         self.parent = None  # the frozen parent: theta_old in "parent" mode, and the KL reference
-        if self.cfg.old_logprobs == "parent" or self.cfg.kl_coef > 0:
-            self.parent = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.cfg.old_logprobs == "parent" or self.cfg.kl_coef > 0:   # in the policy's compute dtype
+            self.parent = copy.deepcopy(model).eval().requires_grad_(False).to(DTYPES[self.cfg.precision])
+        if self.cfg.gradient_checkpointing:
+            enable_checkpointing(model)
         groups = prompt_groups(self.rows)
         by = self.cfg.stratify_by
         if by and by not in self.rows.columns:
@@ -153,7 +161,7 @@ class Trainer:
         self.plan = steps(self.rows.height, self.cfg.rows_per_step, self.cfg.micro_batch, active)
         accumulation = max(len(s.micro) for s in self.plan) if self.plan else 1
         self.engine = Engine(model, self.cfg.lr, self.cfg.weight_decay, self.cfg.max_grad_norm, self.cfg.zero_stage,
-                             self.cfg.micro_batch, accumulation)
+                             self.cfg.micro_batch, accumulation, precision=self.cfg.precision)
         if self.parent is not None:   # on this rank's device, where the engine put the policy
             self.parent = self.parent.to(self.engine.device)
         pad = self.tokenizer.pad_token_id
@@ -278,14 +286,20 @@ class Trainer:
 
     # -- outputs -----------------------------------------------------------------------------------------------
     def save_checkpoint(self, metadata: dict) -> Path:
-        """The trained policy as a Hugging Face folder (safetensors, tokenizer, config) + rtrl_metadata.json. Every
-        rank calls it (at ZeRO-3 the weights are gathered from all of them); rank 0 alone writes the folder."""
+        """The trained policy as a Hugging Face folder (safetensors, tokenizer, config), or a peft LoRA adapter
+        folder, + rtrl_metadata.json. Every rank calls it: 16-bit precision saves the float32 master weights and
+        ZeRO-3 the whole weights, both gathered from every rank; rank 0 alone writes the folder."""
+        from trainer.adapters import is_peft, save_weights
+        from trainer.modes import master_state_dict
+
         folder = self.run_dir / "checkpoint"
-        state = self.engine.state_dict_for_save()       # None below ZeRO-3: the module's own
+        module = self.engine.module
+        state = (master_state_dict(module, trainable_only=is_peft(module), keep=self._keep)
+                 if self.cfg.precision != "fp32" else self.engine.state_dict_for_save())   # None: the module's own
         if self.engine.rank != 0:
             return folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.engine.module.save_pretrained(folder, safe_serialization=True, state_dict=state)
+        save_weights(module, folder, state, base_uri=str(metadata.get("lora_base_uri", "")))
         self.tokenizer.save_pretrained(folder)
         for name in ("generation_config.json",):
             src = self.parent_dir / name
