@@ -8,8 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.unit.trainer.tiny import sampled_rows, tiny_checkpoint
-from trainer.config import TrainerConfig
+from tests.unit.trainer.tiny import sampled_rows, small_trainer_config, tiny_checkpoint
 from trainer.data import build_micro_batch
 from trainer.logprobs import naive_token_logprobs
 from trainer.train import Trainer
@@ -20,15 +19,7 @@ pytestmark = pytest.mark.slow
 BF16_LOGPROB_TOL = 2e-2
 
 
-@pytest.fixture(scope="module")
-def parent(tmp_path_factory):
-    folder = tiny_checkpoint(tmp_path_factory.mktemp("parent"))
-    return folder, sampled_rows(folder, 48)
-
-
-def _cfg(**kw):
-    base = dict(micro_batch=4, rows_per_step=16, lr=5e-3, max_tokens=8, min_rows=1, threads=1, negative_weight=1.0)
-    return TrainerConfig(**{**base, **kw})
+_cfg = small_trainer_config
 
 
 def _trained(folder, rows, run_dir, base_dir=None, **kw):

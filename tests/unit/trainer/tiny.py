@@ -51,3 +51,11 @@ def sampled_rows(folder: Path, n: int, seed: int = 0, version: str = "1") -> pl.
                      "reward": 1.0 if completion[0] % 2 == 0 else -1.0, "response_kind": "edit",
                      "mature_time": datetime(2026, 11, 1, tzinfo=timezone.utc)})
     return pl.DataFrame(rows)
+
+
+def small_trainer_config(**kw):
+    """The trainer tests' config: small steps on the tiny model, one thread, every row pushing."""
+    from trainer.config import TrainerConfig
+
+    base = dict(micro_batch=4, rows_per_step=16, lr=5e-3, max_tokens=8, min_rows=1, threads=1, negative_weight=1.0)
+    return TrainerConfig(**{**base, **kw})
