@@ -58,8 +58,9 @@ def test_a_launchers_rank_variables_are_kept_by_the_engines_single_process_defau
 
 def test_bench_ranks_options_and_their_defaults():
     args = build_parser().parse_args(["bench", "ranks", "--json"])
-    assert (args.ranks, args.zero_stage) == (2, 3)
+    assert (args.ranks, args.zero_stage) == (2, [3])
     args = build_parser().parse_args(["bench", "ranks", "--ranks", "3", "--zero-stage", "2"])
-    assert (args.ranks, args.zero_stage) == (3, 2)
+    assert (args.ranks, args.zero_stage) == (3, [2])
+    assert build_parser().parse_args(["bench", "ranks", "--zero-stage", "1", "2", "3"]).zero_stage == [1, 2, 3]
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "ranks", "--zero-stage", "4"])
