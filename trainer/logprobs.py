@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 
 DEFAULT_CHUNK = 1024
-LINEAR_CHUNK = 256   # rows per chunk of the linear path: its logits are recomputed, so keep chunks small
+LINEAR_CHUNK = 128   # rows per chunk of the linear path: its logits are recomputed, so keep chunks small (at
+# vocabulary 32k, 128 rows: peak 0.16 of the naive path, 256 rows: 0.21-0.26, no measurable difference in speed)
 
 
 def naive_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
