@@ -79,12 +79,20 @@ DESCRIPTIVE_FILES = frozenset({"rtrl_metadata.json"})
 
 
 # The file that makes a folder a policy checkpoint: a full Hugging Face one, or a peft LoRA adapter over a full
-# one (the version's `lora_base` tag names it; trainer/adapters.py).
-CHECKPOINT_MARKERS = ("config.json", "adapter_config.json")
+# one, whose base version its rtrl_metadata.json and its `lora_base` tag name (trainer/adapters.py writes it,
+# serving/lora.py serves it).
+ADAPTER_CONFIG = "adapter_config.json"
+LORA_BASE = "lora_base"
+CHECKPOINT_MARKERS = ("config.json", ADAPTER_CONFIG)
 
 
 def is_checkpoint(folder: str | Path) -> bool:
     return any((Path(folder) / name).is_file() for name in CHECKPOINT_MARKERS)
+
+
+def is_adapter(folder: str | Path) -> bool:
+    """Whether a policy folder is a peft LoRA adapter (else a full Hugging Face checkpoint)."""
+    return (Path(folder) / ADAPTER_CONFIG).is_file()
 
 
 def content_digest(folder: str | Path) -> str:

@@ -24,15 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from registry.client import ADAPTER_CONFIG, is_adapter
+from registry.client import LORA_BASE as BASE_KEY   # rtrl_metadata.json key and registry tag: the adapter's base
+
 log = logging.getLogger("rtrl.serving.lora")
-
-ADAPTER_CONFIG = "adapter_config.json"
 METADATA = "rtrl_metadata.json"
-BASE_KEY = "lora_base"    # rtrl_metadata.json key and registry tag: the registry version of the adapter's base
-
-
-def is_adapter(folder: str | Path) -> bool:
-    return (Path(folder) / ADAPTER_CONFIG).is_file()
 
 
 def base_version(version: str, folder: str | Path, registry: Any) -> str:

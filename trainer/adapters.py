@@ -24,13 +24,8 @@ from pathlib import Path
 
 import torch
 
-ADAPTER_CONFIG = "adapter_config.json"
-BASE_TAG = "lora_base"
-
-
-def is_adapter(folder: str | Path) -> bool:
-    """Whether a policy folder is a peft adapter (else a full Hugging Face checkpoint)."""
-    return (Path(folder) / ADAPTER_CONFIG).is_file()
+from registry.client import LORA_BASE as BASE_TAG
+from registry.client import is_adapter
 
 
 def is_peft(model: torch.nn.Module) -> bool:
