@@ -213,3 +213,17 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_teardown(item, nextitem):
     if _GATEWAY.value is not None and _uses_gateway(item) and (nextitem is None or not _uses_gateway(nextitem)):
         _GATEWAY.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A Postgres server of the session from the system packages (infra.stack.postgres.LocalPostgres), on a free
+    loopback port; `create_database(name)` gives a test its own database URL. Deleted at the end."""
+    from infra.stack.postgres import LocalPostgres
+
+    pg = LocalPostgres(tmp_path_factory.mktemp("postgres"), free_port())
+    pg.start()
+    try:
+        yield pg
+    finally:
+        pg.destroy()
