@@ -94,6 +94,10 @@ def add_parser(subparsers) -> None:
               "at toy size on the CPU")
     from infra.bench.gpu import add_arguments as add_gpu_arguments  # argparse only
     add_gpu_arguments(bgp)
+    bsr = add("services", "the cycle as a service, once: Postgres, moto S3, the MLflow server, the Dagster daemon; "
+              "the sensor starts a cycle, the trainer is killed and resumed, a promotion race; torn down at the end")
+    from infra.bench.services import add_arguments as add_services_arguments  # argparse only
+    add_services_arguments(bsr)
 
 
 def main(args, cfg) -> int:
@@ -190,7 +194,7 @@ def main(args, cfg) -> int:
                   **run_archive(args.events, args.batch, args.bootstrap, args.config, tuple(args.overrides), log=log)}
         print(json.dumps(result))
         return 0
-    if args.bench_command in ("ranks", "gpu"):   # run(args, cfg, log) -> (result, ok)
+    if args.bench_command in ("ranks", "gpu", "services"):   # run(args, cfg, log) -> (result, ok)
         import contextlib
         import importlib
 

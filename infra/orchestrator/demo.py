@@ -129,9 +129,11 @@ def demo_experiment(cfg, state: Path, resume: bool) -> str:
 
 
 class Demo:
+    STATE_NAME = "demo"     # the loop's folder under the user's state dir (`rtrl bench services` has its own)
+
     def __init__(self, cfg, config_path: str | None, overrides: list[str], log: Callable[[str], None] = print,
                  resume: bool = False):
-        self.state = cfg.state_path / "demo"
+        self.state = cfg.state_path / self.STATE_NAME
         self.config_path = config_path
         layered, self.base = demo_config(cfg, config_path, overrides)
         self.v0_cache = policy_cache(self.base)
