@@ -11,8 +11,9 @@ import sys
 
 # Each command's module adds its command(s), their arguments and handlers (`add_parser`). Importing one stays cheap
 # (stdlib at module level; torch, vllm, beam, dagster load inside the handlers): tests/unit/infra/test_cli.py checks.
-from infra.commands import (ab, archive, bench, bootstrap, chaos, collector, config, dashboard, demo, gate, offline_ab,
-                            orchestrator, promote, quality, replay, rewards, schemas, serve, simulate, stack, train)
+from infra.commands import (ab, archive, bench, bootstrap, chaos, collector, config, dashboard, demo, gate,
+                            mlflow_server, offline_ab, orchestrator, promote, quality, replay, rewards, schemas, serve,
+                            simulate, stack, train)
 
 EPILOG = """examples:
   rtrl up                      start the embedded broker (+ topics) and the MLflow store
@@ -40,7 +41,7 @@ EPILOG = """examples:
 
 # in the order `rtrl --help` lists their commands
 COMMANDS = (stack, config, schemas, collector, archive, serve, quality, rewards, train, replay, simulate, offline_ab,
-            bootstrap, gate, promote, ab, dashboard, demo, orchestrator, chaos, bench)
+            bootstrap, gate, promote, ab, dashboard, demo, orchestrator, mlflow_server, chaos, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -65,6 +65,11 @@ def artifact_location(artifact_root, experiment: str) -> str:
     return loc.absolute().as_uri() if isinstance(loc, Path) else loc
 
 
+def is_database_url(loc) -> bool:
+    """Whether a promotion lock names a Postgres database (an advisory lock there: registry.promotion)."""
+    return isinstance(loc, str) and loc.split(":", 1)[0] in ("postgresql", "postgres")
+
+
 def default_promotion_lock(artifact_root, model: str) -> str | None:
     """The lease object the promotion of `model` uses when nothing is configured: under an object-store artifact
     root (`<root>/_rtrl-locks/promotion-<model>.lease`), None for a local root (the flock of the caller)."""
@@ -122,14 +127,18 @@ class VersionInfo:
 
 
 class Registry:
-    def __init__(self, tracking_uri: str, artifact_root: Path | str, model: str, cache_dir: Path,
+    def __init__(self, tracking_uri: str, artifact_root: Path | str | None, model: str, cache_dir: Path,
                  promotion_lock: Path | str | None = None):
+        """`artifact_root` None: the tracking server's own artifact store (an MLflow server serving artifacts, whose
+        experiments get `mlflow-artifacts:/` locations)."""
         from mlflow.tracking import MlflowClient
 
         self.tracking_uri, self.model = tracking_uri, model
-        self.artifact_root, self.cache_dir = storage.normalize(artifact_root), Path(cache_dir)
-        self.promotion_lock = None if promotion_lock is None else storage.normalize(promotion_lock)
-        if storage.is_remote(self.artifact_root):
+        self.artifact_root = None if artifact_root is None else storage.normalize(artifact_root)
+        self.cache_dir = Path(cache_dir)
+        self.promotion_lock = (None if promotion_lock is None else promotion_lock if is_database_url(promotion_lock)
+                               else storage.normalize(promotion_lock))
+        if self.artifact_root is not None and storage.is_remote(self.artifact_root):
             use_s3_endpoint_from_aws_env()
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
@@ -137,21 +146,27 @@ class Registry:
     def from_config(cls, cfg) -> "Registry":
         """From an `RtrlConfig` (tracking URI, artifact root, registered model name, cache under the state dir,
         promotion lock: `mlflow.promotion_lock`, else a lease under an object-store artifact root)."""
-        root = cfg.path_or_default(cfg.mlflow.artifact_root, "mlflow-artifacts")
+        server = cfg.mlflow.remote() and not cfg.mlflow.artifact_root    # the server's own (proxied) artifacts
+        root = None if server else cfg.path_or_default(cfg.mlflow.artifact_root, "mlflow-artifacts")
         model = cfg.mlflow.registered_model
-        lock = (cfg.path_or_default(cfg.mlflow.promotion_lock, "registry.promotion.lock")
-                if cfg.mlflow.promotion_lock else default_promotion_lock(root, model))
+        pl = cfg.mlflow.promotion_lock
+        lock = (pl if is_database_url(pl) else cfg.path_or_default(pl, "registry.promotion.lock") if pl
+                else None if root is None else default_promotion_lock(root, model))
         return cls(cfg.mlflow_tracking_uri(), root, model, cfg.state_path / "checkpoints", promotion_lock=lock)
 
     def experiment_id(self, name: str = EXPERIMENT) -> str:
         """The id of experiment `name`, created (artifacts under the artifact root) when missing."""
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
+            if self.artifact_root is None:
+                return exp.experiment_id
             if storage.is_remote(self.artifact_root) != _is_remote_uri(exp.artifact_location or ""):
                 warnings.warn(f"experiment {name!r} keeps its artifacts at {exp.artifact_location}, not under the "
                               f"configured artifact root {self.artifact_root}: an experiment keeps the location it "
                               "was created with (use a fresh tracking store for the new root)", stacklevel=2)
             return exp.experiment_id
+        if self.artifact_root is None:        # the server decides (mlflow-artifacts:/ when it serves artifacts)
+            return self.client.create_experiment(name)
         storage.mkdirs(self.artifact_root)   # a local folder; nothing to create in an object store
         return self.client.create_experiment(name, artifact_location=artifact_location(self.artifact_root, name))
 

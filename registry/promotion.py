@@ -17,6 +17,10 @@ under an object-store artifact root: `registry.client.Registry.from_config`), el
   * A local path: an exclusive `fcntl.flock` on that file (the default: next to the SQLite store, see
     `lock_path_for`). Atomic for every promoter on the machine holding the file; promoters on other machines do
     not see it.
+  * A Postgres URL (`postgresql://user@host:5432/db`): a session-level advisory lock there, `PgAdvisoryLock`, for
+    promoters on any host that reach the database (the MLflow server's backend store, say). Postgres releases it
+    when the holder's session ends, so a crashed promoter never blocks the next one. With an MLflow server as
+    tracking URI there is no default: a host's flock cannot serialise promoters on several hosts.
   * An object-store URL (`s3://bucket/key`): a lease object, `ObjectLease`, for promoters on any host. It is taken
     with a conditional create (`If-None-Match: *`) and released with a conditional delete (`If-Match: <etag>` of
     the holder's own lease), so at most one promoter holds it while every holder finishes in time (below). Each
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import fcntl
 import getpass
+import hashlib
 import json
 import os
 import socket
@@ -75,25 +80,42 @@ class PromotionResult:
     by: str = ""
 
 
-def lock_path_for(tracking_uri: str, state_path: Path) -> Path:
-    """`<db>.promotion.lock` next to a SQLite store, else `<state_dir>/registry.promotion.lock`."""
+def lock_path_for(tracking_uri: str, state_path: Path) -> Path | None:
+    """`<db>.promotion.lock` next to a SQLite store, else `<state_dir>/registry.promotion.lock`; None for an MLflow
+    server (promoters on several hosts: a host's file lock cannot serialise them, `mlflow.promotion_lock` must)."""
     if tracking_uri.startswith("sqlite:///"):
         return Path(tracking_uri[len("sqlite:///"):] + ".promotion.lock")
+    if tracking_uri.split(":", 1)[0] in ("http", "https"):
+        return None
     return Path(state_path) / "registry.promotion.lock"
 
 
-def lock_for(registry, fallback: str | Path) -> Path | str:
+def lock_for(registry, fallback: str | Path | None) -> Path | str:
     """The lock a promotion of `registry` takes: its `promotion_lock` when it has one (configured, or a lease
     under an object-store artifact root), else `fallback` (the caller's local lock file, `lock_path_for`)."""
+    from registry.client import is_database_url
+
     own = getattr(registry, "promotion_lock", None)
-    return storage.normalize(own if own is not None else fallback)
+    loc = own if own is not None else fallback
+    if loc is None:
+        raise PromotionRefused(f"the registry {registry.tracking_uri} is a server that promoters on several hosts "
+                               "share, and no promotion lock is configured: set mlflow.promotion_lock to a Postgres "
+                               "URL (an advisory lock) or an s3:// URL (a lease object) that every promoter reaches")
+    return loc if is_database_url(loc) else storage.normalize(loc)
 
 
 @contextmanager
-def registry_lock(path: str | Path, timeout_s: float = 60.0) -> Iterator[Callable[[], None]]:
-    """Hold the promotion lock at `path` for the block: an flock on a local file (created), or an `ObjectLease`
-    for an object-store URL. Yields a check to call right before the writes (a no-op for the flock; for a lease it
-    raises PromotionRefused once the lease may have run out). PromotionRefused after `timeout_s` of waiting."""
+def registry_lock(path: str | Path, timeout_s: float = 60.0, name: str = "promotion") -> Iterator[Callable[[], None]]:
+    """Hold the promotion lock at `path` for the block: an flock on a local file (created), an `ObjectLease` for an
+    object-store URL, or a `PgAdvisoryLock` named `name` in a Postgres database. Yields a check to call right before
+    the writes (a no-op for the flock; for a lease it raises PromotionRefused once the lease may have run out; for
+    the advisory lock, once its session is gone). PromotionRefused after `timeout_s` of waiting."""
+    from registry.client import is_database_url
+
+    if is_database_url(path):
+        with PgAdvisoryLock(str(path), name, timeout_s=timeout_s) as lock:
+            yield lock.check
+        return
     loc = storage.normalize(path)
     if storage.is_remote(loc):
         with ObjectLease(loc, timeout_s=timeout_s) as lease:
@@ -118,6 +140,89 @@ def registry_lock(path: str | Path, timeout_s: float = 60.0) -> Iterator[Callabl
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+class PgAdvisoryLock:
+    """A Postgres session-level advisory lock, for promoters on any host that reach one database (the MLflow
+    server's backend store, say). Taken with `pg_try_advisory_lock` (polled until `timeout_s`), on a connection of
+    its own held for the block, and released with `pg_advisory_unlock`. A holder that crashes or is cut off loses
+    its session, and Postgres releases the lock with it: no time-to-live to wait out, no clock involved. `check`,
+    right before the registry writes, confirms the session (and so the lock) is still there. The key is a 63-bit
+    hash of `name`, so each registered model has its own lock. The password comes from libpq (PGPASSWORD,
+    ~/.pgpass), never from the URL in the config.
+
+        with PgAdvisoryLock("postgresql://rtrl@db:5432/mlflow", "promotion-rtrl-policy") as lock:
+            lock.check()
+            ...
+    """
+
+    def __init__(self, url: str, name: str, timeout_s: float = 60.0, poll_s: float = 0.05):
+        self.url, self.name, self.timeout_s, self.poll_s = url, name, timeout_s, poll_s
+        self.key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
+        self._conn = None
+
+    def acquire(self) -> "PgAdvisoryLock":
+        import psycopg2
+
+        try:
+            conn = psycopg2.connect(self.url, connect_timeout=10, application_name=f"rtrl {self.name}")
+        except psycopg2.OperationalError as e:
+            raise PromotionRefused(f"cannot reach the promotion lock's database {_no_password(self.url)}: "
+                                   f"{str(e).strip()}") from None
+        conn.autocommit = True
+        deadline = time.monotonic() + self.timeout_s
+        with conn.cursor() as cur:
+            while True:
+                cur.execute("SELECT pg_try_advisory_lock(%s)", (self.key,))
+                if cur.fetchone()[0]:
+                    self._conn = conn
+                    return self
+                if time.monotonic() > deadline:
+                    conn.close()
+                    raise PromotionRefused(f"another promotion holds the advisory lock {self.name!r} in "
+                                           f"{_no_password(self.url)} for more than {self.timeout_s:.0f} s")
+                time.sleep(self.poll_s)
+
+    def check(self) -> None:
+        import psycopg2
+
+        if self._conn is None:
+            raise PromotionRefused(f"the advisory lock {self.name!r} is not held")
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+                            "AND granted AND ((classid::bigint << 32) | objid::bigint) = %s", (self.key,))
+                held = cur.fetchone()[0] > 0
+        except psycopg2.Error as e:
+            raise PromotionRefused(f"the promotion lock's session ended ({str(e).strip()}): nothing written; "
+                                   "run it again") from None
+        if not held:
+            raise PromotionRefused(f"the advisory lock {self.name!r} is no longer held: nothing written")
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+        except Exception:  # noqa: BLE001 -- closing the session releases it anyway
+            pass
+        finally:
+            conn.close()
+
+    def __enter__(self) -> "PgAdvisoryLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _no_password(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    return f"{u.scheme}://{u.username + '@' if u.username else ''}{u.hostname}:{u.port or 5432}{u.path}"
 
 
 class ObjectLease:
@@ -230,7 +335,7 @@ def promote(registry, version: str, lock: str | Path, force: bool = False, expec
     `expect_champion` names the champion to swap from when the version has no `gate.champion_version` (only
     useful with `force`); it must agree with the tag when both exist."""
     version = str(version)
-    with registry_lock(lock_for(registry, lock)) as check:
+    with registry_lock(lock_for(registry, lock), name=f"promotion-{registry.model}") as check:
         tags = _tags(registry, version)
         decision, gated_against = tags.get("gate.decision"), tags.get("gate.champion_version")
         if not force and decision != "promote":
@@ -249,8 +354,11 @@ def promote(registry, version: str, lock: str | Path, force: bool = False, expec
         if current == version:
             raise PromotionRefused(f"version {version} is already the champion")
         if current != str(expected):
-            raise PromotionRefused(f"alias champion moved since the eval: it points to {current}, and version "
-                                   f"{version} was compared against {expected}; gate it again against {current}")
+            why = (f"alias champion moved since the eval: it points to {current}, and version {version} was "
+                   f"compared against {expected}; gate it again against {current}")
+            registry.set_version_tags(version, {"promotion.refused_time": _now(now), "promotion.refused_by": _actor(),
+                                                "promotion.refused_reason": why[:500]})
+            raise PromotionRefused(why)
         check()   # the last moment to give up: the writes below go together
         if current is not None:
             registry.set_alias(PREVIOUS, current)
@@ -267,7 +375,7 @@ def promote(registry, version: str, lock: str | Path, force: bool = False, expec
 
 def rollback(registry, lock: str | Path, now: datetime | None = None) -> PromotionResult:
     """Point `champion` back at `previous`; `previous` moves to the version that one replaced (or is removed)."""
-    with registry_lock(lock_for(registry, lock)) as check:
+    with registry_lock(lock_for(registry, lock), name=f"promotion-{registry.model}") as check:
         current, prev = registry.version_of(CHAMPION), registry.version_of(PREVIOUS)
         if prev is None:
             raise PromotionRefused("alias previous is not set: there is no promotion to roll back")

@@ -128,19 +128,61 @@ class KafkaConfig(BaseModel):
         return self.topic_replication.get(topic, self.replication_factor)
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class MlflowServerConfig(BaseModel):
+    """`[mlflow.server]`: `rtrl mlflow-server`, the tracking and registry server of the services topology and the
+    cluster (docs/policy.md): a Postgres backend store and an object-store artifact store, proxied (`--serve-artifacts`:
+    clients up- and download through the server and hold no object-store credentials)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend_store_uri: str = Field(default="", description="The server's tracking and registry store, e.g. "
+                                   "postgresql://user@host:5432/mlflow (password from PGPASSWORD or ~/.pgpass, never "
+                                   "here). '' = the embedded SQLite file (mlflow.tracking_uri's default).")
+    artifacts_destination: str = Field(default="", description="Where the server keeps version files, e.g. "
+                                       "s3://bucket/mlflow (S3 settings from the server's AWS_* environment). '' = "
+                                       "mlflow.artifact_root or <state_dir>/mlflow-artifacts.")
+    host: str = Field(default="127.0.0.1", description="Bind address; beyond loopback only with app_name = "
+                      "\"basic-auth\" (no server binds beyond loopback without auth).")
+    port: int = Field(default=15001, ge=1, le=65535, description="The server's port; clients set mlflow.tracking_uri "
+                      "= \"http://HOST:PORT\".")
+    workers: int = Field(default=2, ge=1, le=64, description="Server worker processes.")
+    app_name: Literal["", "basic-auth"] = Field(default="", description="\"basic-auth\": MLflow's basic "
+                                                "authentication (users in its own auth database; clients set "
+                                                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD).")
+
+    @model_validator(mode="after")
+    def _auth_beyond_loopback(self):
+        if self.host not in LOOPBACK_HOSTS and not self.app_name:
+            raise ValueError(f"mlflow.server.host {self.host!r} is beyond loopback: set mlflow.server.app_name = "
+                             "\"basic-auth\" (no server binds beyond loopback without auth)")
+        return self
+
+
 class MlflowConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tracking_uri: str = Field(default="", description="'' means SQLite at <state_dir>/mlflow.db.")
+    tracking_uri: str = Field(default="", description="'' means SQLite at <state_dir>/mlflow.db; "
+                              "\"http://HOST:PORT\" an MLflow server (`rtrl mlflow-server`).")
     artifact_root: str = Field(default="", description="Where version files go: a local folder or an object-store "
                                "URL (s3://bucket/prefix; S3 settings from the AWS_* environment, as for the "
-                               "archive). '' means <state_dir>/mlflow-artifacts.")
+                               "archive). '' means <state_dir>/mlflow-artifacts, or, with a server as tracking_uri, "
+                               "the server's own (proxied) artifact store.")
     promotion_lock: str = Field(default="", description="What serialises promotions (the compare-and-swap of alias "
-                                "champion): a local path (an flock: promoters on one host) or an object-store URL "
-                                "(a lease object: promoters on any host). '' means a lease under an s3:// "
-                                "artifact_root, else an flock next to the SQLite store.")
+                                "champion): a local path (an flock: promoters on one host), an object-store URL "
+                                "(a lease object: promoters on any host) or a Postgres URL (an advisory lock: "
+                                "promoters on any host; password from PGPASSWORD or ~/.pgpass). '' means a lease "
+                                "under an s3:// artifact_root, else an flock next to the SQLite store; with a "
+                                "server as tracking_uri, set it.")
     ui_host: str = Field(default="127.0.0.1", description="MLflow UI bind address; localhost by default.")
     ui_port: int = Field(default=15000, ge=1, le=65535)
     startup_timeout_s: float = Field(default=60.0, gt=0, le=600)
     registered_model: str = Field(default="rtrl-policy", min_length=1, max_length=128,
                                   description="Registered model whose versions are the policy checkpoints.")
+    server: MlflowServerConfig = Field(default_factory=MlflowServerConfig)
+
+    def remote(self) -> bool:
+        """Whether the tracking URI names a server (http, https): the server then decides where artifacts go."""
+        return self.tracking_uri.split(":", 1)[0] in ("http", "https")

@@ -27,7 +27,18 @@ class MlflowStore:
         return f"http://{self.cfg.ui_host}:{self.cfg.ui_port}"
 
     def ensure_store(self) -> None:
-        """Create (or migrate) the SQLite tracking/registry schema; idempotent."""
+        """Create (or migrate) the SQLite tracking/registry schema; idempotent. With an MLflow server as the
+        tracking URI: check that it answers (it owns its store and artifacts)."""
+        if self.tracking_uri.split(":", 1)[0] in ("http", "https"):
+            from mlflow.exceptions import MlflowException
+            from mlflow.tracking import MlflowClient
+
+            try:
+                MlflowClient(tracking_uri=self.tracking_uri).search_experiments(max_results=1)
+            except (MlflowException, OSError) as e:
+                raise StackError(f"the MLflow server {self.tracking_uri} does not answer ({str(e)[:300]}); start it "
+                                 "(`rtrl mlflow-server`) or fix mlflow.tracking_uri") from None
+            return
         if self.tracking_uri.startswith("sqlite:///"):
             Path(self.tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         from schemas import storage

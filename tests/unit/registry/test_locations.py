@@ -74,6 +74,56 @@ def test_the_registry_takes_its_artifact_root_and_promotion_lock_from_config(tmp
     assert flock.promotion_lock == tmp_path / "shared.lock"
 
 
+def test_with_an_mlflow_server_the_server_keeps_the_artifacts_and_a_postgres_lock_is_kept_as_a_url(tmp_path,
+                                                                                                   monkeypatch):
+    server = _registry(tmp_path, monkeypatch, 'mlflow.tracking_uri="http://mlflow:5000"')
+    assert server.artifact_root is None and server.promotion_lock is None
+    pg = _registry(tmp_path, monkeypatch, 'mlflow.tracking_uri="http://mlflow:5000"',
+                   'mlflow.promotion_lock="postgresql://rtrl@db:5432/mlflow"')
+    assert pg.promotion_lock == "postgresql://rtrl@db:5432/mlflow"
+    own = _registry(tmp_path, monkeypatch, 'mlflow.tracking_uri="http://mlflow:5000"',
+                    'mlflow.artifact_root="s3://b/mlflow"')
+    assert own.artifact_root == "s3://b/mlflow" and own.promotion_lock.startswith("s3://b/mlflow/_rtrl-locks/")
+
+
+def test_a_promotion_against_a_server_without_a_shared_lock_is_refused_with_what_to_set(tmp_path, monkeypatch):
+    from registry.promotion import PromotionRefused, lock_for, lock_path_for
+
+    server = _registry(tmp_path, monkeypatch, 'mlflow.tracking_uri="http://mlflow:5000"')
+    assert lock_path_for(server.tracking_uri, tmp_path) is None
+    with pytest.raises(PromotionRefused, match="mlflow.promotion_lock"):
+        lock_for(server, lock_path_for(server.tracking_uri, tmp_path))
+    local = _registry(tmp_path, monkeypatch)
+    assert lock_for(local, lock_path_for(local.tracking_uri, tmp_path)) == tmp_path / "state" / "mlflow.db.promotion.lock"
+
+
+@pytest.mark.parametrize("settings,error", [
+    (['mlflow.server.host="0.0.0.0"'], "basic-auth"),
+    (['mlflow.server.app_name="ldap"'], "basic-auth"),
+])
+def test_the_mlflow_server_refuses_to_bind_beyond_loopback_without_auth(tmp_path, settings, error):
+    from infra.config import ConfigError
+
+    with pytest.raises(ConfigError, match=error):
+        load_config(None, [f'state_dir="{tmp_path}"', *settings])
+    cfg = load_config(None, [f'state_dir="{tmp_path}"', 'mlflow.server.host="0.0.0.0"',
+                             'mlflow.server.app_name="basic-auth"'])
+    from infra.stack.mlflow_server import MlflowServer
+
+    argv = MlflowServer(cfg).argv()
+    assert argv[argv.index("--app-name") + 1] == "basic-auth" and "--serve-artifacts" in argv
+
+
+def test_the_mlflow_server_names_the_installed_postgres_driver(tmp_path):
+    from infra.stack.mlflow_server import MlflowServer
+
+    cfg = load_config(None, [f'state_dir="{tmp_path}"', 'mlflow.server.backend_store_uri="postgresql://u@h:5432/m"',
+                             'mlflow.server.artifacts_destination="s3://b/mlflow"'])
+    argv = MlflowServer(cfg).argv()
+    assert argv[argv.index("--backend-store-uri") + 1] == "postgresql+psycopg2://u@h:5432/m"
+    assert argv[argv.index("--artifacts-destination") + 1] == "s3://b/mlflow"
+
+
 def test_replay_output_may_be_an_object_store_url(cfg):
     from infra.orchestrator.replay import output_for
 
