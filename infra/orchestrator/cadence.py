@@ -6,7 +6,10 @@ and `rtrl demo` call it with the ledger, the orchestrator's clock and a lazy cou
     d.start, d.cycle_id, d.reason     # True, "c4", "5.0 h since c3 started, 1,204 mature requests"
 
 Rules, in order:
-  1. the last cycle is running and its runner is alive: skip ("previous cycle still running");
+  1. the last cycle is running and its runner is alive: skip ("previous cycle still running"). Alive means, for
+     the sensor, that the Dagster run executing it (CycleRecord.dagster_run_id) is active in the instance
+     (`definitions.run_alive`), whichever host it runs on; `decide`'s default, for a cycle run outside Dagster,
+     checks its runner's pid on this host;
   2. the last cycle failed, or is marked running but its runner died: start it again under the same id (resume;
      its done steps are not redone);
   3. less than `interval_s` since the last cycle started: skip ("too early", with the time of the next chance);
@@ -35,7 +38,9 @@ class CadenceDecision:
     details: dict = field(default_factory=dict)
 
 
-def _alive(pid: int | None) -> bool:
+def pid_alive(rec: CycleRecord) -> bool:
+    """Whether the process that runs `rec` on this host still runs (a cycle run outside Dagster)."""
+    pid = rec.runner_pid
     if not pid:
         return False
     try:
@@ -48,11 +53,11 @@ def _alive(pid: int | None) -> bool:
 
 
 def decide(now: datetime, records: list[CycleRecord], mature_rows: Callable[[], int], interval_s: float,
-           min_rows: int, alive: Callable[[int | None], bool] = _alive) -> CadenceDecision:
+           min_rows: int, alive: Callable[[CycleRecord], bool] = pid_alive) -> CadenceDecision:
     last = records[-1] if records else None
     next_id = next_cycle_id(records)
     if last is not None and last.status == RUNNING:
-        if alive(last.runner_pid):
+        if alive(last):
             return CadenceDecision(False, f"previous cycle {last.cycle_id} is still running (since "
                                           f"{last.started_at})", details={"running": last.cycle_id})
         return CadenceDecision(True, f"cycle {last.cycle_id} was left running by a runner that died: resuming it",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class OrchestratorConfig(BaseModel):
@@ -35,7 +35,35 @@ class OrchestratorConfig(BaseModel):
     step_timeout_s: float = Field(default=3600.0, gt=0, le=86400,
                                   description="Most wall seconds one step (a subprocess) may run.")
     dagster_port: int = Field(default=13000, ge=1, le=65535, description="Dagster UI port (`rtrl orchestrator`).")
-    dagster_host: str = Field(default="127.0.0.1", description="Dagster UI bind address; localhost by default.")
+    dagster_host: str = Field(default="127.0.0.1", description="Dagster UI bind address; localhost by default "
+                              "(the UI has no authentication: reach it through a tunnel or port-forward).")
+    postgres_url: str = Field(default="", description="The orchestrator as a service: Dagster's run, event-log and "
+                              "schedule storage in this Postgres database (postgresql://user@host:5432/dagster; the "
+                              "password from PGPASSWORD or ~/.pgpass, never here), run monitoring on, and `rtrl "
+                              "orchestrator` runs dagster-webserver and dagster-daemon over it. '' = the local SQLite "
+                              "instance in <state_dir>/dagster (`dagster dev`).")
+    ledger: str = Field(default="", description="Where the cycle ledger lives: a folder or an object-store URL "
+                        "(s3://bucket/ledger) that every host running a cycle's steps reaches. '' = "
+                        "<state_dir>/orchestrator/cycles.")
+    heartbeat_s: float = Field(default=30.0, gt=0, le=3600, description="A running cycle step logs a heartbeat to "
+                               "its Dagster run this often.")
+    run_stale_s: float = Field(default=300.0, gt=0, le=86400, description="The cadence sensor takes a started "
+                               "cycle run whose last event is older than this for dead (its run worker is gone: a "
+                               "killed host or process), marks it failed and resumes the cycle. Compares the run's "
+                               "event times with the sensor's clock: keep it well above the hosts' clock skew and "
+                               "heartbeat_s.")
+
+
+    @model_validator(mode="after")
+    def _heartbeat_within_staleness(self):
+        if self.run_stale_s < 3 * self.heartbeat_s:
+            raise ValueError(f"orchestrator.run_stale_s ({self.run_stale_s:g}) must be at least 3x heartbeat_s "
+                             f"({self.heartbeat_s:g}): a live run would look dead between two heartbeats")
+        return self
+
+    def service(self) -> bool:
+        """Whether the orchestrator runs as a service (Postgres storage, webserver and daemon)."""
+        return bool(self.postgres_url)
 
 
 class DemoConfig(BaseModel):

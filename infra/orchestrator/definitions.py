@@ -19,7 +19,9 @@ is also appended to <state_dir>/orchestrator/cadence.jsonl.
 import json
 import os
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -97,6 +99,26 @@ UPSTREAM = {"collect": [], "distill": ["collect"], "validate": ["distill"], "mea
             "train": ["validate"], "evaluate": ["train"], "promote": ["evaluate"], "deploy": ["promote", "measure"]}
 
 
+@contextmanager
+def heartbeat(context, step: str, every_s: float):
+    """While the block runs, a debug event in the run's log every `every_s`: the sensor takes a started run whose
+    events stopped for `orchestrator.run_stale_s` for one whose worker died (`stale_runs`)."""
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def beat():
+        while not done.wait(every_s):
+            context.log.debug(f"heartbeat: step {step} running for {time.monotonic() - t0:.0f}s")
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{step}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
+
+
 def _step_asset(step: str):
     name, description = ASSETS[step]
 
@@ -110,13 +132,15 @@ def _step_asset(step: str):
             print(message, file=sys.stderr, flush=True)
 
         # a new cycle takes the resource's settings for its run; a resumed one keeps those it started with
-        ledger = Ledger(cfg.state_path)
-        rec = ledger.begin(cycle_id, clock_for(cfg).now(), time.time(), rtrl.new_cycle_settings(context.run))
+        ledger = Ledger.for_config(cfg)
+        rec = ledger.begin(cycle_id, clock_for(cfg).now(), time.time(), rtrl.new_cycle_settings(context.run),
+                           dagster_run_id=context.run_id)
         if rec.settings:
             rtrl = rtrl.with_settings(rec.settings)
             cfg = rtrl.load()
         ctx = CycleContext(cfg, rtrl.cli(cfg, cycle_id), rec, log)
-        result = run_step(ctx, ledger, step)
+        with heartbeat(context, step, cfg.orchestrator.heartbeat_s):
+            result = run_step(ctx, ledger, step)
         if step == STEPS[-1]:
             finish(ctx, ledger)
         return dg.MaterializeResult(metadata=_metadata({"step": step, **result}))
@@ -148,20 +172,52 @@ def record_decision(state_path: Path, now: datetime, decision, source: str) -> N
                             "resume": decision.resume, "reason": decision.reason, **decision.details}) + "\n")
 
 
+def run_alive(instance, rec) -> bool:
+    """Whether the Dagster run executing cycle `rec` is active in the instance (queued, starting, started or
+    canceling), on whichever host it runs. A record without a run id was run outside Dagster: its pid decides."""
+    from infra.orchestrator.cadence import pid_alive
+
+    if not rec.dagster_run_id:
+        return pid_alive(rec)
+    run = instance.get_run_by_id(rec.dagster_run_id)
+    return run is not None and run.status in ACTIVE
+
+
+def stale_runs(instance, stale_s: float, now: float | None = None) -> list:
+    """Started cycle runs whose newest event is older than `stale_s` (steps log a heartbeat every
+    orchestrator.heartbeat_s): their run worker is gone. Each is marked failed, with the reason, so that the cycle
+    is resumed."""
+    now = time.time() if now is None else now
+    out = []
+    for run in instance.get_runs(filters=dg.RunsFilter(job_name=CYCLE_JOB, statuses=[dg.DagsterRunStatus.STARTED])):
+        records = instance.get_records_for_run(run.run_id, limit=1, ascending=False).records
+        last = records[0].timestamp if records else None
+        if last is not None and now - last > stale_s:
+            instance.report_run_failed(run, f"no event from this run for {now - last:.0f}s (more than "
+                                            f"orchestrator.run_stale_s = {stale_s:g}): its run worker is gone; "
+                                            "the cadence sensor resumes the cycle")
+            out.append(run.run_id)
+    return out
+
+
 def evaluate_cadence(instance, rtrl: RtrlResource, source: str = "sensor"):
-    """One sensor tick: (decision, the run request or None). Skips while a cycle run is active in Dagster."""
+    """One sensor tick: (decision, the run request or None). Skips while a cycle run is active in Dagster; a started
+    run that stopped sending heartbeats is marked failed first (`stale_runs`)."""
     from infra.orchestrator.cadence import CadenceDecision
 
     cfg = rtrl.load()
     now = clock_for(cfg).now()
+    failed = stale_runs(instance, cfg.orchestrator.run_stale_s)
     active = instance.get_runs(filters=dg.RunsFilter(job_name=CYCLE_JOB, statuses=ACTIVE), limit=1)
     if active:
         d = CadenceDecision(False, f"previous cycle still running (Dagster run {active[0].run_id[:8]}, "
                                    f"partition {active[0].tags.get('dagster/partition')})")
     else:
         o = cfg.orchestrator
-        d = decide(now, Ledger(cfg.state_path).all(), lambda: count_mature_requests(cfg, now), o.interval_s,
-                   o.min_mature_rows)
+        d = decide(now, Ledger.for_config(cfg).all(), lambda: count_mature_requests(cfg, now), o.interval_s,
+                   o.min_mature_rows, alive=lambda rec: run_alive(instance, rec))
+    if failed:
+        d.details["stale_runs_failed"] = failed
     record_decision(cfg.state_path, now, d, source)
     if not d.start:
         return d, None

@@ -1,15 +1,18 @@
-"""The cycle ledger: what each cycle did, one JSON file per cycle id, written atomically after every step.
+"""The cycle ledger: what each cycle did, one JSON object per cycle id, written atomically after every step.
 
-    <state_dir>/orchestrator/cycles/<cycle_id>.json
+    <ledger root>/<cycle_id>.json      root: orchestrator.ledger, default <state_dir>/orchestrator/cycles; an
+                                       object-store URL (s3://bucket/ledger) for an orchestrator whose runs execute
+                                       on several hosts (through `schemas.storage`)
       {"cycle_id", "seq", "started_at" (orchestrator clock), "started_wall", "status", "error",
        "steps": {"collect": {"status": "done", "result": {...}, "seconds": 1.2}, ...},
-       "settings": ["trainer.max_rows=512", ...]}
+       "settings": ["trainer.max_rows=512", ...], "dagster_run_id": "..."}
 
 settings: config overrides the cycle's steps run with, on top of the orchestrator's (the demo sizes its later cycles
 to its time budget this way, infra.orchestrator.budget); fixed when the cycle starts, so a resumed cycle runs the
 rest of its steps as it began them.
 
-status: running (steps left to do; `runner_pid` is the process doing them), done, failed (a step raised;
+status: running (steps left to do; `dagster_run_id` is the Dagster run doing them, whose status in the instance says
+whether it still runs; `runner_pid` is kept for a cycle run outside Dagster), done, failed (a step raised;
 rerunning the cycle resumes at that step) or blocked (finished without a candidate: the data-quality suite failed
 or the trainer refused the data; not retried). A step recorded done is never run again; a step that
 ran but crashed before it was recorded is run again, which is why every step's own work is idempotent by cycle id.
@@ -23,6 +26,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+from schemas import storage
 
 RUNNING, DONE, FAILED, BLOCKED = "running", "done", "failed", "blocked"
 
@@ -39,6 +44,7 @@ class CycleRecord:
     runner_pid: int | None = None
     steps: dict[str, dict] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)   # `--set` overrides its steps run with (chosen at its start)
+    dagster_run_id: str | None = None                   # the Dagster run executing it (None: run outside Dagster)
 
     def done(self, step: str) -> bool:
         return self.steps.get(step, {}).get("status") == DONE
@@ -48,38 +54,38 @@ class CycleRecord:
 
 
 class Ledger:
-    def __init__(self, state_path: Path):
-        self.root = Path(state_path) / "orchestrator" / "cycles"
+    def __init__(self, state_path: Path, root: str | Path | None = None):
+        """The ledger at `root` (a folder or an object-store URL), default `<state_path>/orchestrator/cycles`."""
+        self.root = storage.normalize(root) if root else Path(state_path) / "orchestrator" / "cycles"
 
-    def path(self, cycle_id: str) -> Path:
+    @classmethod
+    def for_config(cls, cfg) -> "Ledger":
+        """The ledger of a configuration: `orchestrator.ledger`, else the one in its state dir."""
+        return cls(cfg.state_path, cfg.orchestrator.ledger or None)
+
+    def path(self, cycle_id: str) -> Path | str:
         if not cycle_id or "/" in cycle_id or cycle_id.startswith("."):
             raise ValueError(f"bad cycle id {cycle_id!r}: a plain name like c7")
-        return self.root / f"{cycle_id}.json"
+        return storage.join(self.root, f"{cycle_id}.json")
 
     def load(self, cycle_id: str) -> CycleRecord | None:
         p = self.path(cycle_id)
-        return CycleRecord(**json.loads(p.read_text())) if p.exists() else None
+        return _record(storage.read_text(p)) if storage.exists(p) else None
 
     def save(self, rec: CycleRecord) -> None:
-        p = self.path(rec.cycle_id)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(asdict(rec), f, indent=2)  # steps keep their order
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
+        # atomic: a local temp file, fsync and rename; one upload in an object store (steps keep their order)
+        storage.write_text(self.path(rec.cycle_id), json.dumps(asdict(rec), indent=2))
 
     def all(self) -> list[CycleRecord]:
         """Every cycle, oldest first (by sequence number)."""
-        if not self.root.exists():
-            return []
-        recs = [CycleRecord(**json.loads(p.read_text())) for p in self.root.glob("*.json")]
+        files = storage.list_files(self.root, "*.json", recursive=False)
+        recs = [_record(storage.read_text(f.loc)) for f in files if not f.rel.startswith(".")]
         return sorted(recs, key=lambda r: r.seq)
 
-    def begin(self, cycle_id: str, now: datetime, wall: float, settings: list[str] | None = None) -> CycleRecord:
+    def begin(self, cycle_id: str, now: datetime, wall: float, settings: list[str] | None = None,
+              dagster_run_id: str | None = None) -> CycleRecord:
         """The record of `cycle_id`: the existing one (resumed: status back to running; its settings stay those it
-        started with), or a new one with `settings`."""
+        started with), or a new one with `settings`. `dagster_run_id`: the Dagster run that executes it now."""
         rec = self.load(cycle_id)
         if rec is None:
             seq = max((r.seq for r in self.all()), default=0) + 1
@@ -87,11 +93,17 @@ class Ledger:
         elif rec.status in (DONE, BLOCKED):
             return rec
         rec.status, rec.error, rec.runner_pid = RUNNING, "", os.getpid()
+        rec.dagster_run_id = dagster_run_id
         self.save(rec)
         return rec
 
     def next_id(self) -> str:
         return next_cycle_id(self.all())
+
+
+def _record(text: str) -> CycleRecord:
+    fields = set(CycleRecord.__dataclass_fields__)
+    return CycleRecord(**{k: v for k, v in json.loads(text).items() if k in fields})
 
 
 def next_cycle_id(records: list[CycleRecord]) -> str:

@@ -279,7 +279,7 @@ def run_cycle(ctx: CycleContext, ledger: Ledger) -> CycleRecord:
 
 def context_for(cfg, cli: RtrlCli, cycle_id: str, now, log: Callable[[str], None] = print,
                 ledger: Ledger | None = None) -> tuple[CycleContext, Ledger]:
-    ledger = ledger or Ledger(cfg.state_path)
+    ledger = ledger or Ledger.for_config(cfg)
     rec = ledger.begin(cycle_id, now, time.time())
     return CycleContext(cfg, cli, rec, log), ledger
 

@@ -16,7 +16,8 @@ from infra.stack.process import ManagedProcess, stop_together
 from schemas.topics import TOPICS
 
 # Services started by other subcommands that `rtrl down` also stops, so nothing is left behind.
-WORKERS = ("simulator", "steps", "orchestrator", "dashboard", "collector", "archiver", "serving", "mlflow-server")
+WORKERS = ("simulator", "steps", "orchestrator", "dashboard", "collector", "archiver", "serving", "mlflow-server",
+           "orchestrator-webserver", "orchestrator-daemon")
 
 
 @dataclass

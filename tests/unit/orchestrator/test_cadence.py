@@ -40,13 +40,13 @@ def test_interval_is_measured_from_the_last_start_not_its_end():
 
 def test_a_running_cycle_blocks_the_next_one_while_its_runner_lives():
     running = rec("c3", 3, T0, RUNNING, pid=4242)
-    d = decide(T0 + timedelta(days=1), [running], never_counted, 5 * H, 1, alive=lambda pid: pid == 4242)
+    d = decide(T0 + timedelta(days=1), [running], never_counted, 5 * H, 1, alive=lambda r: r.runner_pid == 4242)
     assert not d.start and "previous cycle c3 is still running" in d.reason
 
 
 def test_a_cycle_whose_runner_died_is_resumed_under_its_own_id():
     orphan = rec("c3", 3, T0, RUNNING, pid=4242)
-    d = decide(T0 + timedelta(minutes=1), [orphan], never_counted, 5 * H, 1, alive=lambda pid: False)
+    d = decide(T0 + timedelta(minutes=1), [orphan], never_counted, 5 * H, 1, alive=lambda r: False)
     assert (d.start, d.cycle_id, d.resume) == (True, "c3", True)
 
 
