@@ -5,7 +5,7 @@
 The topology of docs/deployment.md with every service a real process on loopback:
   - Postgres from the system packages (infra.stack.postgres): Dagster's storage, the MLflow server's backend store
     and the promotion's advisory lock;
-  - moto's S3 server: the broker's log, the event archive, the reward job's state, the cycle ledger and, behind the
+  - moto's S3 server: the event archive, the reward job's state, the cycle ledger and, behind the
     MLflow server (proxied: its clients hold no S3 credentials for it), the checkpoints;
   - the MLflow server, the broker, the archiver, serving with its two arms, simulated users on the accelerated clock;
   - the Dagster webserver and daemon over Postgres: the cadence sensor, in the daemon, starts the cycle.
@@ -74,10 +74,10 @@ def topology_overrides(p: Ports) -> list[str]:
     """Every setting that turns the embedded default into the services topology (docs/deployment.md), for these
     ports; the AWS_* environment (`s3_env`) points the S3 clients at the same server."""
     pg = f"postgresql://rtrl@127.0.0.1:{p.postgres}"
-    return [f"kafka.port={p.kafka}", 'kafka.storage_engine="s3"', f"serving.port={p.serving}",
+    return [f"kafka.port={p.kafka}", f"serving.port={p.serving}", "mlflow.server.workers=1",
             f"collector.port={p.collector}", f"orchestrator.dagster_port={p.dagster}",
             f'archive.output_dir="s3://{BUCKET}/archive"', f'rewards_dir="s3://{BUCKET}/rewards"',
-            f'mlflow.tracking_uri="http://127.0.0.1:{p.mlflow}"', f"mlflow.ui_port={p.mlflow}",
+            f'mlflow.tracking_uri="http://127.0.0.1:{p.mlflow}"', f"mlflow.server.port={p.mlflow}",
             f'mlflow.server.backend_store_uri="{pg}/mlflow"',
             f'mlflow.server.artifacts_destination="s3://{BUCKET}/mlflow"',
             f'mlflow.promotion_lock="{pg}/mlflow"',
@@ -114,7 +114,7 @@ def _processes_running(*needles: str) -> list[int]:
             cmd = d.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if all(n in cmd for n in needles):
+        if all(n in f" {cmd} " for n in needles):
             out.append(int(d.name))
     return out
 
@@ -176,6 +176,9 @@ def run(args, cfg, log) -> tuple[dict, bool]:
     finally:
         log("[services] stopping everything")
         demo.stop_all(quiet=True)
+        from infra.stack.process import ManagedProcess
+
+        ManagedProcess("objectstore", demo.state).stop()
         pg.stop()
         if not args.keep:
             pg.destroy()
@@ -195,12 +198,19 @@ class _Loop:
     STATE_NAME = "bench-services"
 
     def start_stack(self) -> None:
-        """The stack (moto, broker, topics, the MLflow server), the data plane's bucket, then the archiver."""
+        """The object store (moto, on kafka.port + 1) with the data plane's bucket, the MLflow server, the stack
+        (broker, topics), then the archiver."""
+        from infra.stack.broker import ObjectStore
+        from infra.stack.mlflow_server import MlflowServer
         from infra.stack.stack import Stack
 
-        Stack(self.cfg).up(log=lambda m: self.log(f"[stack] {m}"))
+        self.store = ObjectStore(self.cfg.kafka, self.state)
+        self.store.start()
         if BUCKET not in {b["Name"] for b in _s3().list_buckets().get("Buckets", [])}:
             _s3().create_bucket(Bucket=BUCKET)
+        self.log(f"[services] object store (moto) at {self.store.url}, bucket {BUCKET}")
+        self.log(f"[services] MLflow server at {MlflowServer(self.cfg).start()} (Postgres, artifacts proxied to S3)")
+        Stack(self.cfg).up(log=lambda m: self.log(f"[stack] {m}"))
         self.cli.run("archive", "--detach", step="archive", expect_json=False)
 
     def start_orchestrator(self) -> None:
@@ -236,7 +246,7 @@ class _Loop:
         out["first_run"] = first.run_id[:8]
         killed = False
         if kill:
-            needle = (KILLED_STEP, "--cycle", CYCLE)
+            needle = (f" {KILLED_STEP} --cycle {CYCLE} ",)    # the step's `rtrl train --cycle c1 ...` command
             pids = _wait(f"the {KILLED_STEP} step's process", lambda: _processes_running(*needle),
                          deadline - time.monotonic(), self.log, every=0.5, alive=self.check_background)
             time.sleep(5.0)       # let it get going: killed mid-training, not at its start

@@ -19,6 +19,7 @@ from pathlib import Path
 SETTINGS = "telemetry:\n  enabled: false\n"   # nothing leaves the machine (and no welcome banner on stdout)
 PG_URL_ENV = "RTRL_DAGSTER_PG_URL"
 LOCATION = "rtrl"
+SENSOR_TIMEOUT_S = 600
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -78,8 +79,11 @@ def storage_url(url: str) -> str:
 
 def service_env(cfg, config_path: str | None, overrides: list[str]) -> dict[str, str]:
     home = service_home(cfg)
+    # the cadence sensor counts the mature requests since the last cycle in Kafka: more than Dagster's 60 s default
+    # for a sensor tick when a cycle's traffic is large
     return {"DAGSTER_HOME": str(home), PG_URL_ENV: storage_url(cfg.orchestrator.postgres_url),
-            "RTRL_CONFIG": config_path or "", "RTRL_SET": json.dumps(list(overrides))}
+            "RTRL_CONFIG": config_path or "", "RTRL_SET": json.dumps(list(overrides)),
+            "DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS": str(SENSOR_TIMEOUT_S)}
 
 
 @contextmanager
