@@ -35,13 +35,9 @@ def _argv_env(args, cfg) -> tuple[list[str], dict[str, str]]:
 
 
 def _answers(url: str) -> bool:
-    import urllib.request
+    from infra.stack.process import http_ok
 
-    try:
-        with urllib.request.urlopen(f"{url}/server_info", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
+    return http_ok(f"{url}/server_info")
 
 
 def add_parser(subparsers) -> None:

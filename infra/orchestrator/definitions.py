@@ -154,9 +154,13 @@ cycle_assets = [_step_asset(step) for step in STEPS]
 # and its train..deploy run when it is resumed (the cadence resumes a cycle whose runner is gone)
 MEASURE_STEPS = ("collect", "distill", "validate", "measure")
 MEASURE_SELECTION = [dg.AssetKey(ASSETS[s][0]) for s in MEASURE_STEPS]
+# each step in a process of its own, one at a time: the steps share the cycle's ledger record (each saves it after
+# its step), and measure and train, both after validate, would otherwise run at once and one's entry be lost
+STEP_EXECUTOR = dg.multiprocess_executor.configured({"max_concurrent": 1})
 cycle_job = dg.define_asset_job(CYCLE_JOB, selection=[ASSETS[s][0] for s in STEPS], partitions_def=cycles,
+                                executor_def=STEP_EXECUTOR,
                                 description="One cycle: collect -> distill -> validate -> train -> evaluate -> "
-                                            "promote -> deploy, resumable by cycle id.")
+                                            "promote -> deploy, resumable by cycle id; each step in its own process.")
 
 ACTIVE = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
           dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]

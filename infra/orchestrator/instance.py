@@ -70,18 +70,13 @@ def service_home(cfg) -> Path:
     return home
 
 
-def storage_url(url: str) -> str:
-    """The database URL as SQLAlchemy needs it: `postgresql://` names the psycopg2 driver dagster-postgres installs
-    (SQLAlchemy 2.1's default for that scheme is psycopg 3)."""
-    scheme, sep, rest = url.partition("://")
-    return f"postgresql+psycopg2://{rest}" if scheme in ("postgresql", "postgres") and sep else url
-
-
 def service_env(cfg, config_path: str | None, overrides: list[str]) -> dict[str, str]:
+    from infra.stack.postgres import sqlalchemy_url
+
     home = service_home(cfg)
     # the cadence sensor counts the mature requests since the last cycle in Kafka: more than Dagster's 60 s default
     # for a sensor tick when a cycle's traffic is large
-    return {"DAGSTER_HOME": str(home), PG_URL_ENV: storage_url(cfg.orchestrator.postgres_url),
+    return {"DAGSTER_HOME": str(home), PG_URL_ENV: sqlalchemy_url(cfg.orchestrator.postgres_url),
             "RTRL_CONFIG": config_path or "", "RTRL_SET": json.dumps(list(overrides)),
             "DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS": str(SENSOR_TIMEOUT_S)}
 

@@ -133,7 +133,7 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 class MlflowServerConfig(BaseModel):
     """`[mlflow.server]`: `rtrl mlflow-server`, the tracking and registry server of the services topology and the
-    cluster (docs/policy.md): a Postgres backend store and an object-store artifact store, proxied (`--serve-artifacts`:
+    cluster (docs/gate.md): a Postgres backend store and an object-store artifact store, proxied (`--serve-artifacts`:
     clients up- and download through the server and hold no object-store credentials)."""
 
     model_config = ConfigDict(extra="forbid")

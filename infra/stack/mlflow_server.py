@@ -1,4 +1,4 @@
-"""`rtrl mlflow-server`: the MLflow tracking and registry server of the services topology (docs/policy.md).
+"""`rtrl mlflow-server`: the MLflow tracking and registry server of the services topology (docs/gate.md).
 
     server = MlflowServer(cfg)
     server.argv()            # mlflow server --backend-store-uri postgresql://... --artifacts-destination s3://...
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import os
 import sys
-import urllib.request
 
-from infra.stack.process import ManagedProcess, StackError, port_is_free
+from infra.stack.process import ManagedProcess, StackError, http_ok, port_is_free
 
 NAME = "mlflow-server"
 
@@ -33,11 +32,10 @@ class MlflowServer:
         return f"http://{host}:{self.server.port}"
 
     def backend_store_uri(self) -> str:
-        """The store URI as SQLAlchemy needs it: `postgresql://` names the psycopg2 driver rtrl installs
-        (SQLAlchemy 2.1's default for that scheme is psycopg 3)."""
-        uri = self.server.backend_store_uri or f"sqlite:///{self.cfg.state_path / 'mlflow.db'}"
-        scheme, sep, rest = uri.partition("://")
-        return f"postgresql+psycopg2://{rest}" if scheme in ("postgresql", "postgres") and sep else uri
+        """The store URI as SQLAlchemy needs it (`postgres.sqlalchemy_url`)."""
+        from infra.stack.postgres import sqlalchemy_url
+
+        return sqlalchemy_url(self.server.backend_store_uri or f"sqlite:///{self.cfg.state_path / 'mlflow.db'}")
 
     def artifacts_destination(self) -> str:
         return (self.server.artifacts_destination or self.cfg.mlflow.artifact_root
@@ -58,11 +56,7 @@ class MlflowServer:
         return env
 
     def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as r:
-                return r.status == 200
-        except OSError:
-            return False
+        return http_ok(f"{self.url}/health")
 
     def start(self) -> str:
         """Start it in the background unless it runs; its URL once GET /health answers."""

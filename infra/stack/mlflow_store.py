@@ -8,11 +8,10 @@ is pointed at the AWS_* endpoint by `registry.client.use_s3_endpoint_from_aws_en
 from __future__ import annotations
 
 import sys
-import urllib.request
 from pathlib import Path
 
 from infra.stack.config import MlflowConfig
-from infra.stack.process import ManagedProcess, StackError, port_is_free
+from infra.stack.process import ManagedProcess, StackError, http_ok, port_is_free
 
 
 class MlflowStore:
@@ -66,8 +65,4 @@ class MlflowStore:
         self.ui.wait_healthy(self._ui_healthy, self.cfg.startup_timeout_s, f"GET {self.ui_url}/health")
 
     def _ui_healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.ui_url}/health", timeout=1) as r:
-                return r.status == 200
-        except OSError:
-            return False
+        return http_ok(f"{self.ui_url}/health", timeout=1)

@@ -31,6 +31,14 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 USER = "rtrl"          # the database superuser initdb makes
 
 
+def sqlalchemy_url(url: str) -> str:
+    """A Postgres URL as SQLAlchemy needs it to use the psycopg2 driver rtrl installs (SQLAlchemy 2.1 takes plain
+    `postgresql://` for psycopg 3); any other URL as it is. The MLflow server's backend store and Dagster's
+    storage pass through it."""
+    scheme, sep, rest = url.partition("://")
+    return f"postgresql+psycopg2://{rest}" if scheme in ("postgresql", "postgres") and sep else url
+
+
 def bin_dir() -> Path:
     """The folder of the server binaries (`initdb`, `postgres`, `pg_ctl`): `pg_config --bindir`, else the newest
     /usr/lib/postgresql/<N>/bin (Debian installs them there, off the PATH)."""

@@ -65,6 +65,17 @@ def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """Whether GET `url` answers 200 (a server's health check while it starts)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 def _proc_start_ticks(pid: int) -> int | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
