@@ -92,6 +92,7 @@ def test_broker_restart_keeps_acknowledged_messages(private_stack):
 
 
 @pytest.mark.slow
+@pytest.mark.full   # an `mlflow server` process under the stack: the default tier's is test_registry_server.py
 def test_mlflow_ui_serves_health_on_localhost_and_stops_with_down(tmp_path):
     import urllib.request
 
