@@ -65,6 +65,12 @@ def artifact_location(artifact_root, experiment: str) -> str:
     return loc.absolute().as_uri() if isinstance(loc, Path) else loc
 
 
+def is_server_uri(tracking_uri: str) -> bool:
+    """Whether a tracking URI names an MLflow server (http, https), shared by hosts, rather than a local store.
+    (`infra.stack.config.MlflowConfig.remote` answers the same for a configuration: config imports no registry.)"""
+    return tracking_uri.split(":", 1)[0] in ("http", "https")
+
+
 def is_database_url(loc) -> bool:
     """Whether a promotion lock names a Postgres database (an advisory lock there: registry.promotion)."""
     return isinstance(loc, str) and loc.split(":", 1)[0] in ("postgresql", "postgres")

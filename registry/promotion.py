@@ -85,7 +85,9 @@ def lock_path_for(tracking_uri: str, state_path: Path) -> Path | None:
     server (promoters on several hosts: a host's file lock cannot serialise them, `mlflow.promotion_lock` must)."""
     if tracking_uri.startswith("sqlite:///"):
         return Path(tracking_uri[len("sqlite:///"):] + ".promotion.lock")
-    if tracking_uri.split(":", 1)[0] in ("http", "https"):
+    from registry.client import is_server_uri
+
+    if is_server_uri(tracking_uri):
         return None
     return Path(state_path) / "registry.promotion.lock"
 

@@ -38,32 +38,13 @@ def add_arguments(parser) -> None:
                         "for inspection; the processes are stopped either way")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _free_pair() -> int:
-    """A port p with p + 1 also free (the broker's object store listens on kafka.port + 1)."""
-    while True:
-        p = _free_port()
-        try:
-            import socket
-
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-
-
 class Ports:
     def __init__(self):
-        self.kafka, self.postgres, self.mlflow = _free_pair(), _free_port(), _free_port()
-        self.serving, self.collector, self.dagster = _free_port(), _free_port(), _free_port()
+        from infra.bench.ports import free_port
+
+        self.kafka = free_port(pair=True)     # the object store listens on kafka.port + 1
+        self.postgres, self.mlflow, self.serving = free_port(), free_port(), free_port()
+        self.collector, self.dagster = free_port(), free_port()
 
     @property
     def s3(self) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 import dagster as dg
 
 from infra.config import load_config
-from infra.orchestrator.cadence import count_mature_requests, decide
+from infra.orchestrator.cadence import count_mature_requests, decide, pid_alive
 from infra.orchestrator.clock import clock_for
 from infra.orchestrator.ledger import Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli
@@ -179,8 +179,6 @@ def record_decision(state_path: Path, now: datetime, decision, source: str) -> N
 def run_alive(instance, rec) -> bool:
     """Whether the Dagster run executing cycle `rec` is active in the instance (queued, starting, started or
     canceling), on whichever host it runs. A record without a run id was run outside Dagster: its pid decides."""
-    from infra.orchestrator.cadence import pid_alive
-
     if not rec.dagster_run_id:
         return pid_alive(rec)
     run = instance.get_run_by_id(rec.dagster_run_id)

@@ -57,13 +57,18 @@ def workspace_settings(module: str = "infra.orchestrator.definitions") -> dict:
                                              "location_name": LOCATION}}]}
 
 
+def service_dir(cfg) -> Path:
+    """`<state_dir>/dagster-service`, the service instance's DAGSTER_HOME (its files: `service_home`)."""
+    if not cfg.orchestrator.service():
+        raise ValueError("orchestrator.postgres_url is not set: the local instance is dagster_home()")
+    return Path(cfg.state_path) / "dagster-service"
+
+
 def service_home(cfg) -> Path:
     """`<state_dir>/dagster-service` with its dagster.yaml and workspace.yaml, written from the configuration."""
     import yaml
 
-    if not cfg.orchestrator.service():
-        raise ValueError("orchestrator.postgres_url is not set: the local instance is dagster_home()")
-    home = Path(cfg.state_path) / "dagster-service"
+    home = service_dir(cfg)
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").write_text(yaml.safe_dump(service_settings(cfg), sort_keys=False))
     (home / "workspace.yaml").write_text(yaml.safe_dump(workspace_settings(), sort_keys=False))
@@ -83,14 +88,18 @@ def service_env(cfg, config_path: str | None, overrides: list[str]) -> dict[str,
 
 @contextmanager
 def service_instance(cfg):
-    """The service's DagsterInstance in this process (reads its Postgres storage), for tools and tests."""
+    """The service's DagsterInstance in this process (reads its Postgres storage), for tools, the start-up check of
+    `rtrl orchestrator` and tests."""
     import os
 
     import dagster as dg
 
-    env = service_env(cfg, os.environ.get("RTRL_CONFIG") or None, json.loads(os.environ.get("RTRL_SET", "[]")))
+    from infra.stack.postgres import sqlalchemy_url
+
+    # the files `rtrl orchestrator` wrote (not rewritten here: a webserver or daemon may be reading them)
+    home = service_dir(cfg) if (service_dir(cfg) / "dagster.yaml").is_file() else service_home(cfg)
     saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", PG_URL_ENV)}
-    os.environ["DAGSTER_HOME"], os.environ[PG_URL_ENV] = env["DAGSTER_HOME"], env[PG_URL_ENV]
+    os.environ["DAGSTER_HOME"], os.environ[PG_URL_ENV] = str(home), sqlalchemy_url(cfg.orchestrator.postgres_url)
     try:
         with dg.DagsterInstance.get() as instance:
             yield instance

@@ -28,7 +28,7 @@ class MlflowStore:
     def ensure_store(self) -> None:
         """Create (or migrate) the SQLite tracking/registry schema; idempotent. With an MLflow server as the
         tracking URI: check that it answers (it owns its store and artifacts)."""
-        if self.tracking_uri.split(":", 1)[0] in ("http", "https"):
+        if self.cfg.remote():
             from mlflow.exceptions import MlflowException
             from mlflow.tracking import MlflowClient
 
