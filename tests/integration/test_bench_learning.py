@@ -54,6 +54,7 @@ def test_one_cycle_registers_a_gated_candidate_and_scores_the_champion_against_v
     assert json.loads((tmp_path / "seed-0" / "cycles.jsonl").read_text())["candidate"] == "2"
 
 
+@pytest.mark.full   # the default tier's time budget (docs/testing.md)
 def test_serving_workers_kept_across_runs_serve_as_a_fresh_pool_does(bootstrapped):
     """The loop's serving runs share one set of worker processes: a run on kept workers gives the events a run on
     newly started ones gives (same slices, same seeds), and the processes are started once."""

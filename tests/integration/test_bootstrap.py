@@ -90,6 +90,7 @@ def test_rerun_is_a_no_op(bootstrapped):
     assert len(reg.client.search_model_versions(f"name='{reg.model}'")) == 1
 
 
+@pytest.mark.full   # the default tier's time budget (docs/testing.md)
 def test_base_checkpoint_is_registered_instead(bootstrapped, tmp_path):
     """Any HF causal-LM folder: here v0's files with different weights (a folder that is not the default policy)."""
     import torch

@@ -130,6 +130,7 @@ def _run_race(tmp_path: Path, root: str, versions: list[str], shared_lock: bool)
     return results
 
 
+@pytest.mark.full   # the default tier's time budget (docs/testing.md)
 def test_promoters_in_separate_processes_race_through_the_s3_lease_and_exactly_one_wins(s3_registry, tmp_path):
     reg, root, _ = s3_registry
     v1 = reg.register(checkpoint(tmp_path / "c1", 1))

@@ -72,14 +72,14 @@ def test_the_openai_client_chats_over_https_with_a_key_and_is_refused_without_on
     import openai
 
     _, url, client_key, cert = served
-    client = openai_client(url, client_key, cert)
-    r = client.chat.completions.create(model="rtrl-policy", user="u-1",
-                                       messages=[{"role": "user", "content": "Raise RETRIES in app/util.py"}])
-    assert r.choices[0].message.content == "answer from v1" and r.model_extra["policy_version"] == "1"
-    assert [m.id for m in client.models.list().data] == ["rtrl-policy"]
-    with pytest.raises(openai.AuthenticationError):
-        openai_client(url, "unused", cert).chat.completions.create(
-            model="rtrl-policy", user="u-1", messages=[{"role": "user", "content": "hi"}])
+    # closed clients: an idle TLS connection left open holds the server's shutdown for the TLS close timeout (30 s)
+    with openai_client(url, client_key, cert) as client:
+        r = client.chat.completions.create(model="rtrl-policy", user="u-1",
+                                           messages=[{"role": "user", "content": "Raise RETRIES in app/util.py"}])
+        assert r.choices[0].message.content == "answer from v1" and r.model_extra["policy_version"] == "1"
+        assert [m.id for m in client.models.list().data] == ["rtrl-policy"]
+    with openai_client(url, "unused", cert) as refused, pytest.raises(openai.AuthenticationError):
+        refused.chat.completions.create(model="rtrl-policy", user="u-1", messages=[{"role": "user", "content": "hi"}])
 
 
 def test_health_probes_trust_the_configured_certificate(served):
