@@ -70,10 +70,11 @@ class Trajectory(Event):
     v4 added `group_id` (the samples of one request with n > 1 share it: the trainer's group baseline) and
     `cut_short` (a streamed answer whose client disconnected before it ended: the tokens are what was sampled
     until then).
+    v5 added `task_id`: the background task the request belongs to, joined with that task's `task_outcome`.
     """
 
     EVENT_TYPE: ClassVar[str] = "trajectory"
-    SCHEMA_VERSION: ClassVar[int] = 4
+    SCHEMA_VERSION: ClassVar[int] = 5
     CONTENT_FIELDS: ClassVar[tuple[str, ...]] = ("prompt_token_ids", "completion_token_ids", "behaviour_logprobs")
     PRODUCERS: ClassVar[str] = "serving (one per request)"
     CONSUMERS: ClassVar[str] = "archiver, reward job (joins), trainer (token ids, logprobs), A/B metrics (latency)"
@@ -102,6 +103,10 @@ class Trajectory(Event):
                                              "for the trainer's group baseline); None for a single sample.")
     cut_short: bool = Field(default=False, description="v4: the client disconnected from a streamed answer before "
                             "it ended; the completion is what had been sampled by then.")
+    task_id: str | None = Field(default=None, min_length=1, max_length=128,
+                                description="v5: the background task this request works on (the client names it); "
+                                            "its task_outcome event rewards every request of the task (the chain). "
+                                            "None for an interactive request.")
 
     @model_validator(mode="after")
     def _logprobs_match_tokens(self):
@@ -216,9 +221,33 @@ class ToolCallResult(Event):
         return self
 
 
+class TaskOutcomeKind(str, Enum):
+    accepted = "accepted"      # the user accepted the task's result (kept the changes)
+    merged = "merged"          # the result was merged (e.g. its pull request)
+    reverted = "reverted"      # the result was undone
+    abandoned = "abandoned"    # the user dropped the task without using its result
+
+
+class TaskOutcome(Event):
+    """How a background agent task ended, judged by the user on the whole result, often hours after its last
+    request. The reward job joins it to every trajectory of the task (same org, workspace and `task_id`) whose
+    request time is within the long horizon before it: one outcome reward shared by the whole chain."""
+
+    EVENT_TYPE: ClassVar[str] = "task_outcome"
+    PRODUCERS: ClassVar[str] = "client (agent or editor) when a background task's result is accepted, merged, " \
+                               "reverted or abandoned"
+    CONSUMERS: ClassVar[str] = "archiver, reward job (task outcome join), A/B metrics (long-loop outcome rates)"
+
+    event_type: Literal["task_outcome"] = "task_outcome"
+    schema_version: int = 1
+    task_id: str = Field(min_length=1, max_length=128, description="The task, as its trajectories name it.")
+    outcome: TaskOutcomeKind
+    rating: int | None = Field(default=None, ge=1, le=5, description="The user's optional rating, 1 (worst) to 5.")
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.EVENT_TYPE: cls
     for cls in (Trajectory, SuggestionShown, EditApplied, EditRejected, CodebaseSnapshot, FollowupMessage,
-                ToolCallResult)
+                ToolCallResult, TaskOutcome)
 }
 CURRENT_VERSIONS: dict[str, int] = {name: cls.SCHEMA_VERSION for name, cls in EVENT_TYPES.items()}

@@ -53,6 +53,8 @@ class RewardRow(BaseModel):
     cut_short: bool = Field(default=False, description="The trajectory's cut_short: the client left the stream "
                             "before the answer ended, so the completion is what was sampled by then (the trainer "
                             "drops such rows unless trainer.train_on_cut_short).")
+    task_id: str | None = Field(default=None, description="The trajectory's task_id: a background task's request, "
+                                "which trains when its task's outcome row comes out (schemas.outcomes), not before.")
     # what the trainer needs
     prompt_token_ids: list[int]
     completion_token_ids: list[int]

@@ -10,6 +10,7 @@ TELEMETRY_TOPICS: dict[str, str] = {
     "codebase_snapshot": "telemetry.snapshots",
     "followup_message": "telemetry.followups",
     "tool_call_result": "telemetry.tools",
+    "task_outcome": "telemetry.outcomes",
 }
 TRAJECTORY_TOPIC = "trajectories"
 DEAD_LETTER_TOPIC = "dead-letter"

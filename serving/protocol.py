@@ -16,6 +16,7 @@ Request: an OpenAI chat-completions body, as the official client and editor/agen
     five. Responses are parsed, and the assistant `tool_calls` a conversation sends back are written, in the served
     checkpoint's tool-call format (`serving.tool_format`, schemas/tool_formats.py; `ChatRequest.use_tool_format`). `tool_choice` "none" offers none (any call is broken), {"function": {"name": N}} offers only N.
   * `metadata` (OpenAI's free-form object) may carry `session_id`, `workspace_id`, `org_id`, `request_id`,
+    `task_id` (a background agent task's id: its `task_outcome` event rewards every request of the task),
     `privacy_mode`, `client_version` and `event_time` (ISO 8601 with a zone: the simulated clock of
     docs/simulator.md; default now). An `org_id` other than the key's org is refused (403); an `event_time`
     further from the receipt time than the configured skew is replaced by the receipt time and counted.
@@ -44,7 +45,7 @@ from schemas.tool_protocol import ParsedResponse, ToolCall, ToolSet, to_openai_t
 MAX_ID = 128
 CLIENT_VERSION = "rtrl-serving/0.1"
 MAX_RECORDS = 256  # Trajectory.tool_calls bound
-METADATA_IDS = ("session_id", "workspace_id", "org_id", "request_id", "client_version")
+METADATA_IDS = ("session_id", "workspace_id", "org_id", "request_id", "client_version", "task_id")
 MAX_N = 16
 MAX_STOP = 4
 MAX_TOP_LOGPROBS = 20
@@ -125,6 +126,7 @@ class ChatRequest:
     tools: ToolSet | None = None              # the calls' validation set (None: the built-in five)
     template_tools: list[dict] | None = None  # what the chat template is given
     event_time_clamped: bool = False
+    task_id: str | None = None                # the background task this request works on (metadata.task_id)
     tool_format: str = "hermes"               # how `messages` write the calls sent back and responses are parsed
     sent_calls: list[tuple[int, str, list[ToolCall]]] = field(default_factory=list)  # (message index, its text
     #                                           without calls, its calls): the assistant calls the client sent back
@@ -396,7 +398,7 @@ def parse_request(body: Any, *, default_max_tokens: int, max_model_len: int, now
         workspace_id=ids.get("workspace_id") or "unknown", org_id=_org(meta, ids, caller),
         client_version=ids.get("client_version") or CLIENT_VERSION,
         privacy_mode=_bool(meta["privacy_mode"], "metadata.privacy_mode") if "privacy_mode" in meta else False,
-        event_time=event_time, event_time_clamped=clamped,
+        event_time=event_time, event_time_clamped=clamped, task_id=ids.get("task_id"),
         max_tokens=max_tokens or default_max_tokens, seed=_int(body, "seed", 0, 2**63 - 1), n=n,
         temperature=_float(body, "temperature", 0.0, 2.0), top_p=_float(body, "top_p", 0.0, 1.0, lo_open=True) or 1.0,
         stop=_stop(body.get("stop")), logprobs=logprobs or top_logprobs > 0, top_logprobs=top_logprobs,
@@ -505,5 +507,6 @@ def build_trajectories(s: Served) -> list[Trajectory]:
             tool_calls=list(p.records)[:MAX_RECORDS], latency_ms=max(0.0, s.latency_ms),
             prompt_tokens=len(s.prompt_token_ids), completion_tokens=len(g.token_ids),
             temperature=s.sampling.temperature, top_p=s.sampling.top_p, top_k=s.sampling.top_k,
-            response_kind=p.kind, group_id=r.request_id if r.n > 1 else None, cut_short=g.cut_short))
+            response_kind=p.kind, group_id=r.request_id if r.n > 1 else None, cut_short=g.cut_short,
+            task_id=r.task_id))
     return out

@@ -22,6 +22,15 @@ class TrainerConfig(BaseModel):
                                      "by default: the client, not the policy, ended such a sequence, so its tokens do "
                                      "not end where the policy would have. A cut-short row without a completion "
                                      "token is dropped either way.")
+    # long loops (trainer/outcomes.py): background tasks' requests train once their task's outcome row is out
+    outcome_weight: float = Field(default=1.0, ge=0, le=10, description="A background task's request trains on "
+                                  "its reward plus this times its task's outcome reward (r_outcome), shared by the "
+                                  "whole chain of the task; 0 trains it on its own reward alone (still when its "
+                                  "outcome row comes out).")
+    outcome_staleness: int = Field(default=2, ge=0, le=8, description="Ancestors back that a chain's requests may "
+                                   "come from: a task's outcome arrives hours after its requests, so they are "
+                                   "usually a version or two older than the champion (importance-corrected like "
+                                   "other stale rows).")
     # batch: one pass over the selected rows, one optimizer step per `rows_per_step` rows
     micro_batch: int = Field(default=8, ge=1, le=4096, description="Sequences per forward/backward.")
     rows_per_step: int = Field(default=256, ge=1, description="Effective batch: rows per optimizer step "

@@ -77,9 +77,10 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
     what they need from it (the champion, its folder, the candidate version) and return the same result. Every rank
     reads and selects the rows itself (deterministic: sorted by request_id, a seeded sample) and the ranks check
     that they agree before training."""
-    from schemas.reward_table import read_reward_table
+    from schemas.reward_table import outcome_table, read_outcome_table, read_reward_table
     from trainer.adapters import base_of
     from trainer.adapters import lineage as adapter_tags
+    from trainer.outcomes import with_outcomes
     from trainer.ranks import Ranks
     from trainer.train import Trainer
 
@@ -90,7 +91,8 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
         parent, parent_dir = registry.resolve("champion")
         parent_base, base_dir = (None, None) if existing is not None else base_of(registry, parent, parent_dir)
         lookup = (existing, parent, str(parent_dir), parent_base, base_dir and str(base_dir),
-                  [] if existing is not None else ancestors(registry, parent, cfg.staleness),
+                  [] if existing is not None else ancestors(registry, parent,
+                                                            max(cfg.staleness, cfg.outcome_staleness)),
                   adapter_tags(registry, parent, parent_base) if cfg.lora_r and existing is None else {})
     # an adapter champion's full base checkpoint (parent_base, base_dir), and an adapter candidate's tags
     existing, parent, parent_dir, parent_base, base_dir, lineage, adapter = ranks.share(lookup)
@@ -102,9 +104,13 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
         parent_dir = registry.local_path(parent)
     if base_dir is not None and not Path(base_dir).is_dir():
         base_dir = registry.local_path(parent_base)
-    rows = read_reward_table(rewards, window)
+    rows, outcome_counts = with_outcomes(read_reward_table(rewards, window),
+                                         read_outcome_table(outcome_table(rewards), window),
+                                         lambda: read_reward_table(rewards), cfg.outcome_weight)
     sel = select_rows(rows, parent, lineage, cfg.staleness, cfg.min_rows, as_of,
-                      max_rows=cfg.max_rows, seed=cfg.seed, train_on_cut_short=cfg.train_on_cut_short)
+                      max_rows=cfg.max_rows, seed=cfg.seed, train_on_cut_short=cfg.train_on_cut_short,
+                      chain_staleness=cfg.outcome_staleness)
+    sel.counts |= {k: v for k, v in outcome_counts.items() if v}
     ranks.same(_fingerprint(sel.rows), "the selected rows")
     if ranks.main:
         log(f"train: cycle {cycle}: champion v{parent}; {json.dumps(sel.counts)}"

@@ -7,7 +7,8 @@ Rules, in order (each dropped row is counted under its reason):
   2. keep rows served by the current champion;
   3. keep rows served by one of the champion's ancestors at most `staleness` versions back (their tokens were
      sampled from an older policy; the loss corrects them per token with truncated importance weights from the
-     logged behaviour log-probs, see `trainer.losses`);
+     logged behaviour log-probs, see `trainer.losses`); a background task's chain rows (`chain`, trainer/outcomes.py)
+     at most `chain_staleness` back, as their outcome comes hours after them;
   4. drop every other row (`other_version`), and rows without a reward (`no_reward`);
   5. drop the rows whose stream the client left before the answer ended (`cut_short`), unless
      `train_on_cut_short`: the client, not the policy, ended those sequences, so their tokens do not end where the
@@ -40,8 +41,9 @@ class Selection:
 
 
 def _with_v4_columns(rows: pl.DataFrame) -> pl.DataFrame:
-    """`group_id` and `cut_short` as a table written before them reads (single samples that ran to the end)."""
-    missing = {"group_id": pl.lit(None, pl.String), "cut_short": pl.lit(False)}
+    """`group_id` and `cut_short` as a table written before them reads (single samples that ran to the end), and
+    `chain` (rows of no background task) when the rows did not go through trainer.outcomes."""
+    missing = {"group_id": pl.lit(None, pl.String), "cut_short": pl.lit(False), "chain": pl.lit(False)}
     return rows.with_columns([v.alias(k) for k, v in missing.items() if k not in rows.columns])
 
 
@@ -62,16 +64,20 @@ def _refuse_untrainable(rows: pl.DataFrame, as_of: datetime | None) -> None:
 
 def select_rows(rows: pl.DataFrame, champion: str, ancestors: list[str], staleness: int, min_rows: int,
                 as_of: datetime | None = None, max_rows: int = 0, seed: int = 0,
-                train_on_cut_short: bool = False) -> Selection:
-    """`ancestors`: the champion's parent, grandparent, ... (nearest first). `max_rows` 0: no cap."""
+                train_on_cut_short: bool = False, chain_staleness: int | None = None) -> Selection:
+    """`ancestors`: the champion's parent, grandparent, ... (nearest first). `max_rows` 0: no cap.
+    `chain_staleness`: the bound for chain rows (None: `staleness`)."""
     rows = _with_v4_columns(rows)
     _refuse_untrainable(rows, as_of)
-    recent = [str(v) for v in ancestors[:staleness]]
     version = pl.col("policy_version")
+    recent = [str(champion), *(str(v) for v in ancestors[:staleness])]
+    chain_recent = [str(champion), *(str(v) for v in ancestors[:staleness if chain_staleness is None
+                                                               else chain_staleness])]
+    usable = pl.when(pl.col("chain")).then(version.is_in(chain_recent)).otherwise(version.is_in(recent))
     cut = pl.col("cut_short") & (pl.lit(not train_on_cut_short) | (pl.col("completion_token_ids").list.len() == 0))
     labelled = rows.with_columns(
         reason=pl.when(pl.col("reward").is_null()).then(pl.lit("no_reward"))
-        .when(~version.is_in([str(champion), *recent])).then(pl.lit("other_version"))
+        .when(~usable).then(pl.lit("other_version"))
         .when(cut).then(pl.lit("cut_short"))
         .when(version == str(champion)).then(pl.lit("on_policy"))
         .otherwise(pl.lit("stale")))

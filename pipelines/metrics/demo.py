@@ -143,6 +143,7 @@ def _full(df: pl.DataFrame) -> pl.DataFrame:
         behaviour_logprobs=pl.lit([], dtype=pl.List(pl.Float64)), temperature=pl.lit(1.0), top_p=pl.lit(1.0),
         top_k=pl.lit(-1, pl.Int64), prompt_tokens=pl.lit(64, pl.Int64),
         deferred_to_request_id=pl.lit(None, pl.String), group_id=pl.lit(None, pl.String), cut_short=pl.lit(False),
+        task_id=pl.lit(None, pl.String),
         r_deferral=pl.lit(0.0), spec_version=pl.lit("demo"))
     return pl.from_arrow(df.select(schema.names).to_arrow().cast(schema))
 

@@ -63,6 +63,7 @@ def synthetic_rewards(n: int, spec: RewardSpec | None = None, seed: int = 0, max
         "broken_tool_calls": broken, "edit_status": edit, "edit_lines": np.where(edit == "applied", 3, 0),
         "persistence": pa.array(p, from_pandas=True), "persistence_label": label, "followup_status": followup,
         "question_unnecessary": np.zeros(n, bool), "deferred_to_request_id": pa.nulls(n, pa.string()),
+        "task_id": pa.nulls(n, pa.string()),
         "r_persistence": r_persistence, "r_followup": r_followup, "r_broken_tool": r_broken,
         "r_deferral": r_deferral, "r_length": r_length, "reward_unclipped": unclipped,
         "reward": np.clip(unclipped, -spec.clip, spec.clip), "spec_version": [spec.version()] * n,

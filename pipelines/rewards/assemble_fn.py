@@ -31,15 +31,21 @@ from apache_beam.utils.timestamp import Timestamp
 from pipelines.rewards import progress
 from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.batches import EventBatch, micros
-from pipelines.rewards.bounded import keep_for, maturities
+from pipelines.rewards.bounded import maturities, pending_outcomes, prune
 from pipelines.rewards.classifiers import get_classifier
-from pipelines.rewards.frames import concat_frames, first_per_event_id
+from pipelines.rewards.frames import concat_frames, empty_frame, first_per_event_id
 from pipelines.rewards.lateness import count_late
+from pipelines.rewards.outcomes import assemble_outcomes, outcome_maturities
 from pipelines.rewards.spec import RewardSpec
 
 CARRY = "carry"
+OUTCOMES = "outcomes"
 _NONE = -(2**62)
 END_OF_TIME = datetime(9000, 1, 1, tzinfo=timezone.utc)  # "every request is mature" (fits a datetime, unlike +inf)
+
+
+def _no_outcomes() -> pl.DataFrame:
+    return empty_frame("task_outcome")
 
 
 def _dt(us: int) -> datetime:
@@ -58,11 +64,13 @@ class AssembleRewardsFn(beam.DoFn):
         self.spec = spec
         self.as_of = as_of
         self.after_us = _NONE if after is None else micros(after)  # rows maturing by then were emitted before
-        self.keep_for = keep_for(spec)
         self.rows_emitted = Metrics.counter("rewards", "rows_emitted")
         self.duplicates = Metrics.counter("rewards", "duplicates_dropped")
         self.unknown = Metrics.counter("rewards", "unknown_labels")
         self.pending = Metrics.counter("rewards", "requests_pending")
+        self.outcome_rows = Metrics.counter("rewards", "outcome_rows")
+        self.outcome_unknown = Metrics.counter("rewards", "outcome_unknown")
+        self.outcomes_pending = Metrics.counter("rewards", "outcomes_pending")
 
     def setup(self):
         self.classifier = get_classifier(self.spec.classifier)
@@ -72,8 +80,12 @@ class AssembleRewardsFn(beam.DoFn):
         fired = fired_state.read()
         return self.after_us if fired is None else fired
 
-    def _maturities(self, traj: pl.DataFrame) -> pl.Series:
-        return maturities(traj, self.spec)
+    def _maturities(self, traj: pl.DataFrame, outcomes: pl.DataFrame | None = None) -> pl.Series:
+        """When rows of these events can mature: each request's reward row and, for background tasks, outcome
+        rows (outcomes.outcome_maturities)."""
+        own = maturities(traj, self.spec)
+        extra = outcome_maturities(traj, outcomes if outcomes is not None else _no_outcomes(), self.spec)
+        return own if extra.is_empty() else pl.concat([own, extra.cast(own.dtype)])
 
     def _arm(self, candidates: pl.Series, fired: int, armed_state, flush) -> None:
         after = candidates.drop_nulls()
@@ -112,8 +124,10 @@ class AssembleRewardsFn(beam.DoFn):
         seen.write(ids if known is None else pl.concat([known, ids]))
         buffer.add(EventBatch(batch.event_type, frame))
         end.set(GlobalWindow().max_timestamp())
-        if batch.event_type == "trajectory" and self.as_of is None:
+        if self.as_of is None and batch.event_type == "trajectory":
             self._arm(self._maturities(frame), fired, armed_state, flush)
+        elif self.as_of is None and batch.event_type == "task_outcome":
+            self._arm(self._maturities(empty_frame("trajectory"), frame), fired, armed_state, flush)
 
     def _flush(self, fire_at_us: int, buffer, seen, fired_state):
         """Emit the rows that matured by `fire_at_us`; keep in the buffer what pending requests can still need.
@@ -127,15 +141,20 @@ class AssembleRewardsFn(beam.DoFn):
             progress.add("rows_emitted", out.rows.height)
             self.unknown.inc(out.counts.get("unknown_labels", 0))
             yield out.rows
-        horizon = _dt(fire_at_us) - self.keep_for
+        outcomes, counts = assemble_outcomes(frames, self.spec, _dt(fire_at_us), None if fired == _NONE else _dt(fired))
+        if outcomes.height:
+            self.outcome_rows.inc(counts["outcome_rows"])
+            self.outcome_unknown.inc(counts["outcome_unknown"])
+            yield beam.pvalue.TaggedOutput(OUTCOMES, outcomes)
         buffer.clear()
-        kept = {t: f.filter(pl.col("event_time") >= horizon) for t, f in frames.items()}
+        kept = prune(frames, _dt(fire_at_us), self.spec)
         for t, f in kept.items():
             if f.height:
                 buffer.add(EventBatch(t, f))
         known = seen.read()
-        if known is not None:
-            seen.write(known.filter(pl.col("event_time") >= horizon))
+        if known is not None:   # a copy of an event no longer held is older than this firing: late, dropped
+            held = pl.concat([f.select("event_id") for f in kept.values()])
+            seen.write(known.filter(pl.col("event_id").is_in(held["event_id"].implode())))
         fired_state.write(fire_at_us)
         return kept
 
@@ -148,7 +167,7 @@ class AssembleRewardsFn(beam.DoFn):
             return  # the end-of-input flush already covered this time
         kept = yield from self._flush(ts.micros, buffer, seen, fired_state)
         armed_state.write(_NONE)
-        self._arm(self._maturities(kept["trajectory"]), ts.micros, armed_state, flush)
+        self._arm(self._maturities(kept["trajectory"], kept["task_outcome"]), ts.micros, armed_state, flush)
 
     @on_timer(END)
     def on_end(self, buffer=beam.DoFn.StateParam(BUFFER), seen=beam.DoFn.StateParam(SEEN),
@@ -161,7 +180,10 @@ class AssembleRewardsFn(beam.DoFn):
         if end_us > fired:
             yield from self._flush(end_us, buffer, seen, fired_state)
         if self.as_of is not None:
-            for b in buffer.read():
+            held = list(buffer.read())
+            self.outcomes_pending.inc(pending_outcomes(concat_frames({b.event_type: b.frame} for b in held),
+                                                       self.spec, self.as_of))
+            for b in held:
                 if b.event_type == "trajectory":  # requests not mature yet: the next cycle emits them
                     self.pending.inc(int((self._maturities(b.frame) > self.as_of).sum()))
                 yield beam.pvalue.TaggedOutput(CARRY, b)

@@ -30,11 +30,12 @@ from pipelines.rewards.assemble import assemble_rewards
 from pipelines.rewards.batches import EventBatch, split_by_shard
 from pipelines.rewards.classifiers import get_classifier
 from pipelines.rewards.frames import concat_frames
+from pipelines.rewards.outcomes import assemble_outcomes, keep_mask
 from pipelines.rewards.sink import write_carry, write_dead_letters, write_partition
 from pipelines.rewards.spec import RewardSpec
 from schemas import storage
 
-COUNTS, DEAD, ROWS, CARRY = "counts", "dead", "rows", "carry"
+COUNTS, DEAD, ROWS, CARRY, OUTCOMES = "counts", "dead", "rows", "carry", "outcomes"
 
 
 def maturities(traj: pl.DataFrame, spec: RewardSpec) -> pl.Series:
@@ -49,6 +50,24 @@ def maturities(traj: pl.DataFrame, spec: RewardSpec) -> pl.Series:
 def keep_for(spec: RewardSpec) -> timedelta:
     """How long behind a firing an event can still be needed by a request that is not mature yet."""
     return timedelta(seconds=spec.maturity_delay_s(question=True) + spec.followup_window_s)
+
+
+def prune(frames: dict[str, pl.DataFrame], fire_at: datetime, spec: RewardSpec) -> dict[str, pl.DataFrame]:
+    """What the join keeps after a firing at `fire_at`: every event that a request not mature yet may need
+    (`keep_for`), and background tasks' trajectories and outcomes for the long horizon (outcomes.keep_mask)."""
+    horizon = fire_at - keep_for(spec)
+    kept = {}
+    for t, f in frames.items():
+        keep = f["event_time"] >= horizon
+        longer = keep_mask(f, t, fire_at, spec)
+        kept[t] = f.filter(keep if longer is None else keep | longer)
+    return kept
+
+
+def pending_outcomes(frames: dict[str, pl.DataFrame], spec: RewardSpec, as_of: datetime) -> int:
+    """Task requests in the buffer whose outcome row is not out by `as_of`."""
+    rows, _ = assemble_outcomes(frames, spec, None)
+    return int((rows["mature_time"] > as_of).sum())
 
 
 def by_shard(item, shards: int):
@@ -85,10 +104,15 @@ class ShardJoin:
             rows = out.rows if self.keep is None else self.keep(out.rows)
             for (version,), part in sorted(rows.partition_by("policy_version", as_dict=True).items()):
                 yield ROWS, (version, part)
-            horizon = self.as_of - keep_for(self.spec)
-            frames = {t: f.filter(pl.col("event_time") >= horizon) for t, f in frames.items()}
+            outcomes, outcome_counts = assemble_outcomes(frames, self.spec, self.as_of, self.after)
+            counts |= outcome_counts
+            outcomes = outcomes if self.keep is None else self.keep(outcomes)
+            for (version,), part in sorted(outcomes.partition_by("policy_version", as_dict=True).items()):
+                yield OUTCOMES, (version, part)
+            frames = prune(frames, self.as_of, self.spec)
         pending = maturities(frames["trajectory"], self.spec) > self.as_of
         counts["requests_pending"] = int(pending.fill_null(False).sum())
+        counts["outcomes_pending"] = pending_outcomes(frames, self.spec, self.as_of)
         for t in sorted(frames) if self.carry else ():
             if frames[t].height:
                 yield CARRY, EventBatch(t, frames[t], carried=True)
@@ -118,6 +142,9 @@ class WriteGroup:
         kind, version = key if isinstance(key, tuple) else (key, None)
         if kind == ROWS:
             return "partitions", [write_partition(self.sink.table, self.sink.window, version, values)]
+        if kind == OUTCOMES:
+            return "outcome_partitions", [write_partition(self.sink.table, self.sink.window, version, values,
+                                                          outcomes=True)]
         if kind == CARRY:
             return CARRY, write_carry(self.sink.carry, values) if self.sink.carry else 0
         if kind == DEAD:
@@ -132,8 +159,8 @@ class WriteGroup:
 
 def destination(item):
     kind, value = item
-    if kind == ROWS:
-        return (ROWS, value[0]), value[1]
+    if kind in (ROWS, OUTCOMES):
+        return (kind, value[0]), value[1]
     return kind, value
 
 
@@ -143,17 +170,18 @@ class Finish:
 
     def __call__(self, group) -> dict:
         _, results = group
-        summary: dict = {"partitions": [], "counters": {}, "carried": 0, "dead_letters": 0}
+        summary: dict = {"partitions": [], "outcome_partitions": [], "counters": {}, "carried": 0, "dead_letters": 0}
         for kind, value in results:
-            if kind == "partitions":
-                summary["partitions"] += value
+            if kind in ("partitions", "outcome_partitions"):
+                summary[kind] += value
             elif kind == COUNTS:
                 summary["counters"] = value
             elif kind == CARRY:
                 summary["carried"] = value
             elif kind == DEAD:
                 summary["dead_letters"] = value
-        summary["partitions"] = sorted(list(p) for p in summary["partitions"])
+        for kind in ("partitions", "outcome_partitions"):
+            summary[kind] = sorted(list(p) for p in summary[kind])
         storage.write_text(self.sink.result, json.dumps(summary, indent=2, sort_keys=True))
         return summary
 

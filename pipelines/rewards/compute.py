@@ -1,6 +1,7 @@
-"""ComputeRewards: events (parsed `Event`s or `EventBatch`es) -> mature reward rows (+ the open join state).
+"""ComputeRewards: events (parsed `Event`s or `EventBatch`es) -> mature reward rows (+ the open join state and the
+background tasks' outcome rows).
 
-    rows, carry = events | ComputeRewards(spec, shards=4, as_of=None)
+    rows, carry, outcomes = events | ComputeRewards(spec, shards=4, as_of=None)
 
 The same composite serves every source: streaming (TestStream, or an unbounded Kafka read on a portable
 runner), a bounded Kafka offset range, and replay of the Parquet event log.
@@ -15,7 +16,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines.rewards.assemble_fn import CARRY, AssembleRewardsFn
+from pipelines.rewards.assemble_fn import CARRY, OUTCOMES, AssembleRewardsFn
 from pipelines.rewards.batches import DEFAULT_SHARDS, EventBatch, micros, split_by_shard
 from pipelines.rewards.lateness import DropLateFn
 from pipelines.rewards.spec import RewardSpec
@@ -77,8 +78,9 @@ class ComputeRewards(beam.PTransform):
             events = events | "DropLate" >> beam.ParDo(DropLateFn(self.after))
         out = (events
                | "BatchByShard" >> BatchByShard(self.shards)
-               | "Assemble" >> beam.ParDo(AssembleRewardsFn(self.spec, self.as_of, self.after)).with_outputs(CARRY, main="rows"))
-        return out.rows, out[CARRY]
+               | "Assemble" >> beam.ParDo(AssembleRewardsFn(self.spec, self.as_of, self.after))
+               .with_outputs(CARRY, OUTCOMES, main="rows"))
+        return out.rows, out[CARRY], out[OUTCOMES]
 
 
 def run_and_count(p: beam.Pipeline) -> dict[str, int]:

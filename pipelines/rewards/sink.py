@@ -18,7 +18,7 @@ import polars as pl
 
 from pipelines.archive.deadletter import dead_letter_table
 from schemas import storage
-from schemas.reward_table import ROW_SCHEMA
+from schemas.reward_table import OUTCOME_SCHEMA, ROW_SCHEMA, outcome_table
 from schemas.storage import Location
 
 
@@ -26,21 +26,25 @@ def partition_dir(out: Location, policy_version: str, window: str) -> Path | str
     return storage.join(out, f"policy_version={policy_version}", f"window={window}")
 
 
-def write_partition(out: Location, window: str, policy_version: str, frames) -> tuple[str, int]:
+def write_partition(out: Location, window: str, policy_version: str, frames, outcomes: bool = False) -> tuple[str, int]:
+    """One partition of the reward table `out`, or of its task-outcome table with `outcomes`."""
     rows = pl.concat(list(frames))
     if rows["request_id"].n_unique() != rows.height:  # a request's row is emitted once; never write it twice
         rows = rows.unique("request_id", keep="first")
+    if outcomes:
+        return _write_file(partition_dir(outcome_table(out), policy_version, window), "part-0.parquet",
+                           rows.sort("request_id"), OUTCOME_SCHEMA)
     return _write_file(partition_dir(out, policy_version, window), "part-0.parquet", rows.sort("request_id"))
 
 
-def _write_file(d: Location, name: str, rows: pl.DataFrame) -> tuple[str, int]:
+def _write_file(d: Location, name: str, rows: pl.DataFrame, schema=ROW_SCHEMA) -> tuple[str, int]:
     """Atomic (schemas.storage): a reader sees the old file or the new one, never half of one."""
     final = storage.join(d, name)
-    storage.write_parquet(final, rows.to_arrow().cast(ROW_SCHEMA), compression="zstd")
+    storage.write_parquet(final, rows.to_arrow().cast(schema), compression="zstd")
     return str(final), rows.height
 
 
-def write_stream_parts(out: Location, rows: pl.DataFrame) -> list[tuple[str, int]]:
+def write_stream_parts(out: Location, rows: pl.DataFrame, schema=ROW_SCHEMA) -> list[tuple[str, int]]:
     """One emitted frame of a streaming run -> a file per (policy_version, hour of mature time), named by a hash of
     its request ids: a retried bundle that emits the same rows rewrites the same file (no duplicate), and no
     window has to close before rows reach the table."""
@@ -50,20 +54,22 @@ def write_stream_parts(out: Location, rows: pl.DataFrame) -> list[tuple[str, int
             "policy_version", "_w", as_dict=True).items()):
         part = part.drop("_w").sort("request_id")
         name = "part-s" + hashlib.sha256("\n".join(part["request_id"]).encode()).hexdigest()[:20] + ".parquet"
-        written.append(_write_file(partition_dir(out, version, label), name, part))
+        written.append(_write_file(partition_dir(out, version, label), name, part, schema))
     return written
 
 
 class WriteRewardParts(beam.PTransform):
-    """Streaming runs: each emitted frame written as it comes (`write_stream_parts`); no grouping, no windows."""
+    """Streaming runs: each emitted frame written as it comes (`write_stream_parts`); no grouping, no windows.
+    `outcomes`: the frames are outcome rows, written to the task-outcome table of `out`."""
 
-    def __init__(self, out: Location):
+    def __init__(self, out: Location, outcomes: bool = False):
         super().__init__()
-        self.out = storage.normalize(out)
+        self.out = storage.normalize(outcome_table(out) if outcomes else out)
+        self.schema = OUTCOME_SCHEMA if outcomes else ROW_SCHEMA
 
     def expand(self, rows):
-        out = self.out
-        return rows | "WriteParts" >> beam.FlatMap(lambda f: write_stream_parts(out, f))
+        out, schema = self.out, self.schema
+        return rows | "WriteParts" >> beam.FlatMap(lambda f: write_stream_parts(out, f, schema))
 
 
 def write_dead_letters(path: Location, letters, cluster: str) -> int:

@@ -26,6 +26,14 @@ Per served request r (request time t = the trajectory's event_time), all in even
                       r_length = -w.length * ((x ** length_exponent) + (y ** length_exponent)) / 2
                       (about 0 for short answers, growing fast past the budget).
   reward              clip(sum of the r_* terms, -clip, +clip); every component is stored beside it.
+Task outcomes (long loops; pipelines/rewards/outcomes.py, one outcome row per request of a background task):
+                      a request r with task_id k gets the first task_outcome o of k (same org and workspace, by
+                      event time then event id) with t <= o.time <= t + long_horizon_s;
+                      r_outcome = clip(w.outcome * outcome_values[o.outcome] + w.rating * (o.rating - 3) / 2,
+                      -clip, +clip) (the rating term only when o has one); no such o -> outcome unknown, r_outcome 0.
+                      Every request of the task before o shares o's reward (the chain).
+                      Outcome maturity: o.time + outcome_lateness_s when known, else t + long_horizon_s +
+                      outcome_lateness_s; never before r's reward row matures (below).
 Maturity: mature_time = t + max(followup_window_s, apply_window_s + horizon_s)
                         (+ followup_window_s again for question responses, whose next turn must mature)
                         + allowed_lateness_s. A row is emitted once the watermark passes mature_time.
@@ -57,6 +65,21 @@ class RewardWeights(BaseModel):
                                         "typical row (a smaller penalty can leave it above the mean, and training "
                                         "then reinforces it).")
     length: float = Field(default=0.2, ge=0, le=100, description="Scale of the nonlinear length penalty.")
+    outcome: float = Field(default=1.0, ge=0, le=100, description="Weight of a task outcome's value "
+                           "(outcome_values) in r_outcome.")
+    rating: float = Field(default=0.25, ge=0, le=100, description="Weight of a task outcome's rating in r_outcome: "
+                          "w.rating * (rating - 3) / 2, so 1 and 5 give -w and +w.")
+
+
+class OutcomeValues(BaseModel):
+    """The value of each task outcome before weighting (r_outcome = w.outcome * value + the rating term)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accepted: float = Field(default=1.0, ge=-1, le=1)
+    merged: float = Field(default=1.0, ge=-1, le=1)
+    reverted: float = Field(default=-1.0, ge=-1, le=1)
+    abandoned: float = Field(default=-0.5, ge=-1, le=1)
 
 
 class RewardSpec(BaseModel):
@@ -79,12 +102,24 @@ class RewardSpec(BaseModel):
         description="tool_call_result error kinds that count as broken (the model's fault).")
     classifier: str = Field(default="keywords", description="Follow-up classifier name (see "
                             "pipelines.rewards.classifiers).")
+    long_horizon_s: float = Field(default=8 * 3600, gt=0, le=30 * 86400, description="How long after a request "
+                                  "of a background task its task_outcome may arrive and still be the request's "
+                                  "outcome; none by then: the outcome is unknown.")
+    outcome_lateness_s: float = Field(default=600, ge=0, le=86400, description="How late a task_outcome may arrive "
+                                      "(behind the watermark) and still count: outcome rows are emitted this long "
+                                      "after the outcome (or after the long horizon).")
+    outcome_values: OutcomeValues = Field(default_factory=OutcomeValues)
 
     def version(self) -> str:
         """A short stable hash of everything that changes the rows (the settings and the rules' version): stored
         in every row."""
         blob = json.dumps({**self.model_dump(mode="json"), "_rules": RULES}, sort_keys=True).encode()
         return "rs-" + hashlib.sha256(blob).hexdigest()[:12]
+
+    def outcome_keep_s(self) -> float:
+        """How long the join keeps a background task's trajectories and outcomes: until every outcome row that can
+        need them has been emitted."""
+        return self.long_horizon_s + self.outcome_lateness_s
 
     def maturity_delay_s(self, question: bool = False) -> float:
         base = max(self.followup_window_s, self.apply_window_s + self.horizon_s)

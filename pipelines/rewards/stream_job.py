@@ -53,5 +53,8 @@ def build(p: beam.Pipeline, source: beam.PTransform, spec: RewardSpec, out: str 
     parsed = (p | "ReadKafka" >> source
               | "ToMessage" >> beam.Map(to_message)
               | "Parse" >> beam.ParDo(ParseEventsFn()).with_outputs(DEAD_LETTER, main="events"))
-    rows, _carry = parsed.events | "ComputeRewards" >> ComputeRewards(spec, shards)
-    return rows | "WriteRewardParts" >> WriteRewardParts(out), parsed[DEAD_LETTER]
+    rows, _carry, outcomes = parsed.events | "ComputeRewards" >> ComputeRewards(spec, shards)
+    written = ((rows | "WriteRewardParts" >> WriteRewardParts(out),
+                outcomes | "WriteOutcomeParts" >> WriteRewardParts(out, outcomes=True))
+               | "Written" >> beam.Flatten())
+    return written, parsed[DEAD_LETTER]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from schemas.topics import EVENT_TOPICS
+
 import json
 import uuid
 from datetime import datetime, timezone
@@ -123,7 +125,7 @@ class FakeClock:
         self.t += s
 
 
-TOPICS = ("telemetry.edits", "telemetry.followups", "telemetry.snapshots", "telemetry.tools", "trajectories")
+TOPICS = EVENT_TOPICS
 
 
 def make_archiver(root: Path, log: FakeLog, cluster_id: str = "cluster-a", sink=None, fault=None,

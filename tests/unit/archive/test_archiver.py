@@ -10,6 +10,7 @@ from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 from pipelines.archive.manifest import load_manifests
 from pipelines.archive.messages import SourceMessage
+from schemas.events import EVENT_TYPES
 from tests.unit.archive.helpers import FakeLog, all_types, make_archiver
 
 
@@ -109,13 +110,14 @@ def test_records_at_already_archived_offsets_are_skipped(tmp_path):
 
 def test_stats_report_positions_and_totals(tmp_path):
     log = FakeLog(partitions=1)
-    log.produce(all_types(14))
+    n = 2 * len(EVENT_TYPES)                   # two of each type
+    log.produce(all_types(n))
     log.append("trajectories", b"x", partition=0)
     a, _ = make_archiver(tmp_path, log)
     d = a.run(until_idle_s=1.0).as_dict()
     assert d["positions"] == {f"{t}/{p}": len(r) for (t, p), r in log.records.items()}
-    assert (d["events_written"], d["dead_letters_total"], d["messages"]) == (14, 1, 15)
-    assert d["cluster_id"] == "cluster-a" and d["files_written"] == 8  # 7 types + 1 dead-letter file
+    assert (d["events_written"], d["dead_letters_total"], d["messages"]) == (n, 1, n + 1)
+    assert d["cluster_id"] == "cluster-a" and d["files_written"] == len(EVENT_TYPES) + 1  # + 1 dead-letter file
 
 
 class FailingOnce:

@@ -28,22 +28,23 @@ def write_lines(path: Path, lines: list[bytes | str]) -> Path:
 
 
 def test_valid_events_land_and_the_reader_gives_them_back(tmp_path):
-    events = all_types(21)
+    events = all_types(3 * len(EVENT_TYPES))     # three of each type
+    n = len(events)
     for e in events:
         e.received_time = None
     events[0].received_time = T0 + timedelta(seconds=5)  # kept
     src = write_lines(tmp_path / "in.jsonl", [to_wire(e) for e in events])
     s = import_wire(src, tmp_path / "arc")
-    assert s.events_read == 21 and s.imported_total == 21 and s.dead_letters == 0 and s.dead_letter_file is None
+    assert s.events_read == n and s.imported_total == n and s.dead_letters == 0 and s.dead_letter_file is None
     assert s.imported == {t: 3 for t in sorted(EVENT_TYPES)}
-    assert s.received_time_filled == 20
+    assert s.received_time_filled == n - 1
     df = read_events(tmp_path / "arc")
     assert sorted(df["event_id"]) == sorted(e.event_id for e in events)
     by_id = {r["event_id"]: r for r in df.select("event_id", "event_time", "received_time").to_dicts()}
     assert by_id[events[0].event_id]["received_time"] == T0 + timedelta(seconds=5)
     assert all(by_id[e.event_id]["received_time"] == e.event_time for e in events[1:])  # received at event_time
     assert {m.cluster_id for m in load_manifests(tmp_path / "arc")} == {s.import_id}
-    assert json.loads((tmp_path / "arc" / "_imports" / f"{s.import_id}.json").read_text())["imported_total"] == 21
+    assert json.loads((tmp_path / "arc" / "_imports" / f"{s.import_id}.json").read_text())["imported_total"] == n
 
 
 def test_two_imports_add_up_without_overwriting_each_other(tmp_path):

@@ -12,6 +12,7 @@ from pipelines.archive.archiver import FAULT_POINTS
 from pipelines.archive.lock import RootLock
 from pipelines.archive.manifest import ArchiveError, load_manifests, recover
 from pipelines.archive.reader import archived_event_ids, read_dead_letters, read_events
+from schemas.events import EVENT_TYPES
 from tests.unit.archive.helpers import FakeLog, all_types, archive_all, make_archiver
 
 
@@ -36,7 +37,7 @@ def parquet_files(root):
 
 def test_manifest_lists_files_offsets_counts_and_cluster_id(tmp_path):
     log = FakeLog(partitions=1)
-    events = [e for e in all_types(14)]
+    events = all_types(2 * len(EVENT_TYPES))     # two of each type
     log.produce(events)
     log.append("telemetry.tools", b"not json", partition=0)
     stats, _ = archive_all(tmp_path, log, batch_max_events=1000)

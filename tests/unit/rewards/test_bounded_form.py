@@ -20,7 +20,7 @@ from pipelines.rewards.lateness import DropLateFn
 from pipelines.rewards.parse import DEAD_LETTER, ParseEventsFn
 from pipelines.rewards.spec import RewardSpec
 from schemas import to_wire
-from schemas.reward_table import read_reward_table
+from schemas.reward_table import outcome_table, read_outcome_table, read_reward_table
 from tests.unit.rewards.builders import T0, applied, at, followup, rejected, snapshot, tool_result, trajectory
 from tests.unit.rewards.test_compute_stream import run_stream
 from tests.unit.rewards.test_cycle_carry import run_bounded
@@ -59,8 +59,10 @@ def cycles() -> list[tuple[list, float]]:
             (c, (as_of[2] - T0).total_seconds())]
 
 
-def run_gbk(events, carry_in: Path | None, carry_out: Path, after_s: float | None, as_of_s: float, out: Path):
-    """One cycle with the bounded form; (rows by request id, counters)."""
+def run_gbk(events, carry_in: Path | None, carry_out: Path, after_s: float | None, as_of_s: float, out: Path,
+            outcomes: dict | None = None, spec: RewardSpec = SPEC):
+    """One cycle with the bounded form; (rows by request id, counters). `outcomes`: a dict to fill with the
+    cycle's outcome rows (from the task-outcome table) by request id."""
     window = carry_out.name
     sink = Sink(table=str(out), window=window, result=str(out / f"{window}.json"), carry=str(carry_out))
     after = at(after_s) if after_s is not None else None
@@ -72,10 +74,12 @@ def run_gbk(events, carry_in: Path | None, carry_out: Path, after_s: float | Non
     batches = new | "Batch" >> beam.combiners.ToList() | beam.FlatMap(_batches)
     files = sorted(str(f) for f in carry_in.glob("*.parquet")) if carry_in else []
     carried = p | "CarryFiles" >> beam.Create(files) | "ReadCarry" >> beam.ParDo(ReadCarryFn())
-    _ = (batches, carried) | beam.Flatten() | BoundedRewards(SPEC, 2, at(as_of_s), sink, after=after)
+    _ = (batches, carried) | beam.Flatten() | BoundedRewards(spec, 2, at(as_of_s), sink, after=after)
     late = run_and_count(p)      # the harness drops late input with DropLateFn, counted as Beam metrics
     summary = read_summary(sink)
     rows = read_reward_table(out, window=window) if summary["partitions"] else pl.DataFrame()
+    if outcomes is not None:
+        outcomes.update({r["request_id"]: r for r in read_outcome_table(outcome_table(out), window=window).to_dicts()})
     counts = summary["counters"] | {k: v for k, v in late.items() if k.startswith("late_")}
     return {r["request_id"]: r for r in rows.to_dicts()}, counts
 

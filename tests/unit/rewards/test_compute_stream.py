@@ -33,8 +33,9 @@ def _collect(key: str, item) -> None:
     _COLLECTED.setdefault(key, []).append(item)
 
 
-def run_stream(steps, spec=SPEC):
-    """steps: list of ("events", [(event_or_raw, event_time_s)]) or ("watermark", seconds). Returns (rows, dead)."""
+def run_stream(steps, spec=SPEC, with_outcomes: bool = False):
+    """steps: list of ("events", [(event_or_raw, event_time_s)]) or ("watermark", seconds). Returns (rows, dead),
+    and the outcome rows by request id as a third element `with_outcomes`."""
     ts = TestStream()
     for kind, value in steps:
         if kind == "events":
@@ -49,13 +50,19 @@ def run_stream(steps, spec=SPEC):
     opts.view_as(StandardOptions).streaming = True
     with beam.Pipeline(options=opts) as p:
         parsed = p | ts | beam.ParDo(ParseEventsFn()).with_outputs(DEAD_LETTER, main="events")
-        rows, _carry = parsed.events | ComputeRewards(spec, shards=4)
+        rows, _carry, outcomes = parsed.events | ComputeRewards(spec, shards=4)
         _ = rows | "CollectRows" >> beam.FlatMap(lambda f: f.to_dicts()) | beam.Map(lambda r: _collect(run_id + "r", r))
+        _ = (outcomes | "CollectOutcomes" >> beam.FlatMap(lambda f: f.to_dicts())
+             | "KeepOutcomes" >> beam.Map(lambda r: _collect(run_id + "o", r)))
         _ = parsed[DEAD_LETTER] | "CollectDead" >> beam.Map(lambda d: _collect(run_id + "d", d))
     got = _COLLECTED.pop(run_id + "r", [])
     rows = {r["request_id"]: r for r in got}
     assert len(rows) == len(got), "a request_id was emitted twice"
-    return rows, _COLLECTED.pop(run_id + "d", [])
+    got_outcomes = _COLLECTED.pop(run_id + "o", [])
+    outcome_rows = {r["request_id"]: r for r in got_outcomes}
+    assert len(outcome_rows) == len(got_outcomes), "an outcome row was emitted twice"
+    dead = _COLLECTED.pop(run_id + "d", [])
+    return (rows, dead, outcome_rows) if with_outcomes else (rows, dead)
 
 
 def replay(events, spec=SPEC):

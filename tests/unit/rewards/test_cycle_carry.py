@@ -30,19 +30,26 @@ def _keep(key: str, item) -> None:
     _OUT.setdefault(key, []).append(item)
 
 
-def run_bounded(events, carry_in: Path | None, carry_out: Path, after_s: float | None, as_of_s: float):
-    """One cycle's reward run: `events` plus the previous run's carry; returns (rows by request id, counters)."""
+def run_bounded(events, carry_in: Path | None, carry_out: Path, after_s: float | None, as_of_s: float,
+                outcomes: dict | None = None, spec: RewardSpec = SPEC):
+    """One cycle's reward run: `events` plus the previous run's carry; returns (rows by request id, counters).
+    `outcomes`: a dict to fill with the run's outcome rows by request id."""
     key = str(uuid.uuid4())
     p = beam.Pipeline()
     parsed = (p | "Events" >> beam.Create([to_wire(e) for e in events])
               | beam.ParDo(ParseEventsFn()).with_outputs(DEAD_LETTER, main="events"))
     files = sorted(str(f) for f in carry_in.glob("*.parquet")) if carry_in else []
     carried = p | "CarryFiles" >> beam.Create(files) | "ReadCarry" >> beam.ParDo(ReadCarryFn())
-    rows, carry = ((parsed.events, carried) | beam.Flatten()
-                   | ComputeRewards(SPEC, 2, as_of=at(as_of_s), after=at(after_s) if after_s is not None else None))
+    rows, carry, outcome_rows = ((parsed.events, carried) | beam.Flatten()
+                   | ComputeRewards(spec, 2, as_of=at(as_of_s), after=at(after_s) if after_s is not None else None))
     _ = rows | beam.FlatMap(lambda f: f.to_dicts()) | "KeepRows" >> beam.Map(lambda r: _keep(key, r))
     _ = carry | beam.combiners.ToList() | beam.Map(lambda bs: _write_carry(carry_out, bs))
+    _ = (outcome_rows | "OutcomeDicts" >> beam.FlatMap(lambda f: f.to_dicts())
+         | "KeepOutcomes" >> beam.Map(lambda r: _keep(key + "o", r)))
     counters = run_and_count(p)
+    if outcomes is not None:
+        outcomes.update({r["request_id"]: r for r in _OUT.get(key + "o", [])})
+    _OUT.pop(key + "o", None)
     return {r["request_id"]: r for r in _OUT.pop(key, [])}, counters
 
 

@@ -44,20 +44,22 @@ def _archive_v3_file(root, events) -> FileEntry:
     return entry
 
 
-def test_an_archive_file_written_at_v3_reads_with_the_v4_defaults_column_wise(tmp_path, monkeypatch):
+def test_an_archive_file_written_at_v3_reads_with_the_current_defaults_column_wise(tmp_path, monkeypatch):
     events = [trajectory("a", 0, tokens=2), trajectory("b", 5, tokens=3, kind="question")]
     entry = _archive_v3_file(tmp_path, events)
-    with monkeypatch.context() as m:   # v3 -> v4 only added fields: no row goes through the model
+    with monkeypatch.context() as m:   # v3 -> v4 -> v5 only added fields: no row goes through the model
         m.setattr("pipelines.archive.reader.from_arrow", _no_row_by_row)
         df = read_file(tmp_path, entry)
     assert df.schema == read_events(tmp_path, "trajectory").schema
     assert df["group_id"].to_list() == [None, None] and df["cut_short"].to_list() == [False, False]
+    assert df["task_id"].to_list() == [None, None]
     assert df["schema_version"].to_list() == [Trajectory.SCHEMA_VERSION] * 2
     # the same rows as taking each one through the model (the path for versions with an upgrader)
     raw = pq.read_table(tmp_path / entry.path)
     by_model = to_arrow(from_arrow(raw.drop_columns(["_topic", "_partition", "_offset"])), "trajectory")
     assert df.drop("_topic", "_partition", "_offset").equals(pl.from_arrow(by_model))
-    assert conform_file(raw, "trajectory").schema.metadata[b"rtrl.schema_version"] == b"4"
+    assert conform_file(raw, "trajectory").schema.metadata[b"rtrl.schema_version"] == \
+        str(Trajectory.SCHEMA_VERSION).encode()
 
 
 def test_a_frame_carried_from_before_v4_conforms_with_the_defaults_and_yields_reward_rows():

@@ -43,7 +43,8 @@ def test_kafka_source_is_an_unbounded_read_from_kafka_of_the_telemetry_topics_wi
     assert row.consumer_config["bootstrap.servers"] == "broker-1:9092,broker-2:9092"
     assert row.consumer_config["group.id"] == "rewards-prod"
     assert sorted(row.topics) == sorted(topic_for(t) for t in ("trajectory", "edit_applied", "codebase_snapshot",
-                                                               "followup_message", "tool_call_result"))
+                                                               "followup_message", "tool_call_result",
+                                                               "task_outcome"))
     assert row.timestamp_policy == "CreateTime" and row.max_num_records is None and row.max_read_time is None
     assert row.commit_offset_in_finalize
 

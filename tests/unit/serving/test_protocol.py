@@ -190,7 +190,15 @@ def test_trajectory_carries_tokens_logprobs_records_and_ids():
     assert [r.status for r in t.tool_calls] == [ToolCallStatus.ok, ToolCallStatus.parse_error]
     assert t.response_kind is ResponseKind.edit and t.latency_ms == 12.5
     assert (t.temperature, t.top_p, t.top_k) == (1.0, 1.0, -1) and not t.privacy_mode
-    assert t.group_id is None and not t.cut_short
+    assert t.group_id is None and not t.cut_short and t.task_id is None
+
+
+def test_a_background_tasks_id_in_metadata_reaches_every_trajectory_of_the_request():
+    req = parse(body(metadata={"task_id": "task-42", "request_id": "r9"}))
+    (t,) = build_trajectories(served(EDIT.text(), req))
+    assert (t.task_id, t.request_id) == ("task-42", "r9")
+    with pytest.raises(RequestError, match="metadata.task_id"):
+        parse(body(metadata={"task_id": ""}))
 
 
 def test_privacy_mode_trajectory_has_no_content_but_keeps_counts_and_records():
