@@ -258,7 +258,7 @@ class ReferencePolicy:
                 policy_version=self.policy_version, arm=arm, prompt_token_ids=[] if private else [1] * 8,
                 completion_token_ids=[] if private else [2] * n, behaviour_logprobs=[] if private else [-0.5] * n,
                 tool_calls=s.parsed.records, latency_ms=20.0, prompt_tokens=8, completion_tokens=n,
-                response_kind=s.parsed.kind))
+                response_kind=s.parsed.kind, task_id=m.get("task_id")))
         return out
 
 

@@ -243,7 +243,7 @@ class LocalPolicy:
             policy_version=self.version, arm=self.arm, prompt_token_ids=[] if private else list(prompt_ids),
             completion_token_ids=[] if private else completion, behaviour_logprobs=[] if private else logps,
             tool_calls=parsed.records, latency_ms=(time.perf_counter() - t0) * 1000, prompt_tokens=len(prompt_ids),
-            completion_tokens=len(completion), response_kind=parsed.kind)
+            completion_tokens=len(completion), response_kind=parsed.kind, task_id=m.get("task_id"))
         with self._cond:
             self.trajectories.append(trajectory)
             if self.annotate:

@@ -76,6 +76,24 @@ class SimulatorConfig(BaseModel):
                                 "edit, send it as the next turn (the policy tries again).")
     max_turns: int = Field(default=3, ge=1, le=20, description="Policy turns per task at most.")
 
+    # -- background tasks (long loops: the user judges the whole result hours later) --
+    background_rate: float = Field(default=0.0, ge=0.0, le=1.0, description="Share of tasks the user hands to "
+                                   "the agent in the background: several steps, each a request (with retries "
+                                   "after a tool error), in a session of its own; the user judges the whole result "
+                                   "hours later with a task_outcome. 0 = none (the default population).")
+    background_steps: tuple[int, int] = Field(default=(2, 4), description="Steps (one file each) of a background "
+                                              "task, [min, max].")
+    outcome_delay_s: tuple[float, float] = Field(default=(1800.0, 14_400.0), description="The user judges a "
+                                                 "background task this long after its last step, [min, max].")
+    p_accept_clean: float = Field(default=0.9, ge=0.0, le=1.0, description="A background task whose every step "
+                                  "is right is accepted (half of those merged); else abandoned (noise).")
+    p_accept_partial: float = Field(default=0.3, ge=0.0, le=1.0, description="One with at least half of its "
+                                    "steps right is accepted; else reverted or abandoned.")
+    p_revert_failed: float = Field(default=0.6, ge=0.0, le=1.0, description="A background task that is not "
+                                   "accepted is reverted (else abandoned).")
+    p_rating: float = Field(default=0.5, ge=0.0, le=1.0, description="Share of task outcomes that carry a "
+                            "1-5 rating.")
+
     # -- where it runs --
     endpoint: str = Field(default="", description="The policy's OpenAI-compatible base URL; '' = "
                           "http://{serving.host}:{serving.port}/v1.")
@@ -85,12 +103,20 @@ class SimulatorConfig(BaseModel):
                                                      "straight to Kafka, or through the ingest collector (API key "
                                                      "from the RTRL_COLLECTOR_API_KEY environment variable).")
 
-    @field_validator("think_s", "session_gap_s", "apply_delay_s", "revert_delay_s", "followup_delay_s")
+    @field_validator("think_s", "session_gap_s", "apply_delay_s", "revert_delay_s", "followup_delay_s",
+                     "outcome_delay_s")
     @classmethod
     def _range(cls, v: tuple[float, float]) -> tuple[float, float]:
         lo, hi = v
         if not 0 <= lo <= hi <= 7 * 86_400:
             raise ValueError(f"must be [min, max] seconds with 0 <= min <= max <= 604800, got {list(v)}")
+        return v
+
+    @field_validator("background_steps")
+    @classmethod
+    def _steps(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if not 1 <= v[0] <= v[1] <= 15:
+            raise ValueError(f"must be [min, max] steps with 1 <= min <= max <= 15, got {list(v)}")
         return v
 
     @field_validator("start_time")

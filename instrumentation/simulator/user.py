@@ -15,6 +15,8 @@ Per task (times are simulated; every probability and delay is `SimulatorConfig`)
                needed one, sometimes thanks after a correct edit (texts: `followups.py`)
   next turn    after a clarification, a complaint about a rejected / broken edit (p_retry) or a needless
                question, the message is the conversation's next turn (the policy tries again, up to max_turns)
+With `background_rate` > 0 some tasks are handed to the agent in the background instead: several steps, judged
+as a whole hours later with a `task_outcome` (background.py).
 A file with an applied edit is locked until its periodic snapshot (one edit's fate per snapshot); tasks go to
 free files. Kept edits become the workspace's state; a kept edit the task generator cannot represent is
 rewritten by the user cleanup_delay_s after the apply (past the horizon).
@@ -38,6 +40,7 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Protocol
 
 from instrumentation.fingerprint import file_id, line_fingerprints
+from instrumentation.simulator.background import BackgroundWork
 from codetasks import followups
 from instrumentation.simulator.clock import SimClock
 from instrumentation.simulator.config import SimulatorConfig
@@ -169,7 +172,9 @@ class _Action:
     new_task: bool = field(compare=False, default=False)   # starts a task or session: dropped past the deadline
 
 
-class SimUser:
+class SimUser(BackgroundWork):
+    CLIENT = CLIENT_VERSION
+
     def __init__(self, index: int, cfg: SimulatorConfig, run: str, clock: SimClock, policy: Policy,
                  sink: EventSink, stats: Stats):
         self.index, self.cfg, self.run, self.clock = index, cfg, run, clock
@@ -262,6 +267,10 @@ class SimUser:
             return
         self._tasks_left -= 1
         self._tasks += 1
+        if self.cfg.background_rate and self.rng.random() < self.cfg.background_rate:
+            self._start_background(t)           # the agent works on it; the user goes on
+            self.at(t + self._delay(self.rng, self.cfg.think_s), self._next_task, new_task=True)
+            return
         view = Workspace(self.ws.workspace_id, self.org, free)
         task = make_task(self.rng, view, f"{self.user_id}-t{self._tasks}", ambiguous_rate=self.cfg.ambiguous_rate)
         conv = Conversation(task, self._session_id, random.Random(f"task:{self.cfg.seed}:{self.index}:{self._tasks}"),

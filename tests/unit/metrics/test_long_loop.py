@@ -1,0 +1,63 @@
+"""Long-loop acceptance per arm (pipelines/metrics/long_loop.py): one unit per task (its first request's arm),
+users as the statistical unit, unknown outcomes excluded and counted; hand-derived values."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+
+import polars as pl
+import pytest
+
+from pipelines.metrics.long_loop import acceptance, task_units
+
+T = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def _rows(tasks):
+    """tasks: (task_id, user, arm, outcome or '' for unknown, requests)."""
+    out = []
+    for task, user, arm, outcome, n in tasks:
+        for i in range(n):
+            out.append({"request_id": f"{task}-{i}", "task_id": task, "org_id": "o", "workspace_id": f"w-{user}",
+                        "user_id": user, "arm": arm, "policy_version": "1", "request_time": T + timedelta(minutes=i),
+                        "outcome_label": "known" if outcome else "unknown", "outcome": outcome})
+    return pl.DataFrame(out)
+
+
+def test_one_unit_per_task_counted_once_whatever_its_chain_length():
+    units = task_units(_rows([("a", "u1", "control", "merged", 3), ("b", "u1", "control", "reverted", 1),
+                              ("c", "u2", "treatment", "", 2)]))
+    got = {r["task_id"]: (r["known"], r["accepted"]) for r in units.to_dicts()}
+    assert got == {"a": (True, True), "b": (True, False), "c": (False, False)}
+
+
+def test_acceptance_per_arm_with_users_as_the_unit():
+    # control: u1 1/2 accepted, u2 0/1; treatment: u3 2/2, u4 1/2; one unknown task in treatment
+    rows = _rows([("a", "u1", "control", "accepted", 2), ("b", "u1", "control", "abandoned", 1),
+                  ("c", "u2", "control", "reverted", 3),
+                  ("d", "u3", "treatment", "merged", 1), ("e", "u3", "treatment", "accepted", 2),
+                  ("f", "u4", "treatment", "accepted", 1), ("g", "u4", "treatment", "reverted", 1),
+                  ("h", "u4", "treatment", "", 2)])
+    r = acceptance(rows)
+    assert r["control"] == pytest.approx(1 / 3) and r["treatment"] == pytest.approx(3 / 4)
+    assert r["diff"] == pytest.approx(3 / 4 - 1 / 3)
+    assert r["tasks"] == {"control": 3, "treatment": 4} and r["tasks_unknown"] == 1
+    assert r["users"] == {"control": 2, "treatment": 2}
+
+    def var(ys, ns):   # the delta method by hand (intervals.py)
+        n, ybar, nbar = len(ys), sum(ys) / len(ys), sum(ns) / len(ns)
+        ratio = sum(ys) / sum(ns)
+        s_yy = sum((y - ybar) ** 2 for y in ys) / (n - 1)
+        s_nn = sum((x - nbar) ** 2 for x in ns) / (n - 1)
+        s_yn = sum((y - ybar) * (x - nbar) for y, x in zip(ys, ns)) / (n - 1)
+        return (s_yy - 2 * ratio * s_yn + ratio ** 2 * s_nn) / (n * nbar ** 2)
+
+    se = math.sqrt(var([1, 0], [2, 1]) + var([2, 1], [2, 2]))
+    assert r["ci_low"] == pytest.approx(r["diff"] - 1.959964 * se, abs=1e-5)
+    assert r["ci_high"] == pytest.approx(r["diff"] + 1.959964 * se, abs=1e-5)
+
+
+def test_an_arm_without_judged_tasks_has_no_rate():
+    r = acceptance(_rows([("a", "u1", "control", "accepted", 1), ("b", "u2", "treatment", "", 1)]))
+    assert r["control"] == 1.0 and r["treatment"] is None and r["diff"] is None and r["ci_low"] is None
