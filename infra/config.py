@@ -39,7 +39,7 @@ from pipelines.rewards.runner_config import BeamConfig
 from pipelines.rewards.spec import RewardSpec
 from serving.config import ServingConfig
 from trainer.bootstrap.config import PolicyConfig
-from trainer.config import TrainerConfig
+from trainer.config import SpecializeConfig, TrainerConfig
 
 DEFAULT_CONFIG = Path(__file__).with_name("rtrl.toml")
 CONFIGS_DIR = Path(__file__).with_name("configs")      # overlays for a purpose (the demo's: demo.toml)
@@ -66,6 +66,7 @@ class RtrlConfig(BaseModel):
     quality: QualityConfig = Field(default_factory=QualityConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    specialize: SpecializeConfig = Field(default_factory=SpecializeConfig)
     serving: ServingConfig = Field(default_factory=ServingConfig)
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
     gate: GateConfig = Field(default_factory=GateConfig)

@@ -17,6 +17,12 @@ sets it from `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL` (the variables `schemas.
 points the data plane and MLflow at the same server. An experiment keeps the location it was created with:
 changing `mlflow.artifact_root` later applies to a new tracking store (or experiment), not to existing versions.
 
+**Organizations.** An org's specialized adapters (trainer/run.py with `org`) form a lineage of their own: the
+registered model `<model>.org-<org>` (`org_model`, `Registry.for_org`), with its own versions and its own
+`champion` alias (written `champion@<org>`). Its versions are LoRA adapters over a version of the shared model
+(`lora_base`, with `lora_base_model` naming the shared model). Requests served by one carry the policy version label
+`<version>@<org>` (`version_label`), so no org version is ever taken for a shared one.
+
 **Promotion lock.** `promotion_lock` is where `registry.promotion` serialises its compare-and-swap: None (the
 caller's local lock file), a local path (an flock on it), or an object-store URL (a lease object there, which holds
 across hosts). `from_config` takes `mlflow.promotion_lock`, else a lease under an object-store artifact root.
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -39,6 +46,33 @@ EXPERIMENT = "rtrl-checkpoints"
 ARTIFACT_DIR = "checkpoint"
 DIGEST_TAG = "rtrl.content_sha256"
 LOCKS_DIR = "_rtrl-locks"   # under an object-store artifact root: the promotion lease (not an experiment's folder)
+ORG_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ORG_MODEL = ".org-"
+
+
+def check_org(org: str) -> str:
+    """An org id usable in a model name and a version label (letters, digits, '_', '.', '-'; at most 64)."""
+    if not isinstance(org, str) or not ORG_ID.match(org):
+        raise ValueError(f"org id {org!r} must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or "
+                         "digit")
+    return org
+
+
+def org_model(model: str, org: str) -> str:
+    """The registered model of `org`'s specialized lineage."""
+    return f"{model}{ORG_MODEL}{check_org(org)}"
+
+
+def version_label(version: str, org: str | None = None) -> str:
+    """What trajectories and reward rows record as `policy_version`: the shared model's version as is, an org
+    model's as `<version>@<org>`."""
+    return str(version) if org is None else f"{version}@{check_org(org)}"
+
+
+def parse_label(label: str) -> tuple[str, str | None]:
+    """(version, org or None) of a policy version label."""
+    version, sep, org = str(label).partition("@")
+    return (version, org) if sep else (version, None)
 
 
 def use_s3_endpoint_from_aws_env(env=None) -> str | None:
@@ -140,6 +174,7 @@ class Registry:
         from mlflow.tracking import MlflowClient
 
         self.tracking_uri, self.model = tracking_uri, model
+        self.org: str | None = None     # set on an org's view (`for_org`)
         self.artifact_root = None if artifact_root is None else storage.normalize(artifact_root)
         self.cache_dir = Path(cache_dir)
         self.promotion_lock = (None if promotion_lock is None else promotion_lock if is_database_url(promotion_lock)
@@ -159,6 +194,33 @@ class Registry:
         lock = (pl if is_database_url(pl) else cfg.path_or_default(pl, "registry.promotion.lock") if pl
                 else None if root is None else default_promotion_lock(root, model))
         return cls(cfg.mlflow_tracking_uri(), root, model, cfg.state_path / "checkpoints", promotion_lock=lock)
+
+    def for_org(self, org: str) -> "Registry":
+        """The registry of `org`'s specialized lineage (`org_model`): the same store, client, cache and promotion
+        lock, another registered model."""
+        if ORG_MODEL in self.model:
+            raise ValueError(f"{self.model} is already an org's model")
+        other = object.__new__(Registry)
+        other.__dict__.update(self.__dict__)
+        other.model = org_model(self.model, org)
+        other.org = org
+        other.shared_model = self.model
+        return other
+
+    def shared(self) -> "Registry":
+        """The shared lineage's registry (this one unless it is an org's view)."""
+        if self.org is None:
+            return self
+        other = object.__new__(Registry)
+        other.__dict__.update(self.__dict__)
+        other.model, other.org = self.shared_model, None
+        return other
+
+    def orgs(self) -> list[str]:
+        """The orgs that have a specialized lineage in this store (registered models `<model>.org-*`)."""
+        prefix = f"{self.model}{ORG_MODEL}"
+        names = [m.name for m in self.client.search_registered_models(f"name LIKE '{prefix}%'")]
+        return sorted(n[len(prefix):] for n in names if n.startswith(prefix))
 
     def experiment_id(self, name: str = EXPERIMENT) -> str:
         """The id of experiment `name`, created (artifacts under the artifact root) when missing."""

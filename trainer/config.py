@@ -130,3 +130,22 @@ class TrainerConfig(BaseModel):
             raise ValueError(f"precision {self.precision} needs zero_stage >= 1 (ZeRO keeps the float32 master "
                              "weights and gradients; stage 0 would accumulate gradients in 16 bits)")
         return self
+
+
+class SpecializeConfig(BaseModel):
+    """`[specialize]`: per-organization LoRA adapters over the shared lineage (docs/trainer.md, "Specialization
+    by organization"). The adapters train with `[trainer]`'s settings but these LoRA and row settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    orgs: list[str] = Field(default_factory=list, description="Orgs that get an adapter; [] = every org with at "
+                            "least `min_rows` usable rows in the cycle.")
+    min_rows: int = Field(default=128, ge=1, description="An org's usable rows (on-policy for its adapter) below "
+                          "which it gets no adapter this cycle.")
+    lora_r: int = Field(default=8, ge=1, le=4096, description="The adapters' LoRA rank.")
+    lora_alpha: float = Field(default=16.0, gt=0, description="The adapters' LoRA scale numerator.")
+
+    def trainer(self, cfg: TrainerConfig) -> TrainerConfig:
+        """The trainer settings of an org's adapter: `cfg` with this section's LoRA rank, scale and minimum."""
+        return cfg.model_copy(update={"lora_r": self.lora_r, "lora_alpha": self.lora_alpha,
+                                      "min_rows": self.min_rows})

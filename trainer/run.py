@@ -43,6 +43,7 @@ class TrainResult:
     resumed_from_step: int = 0
     already_done: bool = False
     loop_seconds: float = 0.0      # the optimizer steps alone (seconds is from the model's load to the saved candidate)
+    org: str | None = None         # an org's adapter: `candidate` is a version of the org's lineage
 
 
 def ancestors(registry, version: str, depth: int) -> list[str]:
@@ -55,6 +56,23 @@ def ancestors(registry, version: str, depth: int) -> list[str]:
         out.append(parent)
         current = parent
     return out
+
+
+def _rows_of(rows, org: str | None):
+    from trainer.specialize import org_rows
+
+    return rows if org is None else org_rows(rows, org)
+
+
+def _folder_of(registry, label: str) -> Path:
+    """The local folder of a version label: `<v>@<org>` in the org's lineage, else the shared model's (a registry
+    that is an org's view resolves plain versions in the shared model)."""
+    from registry.client import parse_label
+
+    version, org = parse_label(label)
+    if org is not None:
+        return (registry if registry.org == org else registry.for_org(org)).local_path(version)
+    return (registry.shared() if registry.org else registry).local_path(version)
 
 
 def _find_candidate(registry, cycle: str) -> str | None:
@@ -71,8 +89,10 @@ def _fingerprint(rows) -> str:
 
 def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_root: Path,
                  as_of: datetime | None = None, log: Callable[[str], None] = print,
-                 on_step: Callable | None = None, window: str | None = None) -> TrainResult:
-    """One cycle's training. Under a launcher (several ranks) rank 0 alone talks to MLflow: it looks up the champion,
+                 on_step: Callable | None = None, window: str | None = None, org: str | None = None) -> TrainResult:
+    """One cycle's training. With `org`: that org's adapter (trainer/specialize.py) on that org's rows alone,
+    registered in the org's lineage (`cfg` then has the adapter's LoRA settings: SpecializeConfig.trainer).
+    Under a launcher (several ranks) rank 0 alone talks to MLflow: it looks up the champion,
     creates the run, logs the metrics, writes the checkpoint folder and registers the one candidate; the others get
     what they need from it (the champion, its folder, the candidate version) and return the same result. Every rank
     reads and selects the rows itself (deterministic: sorted by request_id, a seeded sample) and the ranks check
@@ -81,12 +101,19 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
     from trainer.adapters import base_of
     from trainer.adapters import lineage as adapter_tags
     from trainer.outcomes import with_outcomes
+    from trainer.specialize import check_isolation, org_lookup, org_rows
     from trainer.ranks import Ranks
     from trainer.train import Trainer
 
     ranks = Ranks.start()
     lookup = None
-    if ranks.main:
+    target = registry if org is None else registry.for_org(org)   # where the candidate is registered
+    if org is not None and not cfg.lora_r:
+        raise ValueError(f"org {org}'s adapter needs trainer.lora_r > 0 (SpecializeConfig.trainer sets it)")
+    if ranks.main and org is not None:
+        lookup = org_lookup(registry, org, cycle, max(cfg.staleness, cfg.outcome_staleness), _find_candidate,
+                            ancestors)
+    elif ranks.main:
         existing = _find_candidate(registry, cycle)
         parent, parent_dir = registry.resolve("champion")
         parent_base, base_dir = (None, None) if existing is not None else base_of(registry, parent, parent_dir)
@@ -96,21 +123,28 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
                   adapter_tags(registry, parent, parent_base) if cfg.lora_r and existing is None else {})
     # an adapter champion's full base checkpoint (parent_base, base_dir), and an adapter candidate's tags
     existing, parent, parent_dir, parent_base, base_dir, lineage, adapter = ranks.share(lookup)
+    if org is not None:
+        registry = target
     if existing is not None:
         if ranks.main:
             log(f"train: cycle {cycle} already produced candidate version {existing}; nothing to do")
         return TrainResult(cycle, parent, existing, already_done=True)
     if not Path(parent_dir).is_dir():     # a rank on another machine: its own copy
-        parent_dir = registry.local_path(parent)
+        parent_dir = _folder_of(registry, parent)
     if base_dir is not None and not Path(base_dir).is_dir():
-        base_dir = registry.local_path(parent_base)
-    rows, outcome_counts = with_outcomes(read_reward_table(rewards, window),
-                                         read_outcome_table(outcome_table(rewards), window),
-                                         lambda: read_reward_table(rewards), cfg.outcome_weight)
+        base_dir = _folder_of(registry, parent_base)
+    table = read_reward_table(rewards, window)
+    if org is not None:
+        table = org_rows(table, org)
+    outcomes = read_outcome_table(outcome_table(rewards), window)
+    rows, outcome_counts = with_outcomes(table, outcomes if org is None else org_rows(outcomes, org),
+                                         lambda: _rows_of(read_reward_table(rewards), org), cfg.outcome_weight)
     sel = select_rows(rows, parent, lineage, cfg.staleness, cfg.min_rows, as_of,
                       max_rows=cfg.max_rows, seed=cfg.seed, train_on_cut_short=cfg.train_on_cut_short,
                       chain_staleness=cfg.outcome_staleness)
     sel.counts |= {k: v for k, v in outcome_counts.items() if v}
+    if org is not None:
+        check_isolation(sel.rows, org)
     ranks.same(_fingerprint(sel.rows), "the selected rows")
     if ranks.main:
         log(f"train: cycle {cycle}: champion v{parent}; {json.dumps(sel.counts)}"
@@ -118,8 +152,10 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
     config_hash = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]
     run_id = None
     if ranks.main:
-        mlflow_run = registry.client.create_run(registry.experiment_id(EXPERIMENT), run_name=f"train-{cycle}",
-                                                tags={"cycle": cycle, "parent": parent, "config_hash": config_hash})
+        mlflow_run = registry.client.create_run(registry.experiment_id(EXPERIMENT),
+                                                run_name=f"train-{cycle}" + (f"-{org}" if org else ""),
+                                                tags={"cycle": cycle, "parent": parent, "config_hash": config_hash}
+                                                | ({"org": org} if org else {}))
         run_id = mlflow_run.info.run_id
     from mlflow.entities import Metric, Param
 
@@ -155,7 +191,7 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
                                                         "reward_mean": f"{metadata['reward_mean']:.6f}",
                                                         "rows": str(sel.rows.height), "config_hash": config_hash,
                                                         "code_version": metadata["code_version"]} | adapter,
-                                          run_name=f"candidate-{cycle}")
+                                          run_name=f"candidate-{cycle}" + (f"-{org}" if org else ""))
             registry.client.set_terminated(run_id, "FINISHED")
         candidate = ranks.share(candidate)
     except BaseException:
@@ -166,4 +202,4 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
         trainer.cleanup()
     return TrainResult(cycle, parent, candidate, sel.counts, summary.steps, summary.tokens,
                        float(sel.rows["reward"].mean()), time.perf_counter() - t0, str(folder),
-                       summary.resumed_from_step, loop_seconds=summary.seconds)
+                       summary.resumed_from_step, loop_seconds=summary.seconds, org=org)

@@ -24,6 +24,9 @@ def add_parser(subparsers) -> None:
                    "cycle's data, so no row is trained on twice")
     p.add_argument("--ranks", type=int, metavar="N", help="data-parallel ranks, one process each under torchrun "
                    "(default trainer.ranks)")
+    p.add_argument("--org", metavar="ORG", help="train ORG's specialized adapter instead of the shared lineage: a "
+                   "LoRA adapter ([specialize] rank and minimum rows) over the shared champion, on ORG's rows alone, "
+                   "registered in ORG's lineage (<model>.org-ORG)")
 
 
 def _launch_args(args, ranks: int) -> list[str]:
@@ -31,7 +34,8 @@ def _launch_args(args, ranks: int) -> list[str]:
     from infra.argv import rtrl_args
 
     own = ["train", "--cycle", args.cycle]
-    for flag, value in (("--rewards", args.rewards), ("--as-of", args.as_of), ("--window", args.window)):
+    for flag, value in (("--rewards", args.rewards), ("--as-of", args.as_of), ("--window", args.window),
+                        ("--org", args.org)):
         if value:
             own += [flag, value]
     return rtrl_args(*own, config=args.config, overrides=[*args.overrides, f"trainer.ranks={ranks}"])
@@ -59,6 +63,16 @@ def main(args, cfg) -> int:
               file=sys.stderr)
         return 2
     as_of = _time(args.as_of, "as-of") if args.as_of else None
+    trainer_cfg = cfg.trainer
+    if args.org is not None:
+        from registry.client import check_org
+
+        try:
+            check_org(args.org)
+        except ValueError as e:
+            print(f"rtrl train: --org: {e}", file=sys.stderr)
+            return 2
+        trainer_cfg = cfg.specialize.trainer(cfg.trainer)
     if needs_launch(ranks):
         relaunch(ranks, _launch_args(args, ranks))      # does not return: this process becomes torchrun
     import os
@@ -73,10 +87,10 @@ def main(args, cfg) -> int:
                                   f"reward {state['reward']:+.3f} · {s:.0f}s")
     try:  # stdout carries only the JSON summary: library chatter (DeepSpeed's op builds) goes to stderr
         with line if main_rank else contextlib.nullcontext(), contextlib.redirect_stdout(sys.stderr):
-            result = run_training(cfg.trainer, Registry.from_config(cfg), rewards, args.cycle,
-                                  cfg.state_path / "train", as_of,
+            result = run_training(trainer_cfg, Registry.from_config(cfg), rewards, args.cycle,
+                                  cfg.state_path / "train" / (f"org-{args.org}" if args.org else ""), as_of,
                                   log=lambda msg: print(msg, file=sys.stderr, flush=True), on_step=on_step,
-                                  window=args.window)
+                                  window=args.window, org=args.org)
     except (SelectionError, LookupError) as e:
         print(f"rtrl train: {e}", file=sys.stderr)
         return 2
