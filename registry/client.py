@@ -278,9 +278,23 @@ class Registry:
         for key, value in tags.items():
             self.client.set_model_version_tag(self.model, str(version), key, str(value))
 
+    def _labelled(self, label: str) -> tuple["Registry", str, str | None]:
+        """(the registry that holds it, its plain version or alias, its org) for a label `<v>@<org>` or an alias
+        `<alias>@<org>` on the shared registry; a plain one is this registry's own."""
+        name, org = parse_label(label)
+        if org is None or self.org is not None:
+            return self, str(label), None
+        return self.for_org(org), name, org
+
     def version_of(self, alias: str) -> str | None:
-        """The version `alias` points to, or None when the alias (or the model) does not exist."""
+        """The version `alias` points to, or None when the alias (or the model) does not exist. On the shared
+        registry `<alias>@<org>` is the org lineage's alias, answered as a label (`<version>@<org>`)."""
         from mlflow.exceptions import MlflowException
+
+        reg, alias, org = self._labelled(alias)
+        if org is not None:
+            version = reg.version_of(alias)
+            return None if version is None else version_label(version, org)
 
         try:
             return str(self.client.get_model_version_by_alias(self.model, alias).version)
@@ -288,6 +302,9 @@ class Registry:
             return None
 
     def info(self, version: str) -> VersionInfo:
+        reg, version, org = self._labelled(version)
+        if org is not None:
+            return reg.info(version)
         mv = self.client.get_model_version(self.model, str(version))
         return VersionInfo(str(mv.version), mv.run_id, dict(mv.tags or {}))
 
@@ -299,6 +316,9 @@ class Registry:
         registered model: version numbers of two models in one store are not the same checkpoints."""
         import mlflow.artifacts
 
+        reg, version, org = self._labelled(version)
+        if org is not None:          # an org version's label, on the shared registry
+            return reg.local_path(version)
         dest = self.cache_dir / self.model / f"v{version}"
         if is_checkpoint(dest):
             return dest

@@ -133,9 +133,9 @@ class Gateway:
             return model[len(prefix):]
         return None
 
-    def _lease(self, pinned: str | None, arm: str):
+    def _lease(self, pinned: str | None, arm: str, org: str | None = None):
         if pinned is None:
-            return self.fleet.lease(arm)
+            return self.fleet.lease(arm, org)
         try:
             return self.fleet.lease_version(pinned)
         except LookupError as e:
@@ -193,7 +193,7 @@ class Gateway:
         """A non-streamed completion: the OpenAI response body."""
         req, pinned, arm = self._prepare(body, caller)
         t0 = time.perf_counter()
-        with self._lease(pinned, arm) as slot:
+        with self._lease(pinned, arm, req.org_id) as slot:
             await slot.wait_ready()   # an in-place swap reloading this version's engine: wait for its weights
             prompt_ids, spec = self._render(slot.engine, req)
             generations = await slot.engine.sample(prompt_ids, spec, request_id=req.request_id)
@@ -205,7 +205,7 @@ class Gateway:
         """A streamed completion, validated, routed, leased and rendered (so a bad request is still a plain 4xx);
         iterate `Stream.chunks()` to sample and send, and `close()` it whatever happens."""
         req, pinned, arm = self._prepare(body, caller)
-        lease = self._lease(pinned, arm)
+        lease = self._lease(pinned, arm, req.org_id)
         slot = lease.__enter__()
         try:
             await slot.wait_ready()

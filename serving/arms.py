@@ -139,6 +139,8 @@ class Fleet:
 
     def __post_init__(self):
         self.arm_alias = {a.name: a.alias for a in self.cfg.arms}
+        self.per_org = {a.name for a in self.cfg.arms if a.per_org}
+        self.org_aliases: list[str] = []          # `<alias>@<org>` of per-org arms' aliases, for the orgs found
         self._staged: dict[str, float] = {}      # version -> monotonic time it was (last) staged
         self._by_alias: dict[str, Loaded] = {}
         self._loaded: dict[str, Loaded] = {}      # serving (not retiring) engines by version
@@ -165,18 +167,34 @@ class Fleet:
 
     @property
     def aliases(self) -> list[str]:
-        return list(dict.fromkeys(self.arm_alias.values()))
+        return list(dict.fromkeys([*self.arm_alias.values(), *self.org_aliases]))
 
     async def start(self) -> None:
-        """Resolve every alias and load its engine (one per distinct version). LookupError when one is unset."""
-        for alias in self.aliases:
+        """Resolve every alias and load its engine (one per distinct version). LookupError when one is unset.
+        Then the orgs' aliases of per-org arms, those that are set."""
+        for alias in list(dict.fromkeys(self.arm_alias.values())):
             version = await asyncio.to_thread(self.registry.version_of, alias)
             if version is None:
                 raise LookupError(f"registry alias {alias!r} is not set (run `rtrl bootstrap` to make and register "
                                   "the default policy, or point the alias at a version)")
             self._by_alias[alias] = await self._get_or_load(version, alias=alias)
+        await self._find_org_aliases()
+        for alias in self.org_aliases:
+            version = await asyncio.to_thread(self.registry.version_of, alias)
+            if version is not None:
+                self._by_alias[alias] = await self._get_or_load(version, alias=alias)
         self.ready = True
         self._replenish()
+
+    async def _find_org_aliases(self) -> None:
+        """The orgs with a lineage in the registry (`Registry.orgs`), for the per-org arms' aliases."""
+        if not self.per_org:
+            return
+        orgs = await asyncio.to_thread(self.registry.orgs)
+        bases = sorted({self.arm_alias[arm] for arm in self.per_org})
+        found = [f"{alias}@{org}" for alias in bases for org in orgs]
+        held = [alias for alias in self._by_alias if "@" in alias]      # still served: watched until it goes away
+        self.org_aliases = sorted(set(found) | set(held))
 
     def start_polling(self) -> None:
         if self._poller is None:
@@ -201,9 +219,15 @@ class Fleet:
 
     # -- serving ------------------------------------------------------------------------------------------------
 
-    def lease(self, arm: str):
-        """The arm's current engine, held for the request's whole life (a swap waits for it to be released)."""
-        return _hold(self._by_alias[self.arm_alias[arm]])
+    def lease(self, arm: str, org: str | None = None):
+        """The arm's current engine, held for the request's whole life (a swap waits for it to be released). A
+        per-org arm gives `org`'s specialized champion when it has one."""
+        alias = self.arm_alias[arm]
+        if org is not None and arm in self.per_org:
+            slot = self._by_alias.get(f"{alias}@{org}")
+            if slot is not None:
+                return _hold(slot)
+        return _hold(self._by_alias[alias])
 
     def lease_version(self, version: str):
         """The engine of a staged version (evaluation traffic), held for the request's life. LookupError (now,
@@ -222,6 +246,7 @@ class Fleet:
 
     def status(self) -> dict:
         return {"ready": self.ready,
+                "orgs": {alias: self._by_alias[alias].version for alias in self.org_aliases if alias in self._by_alias},
                 "arms": {arm: {"alias": alias, "version": self._by_alias[alias].version if alias in self._by_alias
                                else None} for arm, alias in self.arm_alias.items()},
                 "engines": [{"version": s.version, "in_flight": s.in_flight, "retiring": s.retiring,
@@ -300,6 +325,11 @@ class Fleet:
         """Check every alias once; swap those that moved. Returns the swaps made."""
         done = []
         await self._expire_staged()
+        try:
+            await self._find_org_aliases()
+        except Exception as e:  # noqa: BLE001 -- a registry hiccup must not stop serving or polling
+            self.last_error = f"listing the orgs' lineages: {type(e).__name__}: {e}"
+            log.warning("%s", self.last_error)
         async with self._swap_lock:
             for alias in self.aliases:
                 try:
@@ -309,6 +339,11 @@ class Fleet:
                     log.warning("%s", self.last_error)
                     continue
                 current = self._by_alias.get(alias)
+                if alias in self.org_aliases and (current is None or version is None):
+                    rec = await self._org_alias_changed(alias, current, version)
+                    if rec is not None:
+                        done.append(rec)
+                    continue
                 if version is None or current is None or (version == current.version and not current.error):
                     continue
                 failed_at = self._failed.get(version)
@@ -318,6 +353,45 @@ class Fleet:
                 if rec is not None:
                     done.append(rec)
         return done
+
+    def _arms_of(self, alias: str) -> list[str]:
+        """The arms an alias serves: the arms on it, or for an org's `<alias>@<org>` the per-org arms on <alias>."""
+        base, sep, _ = alias.partition("@")
+        if sep:
+            return sorted(a for a in self.per_org if self.arm_alias[a] == base)
+        return [a for a, al in self.arm_alias.items() if al == alias]
+
+    async def _org_alias_changed(self, alias: str, current: Loaded | None, version: str | None) -> SwapRecord | None:
+        """An org's specialized champion appeared (load it; its org's requests move to it) or went away (they go
+        back to the arm's alias; its engine retires once drained)."""
+        if current is None and version is None:
+            return None
+        if current is not None:      # the alias was removed: back to the shared champion
+            del self._by_alias[alias]
+            log.info("alias %r is gone: its org's requests go back to the shared alias", alias)
+            if not self._held(current):
+                self._retire(current, None)
+            return None
+        failed_at = self._failed.get(version)
+        if failed_at is not None and time.monotonic() - failed_at < RETRY_FAILED_S:
+            return None
+        t0 = time.monotonic()
+        try:
+            slot = await self._get_or_load(version, alias=alias)
+        except Exception as e:  # noqa: BLE001 -- the org stays on the shared champion; retry later
+            self._failed[version] = time.monotonic()
+            self.last_error = f"loading version {version} for alias {alias!r}: {type(e).__name__}: {e}"
+            log.error("%s", self.last_error)
+            return None
+        self._failed.pop(version, None)
+        self._by_alias[alias] = slot
+        arms = self._arms_of(alias)
+        rec = SwapRecord(alias=alias, arms=arms, from_version="", to_version=version,
+                         at=datetime.now(timezone.utc).isoformat(), load_s=round(time.monotonic() - t0, 3),
+                         in_flight_at_switch=0)
+        self.swaps.append(rec)
+        log.info("alias %r now serves version %s to its org on arms %s", alias, version, ", ".join(arms))
+        return rec
 
     async def _swap(self, alias: str, current: Loaded, version: str) -> SwapRecord | None:
         t0 = time.monotonic()
@@ -336,7 +410,7 @@ class Fleet:
         self._failed.pop(version, None)
         self._to_arm_cores(new.engine)
         self._by_alias[alias] = new  # the switch: new requests now lease `new`
-        arms = [a for a, al in self.arm_alias.items() if al == alias]
+        arms = self._arms_of(alias)
         rec = SwapRecord(alias=alias, arms=arms, from_version=current.version, to_version=version,
                          at=datetime.now(timezone.utc).isoformat(), load_s=round(time.monotonic() - t0, 3),
                          in_flight_at_switch=current.in_flight)
@@ -375,7 +449,7 @@ class Fleet:
             del self._loaded[current.version]
         self._loaded[version] = new
         self._by_alias[alias] = new  # the switch: new requests now lease `new` and wait for its weights
-        arms = [a for a, al in self.arm_alias.items() if al == alias]
+        arms = self._arms_of(alias)
         rec = SwapRecord(alias=alias, arms=arms, from_version=current.version, to_version=version,
                          at=datetime.now(timezone.utc).isoformat(), load_s=0.0,
                          in_flight_at_switch=current.in_flight, in_place=True)

@@ -24,6 +24,9 @@ class ArmConfig(BaseModel):
     name: str = Field(min_length=1, max_length=64, description="Arm name, logged with every request.")
     alias: str = Field(min_length=1, max_length=64, description="Registry alias of the model version it serves.")
     share: float = Field(ge=0, le=1, description="Fraction of users assigned to it (shares sum to 1).")
+    per_org: bool = Field(default=False, description="The specialized arm: a request of org O is served by O's "
+                          "specialized champion (`<alias>@O`, the alias of O's lineage; trainer --org) when O has "
+                          "one, else by `alias`.")
     devices: str = Field(default="", pattern=DEVICES_PATTERN,
                          description="GPUs only: the devices of this arm's engine, e.g. \"0\" or \"2,3\" (its "
                                      "processes see CUDA_VISIBLE_DEVICES=devices); as many as "

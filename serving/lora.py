@@ -8,7 +8,10 @@ registry version named `lora_base` in its rtrl_metadata.json, else in its regist
     engine = loader("7", folder_of_7)                   # v7 an adapter of v3: v3's engine, LoRA on, + v7's adapter
 
 Every adapter of one base (on the same placement) shares one LoRA-enabled engine of that base: it starts with the
-first adapter and shuts down when the last one's engine is released. A hot swap from one adapter to another of the
+first adapter and shuts down when the last one's engine is released. With `share_base` (the specialized arm, or
+`serving.enable_lora`) a full checkpoint is served from that same engine too, as a view without an adapter: one
+engine serves the base model and every adapter over it (vLLM multi-LoRA), e.g. the shared champion and each org's
+specialized adapter. A hot swap from one adapter to another of the
 same base loads no engine and reloads nothing: the new version is a new `LoRARequest` on the engine already running
 (vLLM loads the adapter's weights on its first request), and the old adapter's requests finish beside it (up to
 `serving.max_loras` adapters run in one batch). The tokenizer and chat template are the base's.
@@ -84,9 +87,10 @@ class AdapterEngine:
     another adapter of the base is a new AdapterEngine on the same base engine) and no `bind` (the base engine is
     shared)."""
 
-    def __init__(self, version: str, folder: Path, base: str, host: _Host, release: Callable[[_Host], Any]):
+    def __init__(self, version: str, folder: Path, base: str, host: _Host, release: Callable[[_Host], Any],
+                 adapter: bool = True):
         self.version, self.folder, self.base_version = version, Path(folder), base
-        self.adapter = Adapter.of(version, folder)
+        self.adapter = Adapter.of(version, folder) if adapter else None   # None: the base model itself
         self._host, self._release = host, release
         self.released = False
 
@@ -163,20 +167,31 @@ class AdapterHosts:
             raise ValueError(f"version {version} is a LoRA adapter of rank {rank}, over serving.max_lora_rank = "
                              f"{self.max_lora_rank}")
         base = base_version(version, folder, self.registry)
+        host = self._host(base, None, placement, version)
+        log.info("adapter version %s served by the engine of base version %s (%d versions on it)", version, base,
+                 host.users)
+        return AdapterEngine(version, Path(folder), base, host, self._release)
+
+    def base_view(self, version: str, folder: str | Path, **placement) -> AdapterEngine:
+        """The full checkpoint `version` served from its LoRA-enabled engine, without an adapter: the engine its
+        adapters share."""
+        return AdapterEngine(version, Path(folder), version, self._host(version, Path(folder), placement, version),
+                             self._release, adapter=False)
+
+    def _host(self, base: str, base_folder: Path | None, placement: dict, version: str) -> _Host:
+        """The LoRA-enabled engine of `base` on `placement`, started when none runs; one more user on it."""
         key = (base, tuple(sorted(placement.items())))
         with self._lock:
             host = self._hosts.get(key)
             if host is None:
-                base_folder = self.registry.local_path(base)
+                base_folder = base_folder or self.registry.local_path(base)
                 if is_adapter(base_folder):
                     raise ValueError(f"version {version}'s base {base} is itself an adapter; a base is a checkpoint")
-                log.info("starting the LoRA-enabled engine of base version %s for adapter version %s", base, version)
+                log.info("starting the LoRA-enabled engine of base version %s for version %s", base, version)
                 host = self._hosts[key] = _Host(self._start(base, base_folder, lora=True, **placement))
                 self.started += 1
             host.users += 1
-        log.info("adapter version %s served by the engine of base version %s (%d adapters on it)", version, base,
-                 host.users)
-        return AdapterEngine(version, Path(folder), base, host, self._release)
+        return host
 
     def _release(self, host: _Host):
         """One adapter fewer on `host`; its engine when that was the last one (for the caller to shut down)."""
@@ -194,13 +209,17 @@ class AdapterHosts:
             return {h.engine.version: h.users for h in self._hosts.values()}
 
 
-def with_adapters(start: Callable[..., Any], registry: Any, max_lora_rank: int) -> Callable[..., Any]:
-    """Fleet's loader: adapter folders to `AdapterHosts`, checkpoints to `start(version, folder, **placement)`."""
+def with_adapters(start: Callable[..., Any], registry: Any, max_lora_rank: int,
+                  share_base: bool = False) -> Callable[..., Any]:
+    """Fleet's loader: adapter folders to `AdapterHosts`, checkpoints to `start(version, folder, **placement)`, or
+    with `share_base` to their LoRA-enabled engine (`AdapterHosts.base_view`), which their adapters then share."""
     hosts = AdapterHosts(start, registry, max_lora_rank)
 
     def loader(version: str, folder: str | Path, **placement):
         if is_adapter(folder):
             return hosts(version, folder, **placement)
+        if share_base:
+            return hosts.base_view(version, folder, **placement)
         return start(version, folder, **placement)
 
     loader.adapters = hosts

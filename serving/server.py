@@ -51,7 +51,10 @@ def build_gateway(cfg, *, registry=None, loader=None) -> Gateway:
             scfg = cfg.serving.model_copy(update=update) if update else cfg.serving
             return VllmEngine.load(version, folder, scfg, devices=devices, lora=lora)
 
-        loader = with_adapters(start, registry, cfg.serving.max_lora_rank)   # adapter versions: serving/lora.py
+        # adapter versions: serving/lora.py; with a specialized arm, the shared champion and the orgs' adapters over it
+        # are served by one engine
+        share = cfg.serving.enable_lora or any(a.per_org for a in cfg.serving.arms)
+        loader = with_adapters(start, registry, cfg.serving.max_lora_rank, share_base=share)
 
     emit = on_close = stats = None
     if cfg.serving.telemetry:

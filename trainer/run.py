@@ -65,14 +65,8 @@ def _rows_of(rows, org: str | None):
 
 
 def _folder_of(registry, label: str) -> Path:
-    """The local folder of a version label: `<v>@<org>` in the org's lineage, else the shared model's (a registry
-    that is an org's view resolves plain versions in the shared model)."""
-    from registry.client import parse_label
-
-    version, org = parse_label(label)
-    if org is not None:
-        return (registry if registry.org == org else registry.for_org(org)).local_path(version)
-    return (registry.shared() if registry.org else registry).local_path(version)
+    """The local folder of a version label (`<v>@<org>`: the org lineage's; plain: the shared model's)."""
+    return registry.shared().local_path(label)
 
 
 def _find_candidate(registry, cycle: str) -> str | None:

@@ -27,6 +27,10 @@ class FakeRegistry:
     def local_path(self, version: str) -> Path:
         return self.folders.get(version, Path(f"/nonexistent/v{version}"))
 
+    def orgs(self) -> list[str]:
+        """The orgs whose lineage has an alias here (`<alias>@<org>` keys), as Registry.orgs lists them."""
+        return sorted({k.partition("@")[2] for k in self.aliases if "@" in k})
+
 
 class FakeEngine:
     """Answers with a scripted text (default: 'answer from v<version>'), one character per token; `delay_s` per

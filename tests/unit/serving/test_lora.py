@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from serving.config import ArmConfig
 from serving.lora import Adapter, AdapterHosts, base_version, is_adapter, with_adapters
 from serving.protocol import SampleSpec, Sampling
 from tests.unit.serving.fakes import FakeLoader, FakeRegistry, checkpoint_config, fake_fleet
@@ -99,5 +100,24 @@ def test_a_spare_never_takes_an_adapter(tmp_path):
         await fleet.stage("5")
         assert fleet.spares.status()["idle"] == 1 and loader.engines[-1].placement == {"lora": True}
         await fleet.close()
+
+    asyncio.run(scenario())
+
+
+def test_with_a_shared_base_one_engine_serves_the_base_and_every_adapter_over_it(tmp_path):
+    async def scenario():
+        folders = {"3": checkpoint_config(tmp_path / "v3"), **{v: adapter_folder(tmp_path / f"v{v}", "3")
+                                                                for v in ("5", "6", "7", "8")}}
+        arms = [ArmConfig(name=n, alias=n, share=0.2) for n in ("a", "b", "c", "d", "e")]
+        fleet, reg, loader = fake_fleet({"a": "3", "b": "5", "c": "6", "d": "7", "e": "8"}, folders=folders,
+                                        arms=arms)
+        fleet.loader = with_adapters(loader, reg, 16, share_base=True)
+        await fleet.start()
+        assert [(e.version, e.placement) for e in loader.engines] == [("3", {"lora": True})]   # one engine
+        assert [await answer(fleet, arm) for arm in "abcde"] == [
+            "answer from v3", *(f"answer from v3 + v{v}" for v in "5678")]
+        assert loader.engines[0].calls[0]["adapter"] is None
+        await fleet.close()
+        assert loader.engines[0].shut_down
 
     asyncio.run(scenario())
