@@ -59,7 +59,7 @@ def produce(bootstrap: str, events: list[Event], chunk: int = 0, pause_s: float 
 
 def test_every_produced_event_is_archived_once_with_its_arrow_types(stack, tmp_path):
     org = f"org-{uuid.uuid4().hex[:8]}"  # the shared broker also carries other tests' events
-    events = marked_events(700, org)
+    events = marked_events(100 * len(EVENT_TYPES), org)      # 100 of each type
     produce(stack.cfg.kafka.bootstrap(), events)
     cfg = load_config(None, overrides(stack.cfg, tmp_path / "archive", "archive.batch_max_events=200"))
     stats = Archiver.from_config(cfg, log=lambda _: None).run(until_idle_s=2.0)
