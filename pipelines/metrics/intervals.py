@@ -99,11 +99,13 @@ class Change:
         """(estimate, variance, low, high, p) of the change on `scale` ("relative" | "absolute")."""
         if scale == "relative":
             return self.relative, self.var_relative, self.low, self.high, self.p_value
-        low, high, p = _normal(self.absolute, self.var_absolute, self.alpha)
+        low, high, p = normal_interval(self.absolute, self.var_absolute, self.alpha)
         return self.absolute, self.var_absolute, low, high, p
 
 
-def _normal(est: float | None, var: float | None, alpha: float) -> tuple[float | None, float | None, float | None]:
+def normal_interval(est: float | None, var: float | None,
+                    alpha: float) -> tuple[float | None, float | None, float | None]:
+    """(low, high, two-sided p) of the normal interval of `est` with variance `var`; Nones when either is missing."""
     if est is None or var is None or not math.isfinite(var):
         return None, None, None
     se = math.sqrt(var)
@@ -123,7 +125,7 @@ def relative_change(r_c: float | None, v_c: float | None, r_t: float | None, v_t
                       None, None, None, None, var_abs, alpha)
     rel = r_t / r_c - 1
     var = v_t / r_c ** 2 + r_t ** 2 * v_c / r_c ** 4
-    low, high, p = _normal(rel, var, alpha)
+    low, high, p = normal_interval(rel, var, alpha)
     return Change(r_c, r_t, absolute, rel, var, low, high, p, var_abs, alpha)
 
 

@@ -20,7 +20,7 @@ import math
 import numpy as np
 import polars as pl
 
-from pipelines.metrics.intervals import Change, _normal
+from pipelines.metrics.intervals import Change, normal_interval
 
 MIN_MS = 0.01   # latencies at or below this share the lowest bin
 
@@ -100,5 +100,5 @@ def quantile_change(hist_c: pl.DataFrame, hist_t: pl.DataFrame, q: float, resolu
     bc = _resampled_quantiles(mc, q, bins, resolution, resamples, rng)
     bt = _resampled_quantiles(mt, q, bins, resolution, resamples, rng)
     var = float(np.var(bt / bc - 1, ddof=1))
-    low, high, p = _normal(rel, var, alpha)
+    low, high, p = normal_interval(rel, var, alpha)
     return Change(qc, qt, absolute, rel, var, low, high, p, float(np.var(bt - bc, ddof=1)), alpha)
