@@ -17,7 +17,7 @@ from pathlib import Path
 
 from evals.tasks.spec import Task, load_task
 from codetasks import tasks as sim
-from codetasks.workspace import SourceFile, Workspace, ident, make_workspace, org_of
+from codetasks.workspace import Org, SourceFile, Workspace, ident, make_workspace, org_of
 
 ORGS = 8
 SAMPLE = [3, 1, 4, 1, 5, 9, 2, 6]   # the input every function's behaviour is pinned on
@@ -96,12 +96,13 @@ def _task_toml(task_id: str, task: sim.Task, f2p: list[str], p2p: list[str]) -> 
     ])
 
 
-def _make(seed: int, i: int, ambiguous_rate: float) -> tuple[Workspace, sim.Task]:
-    """Task i: workspace i of org i % ORGS, kind i % 4 (a fresh workspace when the kind does not fit it)."""
+def _make(seed: int, i: int, ambiguous_rate: float, org: Org | None = None) -> tuple[Workspace, sim.Task]:
+    """Task i: workspace i of org i % ORGS (or of `org`), kind i % 4 (a fresh workspace when the kind does not fit
+    it)."""
     kind = sim.KINDS[i % len(sim.KINDS)]
     ws_seed = workspace_seed(seed)
     for attempt in range(100):
-        ws = make_workspace(ws_seed, org_of(i % ORGS, ws_seed), i * 100 + attempt)
+        ws = make_workspace(ws_seed, org or org_of(i % ORGS, ws_seed), i * 100 + attempt)
         rng = random.Random(f"eval-task:{seed}:{i}:{attempt}")
         try:
             return ws, sim.make_task(rng, ws, f"eval-{i:04d}", split="eval", kind=kind,
@@ -134,13 +135,16 @@ def write_task(out: Path, task_id: str, ws: Workspace, task: sim.Task) -> Path:
     return d
 
 
-def generate_suite(out_dir: str | Path, n: int, seed: int = 0, ambiguous_rate: float = 0.25) -> list[Task]:
+def generate_suite(out_dir: str | Path, n: int, seed: int = 0, ambiguous_rate: float = 0.25,
+                   org: Org | None = None) -> list[Task]:
     """Write `n` task folders `eval-0000` ... under `out_dir` and load them back. `ambiguous_rate` is the share
-    of requests made ambiguous where the file allows it (as in the simulator's traffic)."""
+    of requests made ambiguous where the file allows it (as in the simulator's traffic). `org`: every task in that
+    org's workspaces (its id and conventions: an org's own held-out tasks, for its specialized adapter's gate);
+    else the suite's own ORGS orgs in turn. The workspaces are never the simulator's (negative seeds)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = []
     for i in range(n):
-        ws, task = _make(seed, i, ambiguous_rate)
+        ws, task = _make(seed, i, ambiguous_rate, org)
         tasks.append(load_task(write_task(out, task.task_id, ws, task)))
     return tasks

@@ -95,3 +95,15 @@ def test_a_wrong_edit_does_not_resolve_the_task(suite, tmp_path):
     name, value = changed.split(" = ")
     f.write_text(f.read_text().replace(changed, f"{name} = {int(value) + 1}"))
     assert not grade(t, work).resolved
+
+
+def test_an_orgs_own_suite_is_in_its_workspaces_with_its_naming_convention(tmp_path):
+    from codetasks.workspace import Org
+
+    for style in ("snake", "camel"):
+        generate_suite(tmp_path / style, 8, seed=3, org=Org("o2", style))
+        tasks = load_suite(tmp_path / style)
+        assert {t.spec.cluster for t in tasks} == {"o2"} and all("org o2:" in t.system for t in tasks)
+        sources = "".join((t.solution_dir / t.spec.focus_file).read_text() for t in tasks)
+        camel, snake = re.search(r"def [a-z]+[A-Z]\w*\(", sources), re.search(r"def [a-z]+_[a-z]\w*\(", sources)
+        assert (camel is not None, snake is not None) == ((True, False) if style == "camel" else (False, True))
