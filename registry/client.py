@@ -274,7 +274,12 @@ class Registry:
             self.client.delete_registered_model_alias(self.model, alias)
 
     def set_version_tags(self, version: str, tags: dict[str, object]) -> None:
-        """Set (overwrite) tags on a version, e.g. the gate's decision or a promotion's audit trail."""
+        """Set (overwrite) tags on a version, e.g. the gate's decision or a promotion's audit trail (a label
+        `<v>@<org>`: on the org lineage's version)."""
+        reg, version, org = self._labelled(version)
+        if org is not None:
+            reg.set_version_tags(version, tags)
+            return
         for key, value in tags.items():
             self.client.set_model_version_tag(self.model, str(version), key, str(value))
 

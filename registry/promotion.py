@@ -331,6 +331,19 @@ def _tags(registry, version: str) -> dict[str, str]:
         raise PromotionRefused(f"version {version} of model {registry.model!r} does not exist") from None
 
 
+def _champion(registry) -> tuple[str | None, str | None]:
+    """(what the gate compared against, the champion alias's own version) of `registry`'s lineage. For an org's
+    lineage (Registry.for_org) the first is its champion's label `<v>@<org>`, or, while the org has none, the shared
+    champion its users are served: the alias the candidate takes over must still be what its gate measured."""
+    own = registry.version_of(CHAMPION)
+    org = getattr(registry, "org", None)
+    if org is None:
+        return own, own
+    from registry.client import version_label
+
+    return (version_label(own, org) if own is not None else registry.shared().version_of(CHAMPION)), own
+
+
 def promote(registry, version: str, lock: str | Path, force: bool = False, expect_champion: str | None = None,
             now: datetime | None = None) -> PromotionResult:
     """Make `version` the champion if its gate passed against the current champion (see the module docstring).
@@ -352,8 +365,8 @@ def promote(registry, version: str, lock: str | Path, force: bool = False, expec
         if expected is None:
             raise PromotionRefused(f"version {version} records no champion it was compared against: pass "
                                    "--expect-champion VERSION (the compare-and-swap needs one)")
-        current = registry.version_of(CHAMPION)
-        if current == version:
+        current, own = _champion(registry)
+        if own is not None and own == version:
             raise PromotionRefused(f"version {version} is already the champion")
         if current != str(expected):
             why = (f"alias champion moved since the eval: it points to {current}, and version {version} was "
@@ -362,8 +375,8 @@ def promote(registry, version: str, lock: str | Path, force: bool = False, expec
                                                 "promotion.refused_reason": why[:500]})
             raise PromotionRefused(why)
         check()   # the last moment to give up: the writes below go together
-        if current is not None:
-            registry.set_alias(PREVIOUS, current)
+        if own is not None:
+            registry.set_alias(PREVIOUS, own)
         registry.set_alias(CHAMPION, version)
         result = PromotionResult("promote", version, current, current, force, tags.get("gate.run_id", ""),
                                  decision or "", tags.get("gate.interval", ""), _now(now), _actor())

@@ -75,6 +75,12 @@ class GateConfig(BaseModel):
     suite_tasks: int = Field(default=60, ge=2, le=100_000, description="Tasks of the generated default suite.")
     suite_seed: int = Field(default=7, ge=0, description="Seed of the generated default suite (its workspaces are "
                             "drawn from a seed space training traffic never uses).")
+    org_suite_tasks: int = Field(default=32, ge=2, le=100_000, description="Tasks of an org's own generated suite "
+                                 "(its workspaces, id and conventions), the second suite an org's specialized "
+                                 "candidate must pass (evals/org_gate.py).")
+    org_suites_dir: str = Field(default="", description="Folder of the orgs' own suites, one task-folder suite per "
+                                "org in `<dir>/<org>/`; '' = generated for the simulator's orgs (o0, o1, ...), none "
+                                "for others.")
     flaky_runs: int = Field(default=3, ge=2, le=20, description="Gradings of each task's snapshot and reference "
                             "solution by the flaky-task check; a task whose outcome changes is quarantined.")
     flaky_cache: bool = Field(default=True, description="Keep each task's flaky-check verdict in the suite folder "

@@ -35,7 +35,9 @@ def add_parser(subparsers) -> None:
                             "report.{json,md,html} and episodes.jsonl, logs an MLflow run and gate.* tags on the "
                             "candidate (read by `rtrl promote`). Prints one JSON line. Exit 0: may be promoted; 3: "
                             "the champion stays; 2: bad arguments; 1: the run broke. Defaults: [gate] in rtrl.toml.")
-    gt.add_argument("candidate", metavar="CANDIDATE", help="registered model version to evaluate, e.g. 3")
+    gt.add_argument("candidate", metavar="CANDIDATE", help="registered model version to evaluate, e.g. 3; an org's "
+                    "specialized version as VERSION@ORG, gated on the held-out suite and on ORG's own suite against "
+                    "what ORG is served now (champion@ORG, else champion)")
     gt.add_argument("--champion", metavar="VERSION", help="version to compare with (default: alias champion)")
     gt.add_argument("--suite", metavar="DIR", help="task folders (default: gate.suite_dir, else the generated "
                     "held-out suite of gate.suite_tasks tasks)")
@@ -80,10 +82,22 @@ def gate(args, cfg) -> int:
 
     if args.via_serving:
         cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"via_serving": True})})
+    org_run, passed = None, None
     try:
-        run = run_gate(cfg, args.candidate, args.champion, suite=args.suite, max_tasks=args.tasks,
-                       samples=args.samples, workers=args.workers, out_dir=args.out, track=not args.no_mlflow,
-                       log=_log)
+        if "@" in args.candidate:
+            from evals.org_gate import run_org_gate
+
+            if args.suite or args.out:
+                print("rtrl gate: an org's version runs the held-out suite and its org's own: no --suite or --out",
+                      file=sys.stderr)
+                return EXIT_USAGE
+            run, org_run, passed = run_org_gate(cfg, args.candidate, args.champion, max_tasks=args.tasks,
+                                                samples=args.samples, workers=args.workers,
+                                                track=not args.no_mlflow, log=_log)
+        else:
+            run = run_gate(cfg, args.candidate, args.champion, suite=args.suite, max_tasks=args.tasks,
+                           samples=args.samples, workers=args.workers, out_dir=args.out, track=not args.no_mlflow,
+                           log=_log)
     except (LookupError, TaskError) as e:
         print(f"rtrl gate: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -91,17 +105,23 @@ def gate(args, cfg) -> int:
         print(f"rtrl gate: {e}", file=sys.stderr)
         return EXIT_ERROR
     out = {"gate": run.summary()}
-    if args.promote and run.result.promote:
+    may = run.result.promote if org_run is None else passed
+    if org_run is not None:
+        out["gate"]["org_suite"] = org_run.summary()
+        out["gate"]["decision"] = "promote" if passed else "keep_champion"
+    if args.promote and may:
+        from registry.client import parse_label
         from registry.promotion import PromotionRefused, lock_path_for, promote
 
+        version, org = parse_label(run.candidate_version)
+        registry = run_registry(cfg) if org is None else run_registry(cfg).for_org(org)
         try:
-            res = promote(run_registry(cfg), run.candidate_version, lock_path_for(cfg.mlflow_tracking_uri(),
-                                                                                  cfg.state_path))
+            res = promote(registry, version, lock_path_for(cfg.mlflow_tracking_uri(), cfg.state_path))
             out["promote"] = {"ok": True, "champion": res.champion}
         except PromotionRefused as e:
             out["promote"] = {"ok": False, "refused": str(e)}
     print(json.dumps(out))
-    return EXIT_PROMOTE if run.result.promote else EXIT_KEEP
+    return EXIT_PROMOTE if may else EXIT_KEEP
 
 
 def run_registry(cfg):

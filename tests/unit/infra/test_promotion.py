@@ -178,3 +178,40 @@ def test_cli_promote_and_rollback_print_json_and_refuse_with_exit_3(tmp_path):
     code, doc, _ = rtrl("rollback")
     assert code == 0 and doc["rollback"]["champion"] == v1
     assert reg.version_of("champion") == v1
+
+
+def test_an_orgs_champion_moves_by_the_same_compare_and_swap_against_what_its_org_was_served(setup):
+    reg, lock, v1 = setup
+    acme = reg.for_org("acme")
+    first = gated(acme, v1)                    # the org had no champion: its gate compared with the shared one
+    assert promote(acme, first, lock).champion == first
+    assert acme.version_of("champion") == first and reg.version_of("champion") == v1     # the shared one stays
+    assert reg.version_of("champion@acme") == f"{first}@acme"
+    second = gated(acme, v1)                   # gated against the shared champion, but acme has its own now
+    with pytest.raises(PromotionRefused, match=f"points to {first}@acme"):
+        promote(acme, second, lock)
+    third = gated(acme, f"{first}@acme")
+    assert promote(acme, third, lock).champion == third and acme.version_of("previous") == first
+    assert rollback(acme, lock).champion == first and reg.version_of("champion") == v1
+
+
+def test_cli_promotes_an_org_version_given_as_its_label(tmp_path):
+    from tests.conftest import make_config
+
+    state = tmp_path / "state"
+    reg = Registry.from_config(make_config(state))
+    v1 = gated(reg, "", decision="none")
+    reg.set_alias("champion", v1)
+    acme = reg.for_org("acme")
+    v = gated(acme, v1)
+
+    def rtrl(*args):
+        return subprocess.run(rtrl_argv(*args, overrides=[f'state_dir="{state}"']), capture_output=True, text=True,
+                              cwd=REPO, timeout=120)
+
+    out = rtrl("promote", f"{v}@acme")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["promote"]["champion"] == v and acme.version_of("champion") == v
+    assert reg.version_of("champion") == v1
+    bad = rtrl("rollback", "--org", "a/b")
+    assert bad.returncode == 2 and "org id" in bad.stderr
