@@ -138,6 +138,8 @@ class SpecializeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    enabled: bool = Field(default=False, description="The cycle's specialize step trains, gates and promotes an "
+                          "adapter per org; off: the step does nothing.")
     orgs: list[str] = Field(default_factory=list, description="Orgs that get an adapter; [] = every org with at "
                             "least `min_rows` usable rows in the cycle.")
     min_rows: int = Field(default=128, ge=1, description="An org's usable rows (on-policy for its adapter) below "

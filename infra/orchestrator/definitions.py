@@ -46,6 +46,8 @@ ASSETS = {  # step -> (asset name, what the asset is)
     "train": ("candidate_checkpoint", "The candidate trained on the cycle's rows (MLflow version)."),
     "evaluate": ("gate_decision", "Gate: candidate vs the champion it was trained from."),
     "promote": ("champion_alias", "Compare-and-swap of alias champion to the candidate when the gate passed."),
+    "specialize": ("org_champions", "Per org (specialize.enabled): its adapter trained, gated and promoted to "
+                                    "champion@org."),
     "deploy": ("serving_deployment", "Serving reports the champion on its treatment arm."),
 }
 
@@ -96,7 +98,8 @@ def _metadata(result: dict) -> dict:
 
 # what each step's asset is derived from (lineage in the UI); the ledger runs them in STEPS order
 UPSTREAM = {"collect": [], "distill": ["collect"], "validate": ["distill"], "measure": ["validate"],
-            "train": ["validate"], "evaluate": ["train"], "promote": ["evaluate"], "deploy": ["promote", "measure"]}
+            "train": ["validate"], "evaluate": ["train"], "promote": ["evaluate"], "specialize": ["promote"],
+            "deploy": ["specialize", "measure"]}
 
 
 @contextmanager

@@ -9,6 +9,10 @@
               `trainer.ranks` ranks (the command starts them under torchrun; rank 0 registers the one candidate)
     evaluate  the gate, candidate vs the champion it was trained from (`rtrl gate`)
     promote   compare-and-swap `champion` to the candidate when the gate passed
+    specialize  with `specialize.enabled`, per org (`specialize.orgs`, else every org in the cycle's rows): its
+              adapter on its rows over the shared champion (`rtrl train --org`), its gate (`rtrl gate V@ORG`: the
+              held-out suite and its own) and the compare-and-swap of `champion@ORG`; an org with too few usable
+              rows is skipped this cycle
     deploy    serving reports the new champion on its treatment arm (blue/green hot swap; a switch without a load
               when the gate staged the candidate there), or, when the champion stayed, that serving still serves it
 
@@ -35,7 +39,7 @@ from typing import Callable
 from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, CycleRecord, Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
 
-STEPS = ("collect", "distill", "validate", "measure", "train", "evaluate", "promote", "deploy")
+STEPS = ("collect", "distill", "validate", "measure", "train", "evaluate", "promote", "specialize", "deploy")
 FAIL_AFTER_ENV = "RTRL_FAIL_AFTER_STEP"
 
 
@@ -179,6 +183,70 @@ def promote(ctx: CycleContext) -> dict:
     return {"promoted": True, "champion": res.champion, "previous": res.previous}
 
 
+def cycle_orgs(ctx: CycleContext) -> list[str]:
+    """`specialize.orgs`, else the orgs of the cycle's reward rows."""
+    if ctx.cfg.specialize.orgs:
+        return list(ctx.cfg.specialize.orgs)
+    import polars as pl
+
+    from schemas.reward_table import read_reward_table
+
+    rows = read_reward_table(ctx.cfg.reward_table(), ctx.cycle_id)
+    return sorted(rows.select(pl.col("org_id").unique())["org_id"].to_list())
+
+
+def _gated(ctx: CycleContext, label: str, against: str | None) -> dict | None:
+    """The gate result recorded on `label` when it was gated against `against` already (a resumed cycle)."""
+    tags = ctx.registry().info(label).tags
+    if tags.get("gate.decision") and "gate.org_suite.decision" in tags and tags.get("gate.champion_version") == \
+            str(against):
+        return {"decision": tags["gate.decision"], "interval": tags.get("gate.interval"), "reused": True}
+    return None
+
+
+def specialize_org(ctx: CycleContext, org: str) -> dict:
+    """One org's adapter: train, gate, promote (each idempotent, like the shared lineage's steps)."""
+    from registry.promotion import PromotionRefused, lock_path_for
+    from registry.promotion import promote as cas_promote
+
+    args = ["train", "--cycle", ctx.cycle_id, "--window", ctx.cycle_id, "--org", org]
+    as_of = ctx.record.result("collect").get("as_of")
+    if as_of:
+        args += ["--as-of", as_of]
+    try:
+        _, out = ctx.cli.run(*args, step=f"specialize-{org}", echo=_progress(ctx))
+    except StepFailed as e:
+        if e.code == 2:   # too few usable rows (or immature ones): this org waits for the next cycle
+            return {"trained": False, "reason": str(e).splitlines()[-1][:300]}
+        raise
+    t = out["train"]
+    label = f"{t['candidate']}@{org}"
+    registry = ctx.registry()
+    oreg = registry.for_org(org)
+    trained = {"trained": True, "candidate": label, "parent": t.get("parent"), "rows": (t.get("counts") or {})}
+    if oreg.version_of("champion") == str(t["candidate"]):     # a resumed cycle that promoted it already
+        return trained | {"gate": "promote", "promoted": True, "champion": label, "already": True}
+    against = registry.version_of(f"champion@{org}") or registry.version_of("champion")
+    gate = _gated(ctx, label, against)
+    if gate is None:
+        _, gout = ctx.cli.run("gate", label, step=f"specialize-{org}", ok_codes=(0, 3), echo=_progress(ctx))
+        gate = {"decision": gout["gate"]["decision"], "interval": gout["gate"].get("interval")}
+    result = trained | {"gate": gate.get("decision"), "interval": gate.get("interval")}
+    if gate.get("decision") != "promote":
+        return result | {"promoted": False, "champion": registry.version_of(f"champion@{org}")}
+    try:
+        cas_promote(oreg, str(t["candidate"]), lock_path_for(ctx.cfg.mlflow_tracking_uri(), ctx.cfg.state_path))
+    except PromotionRefused as e:
+        return result | {"promoted": False, "reason": f"refused: {e}"}
+    return result | {"promoted": True, "champion": label}
+
+
+def specialize(ctx: CycleContext) -> dict:
+    if not ctx.cfg.specialize.enabled:
+        return {"enabled": False}
+    return {"enabled": True, "orgs": {org: specialize_org(ctx, org) for org in cycle_orgs(ctx)}}
+
+
 def serving_status(cfg, timeout_s: float = 5.0) -> dict | None:
     """serving's GET /health body (503 while loading still carries it), or None when nothing answers on
     serving.host:port; over HTTPS when serving terminates TLS."""
@@ -227,7 +295,7 @@ def deploy(ctx: CycleContext) -> dict:
 STEP_FUNCS: dict[str, Callable[[CycleContext], dict]] = {
     "collect": collect, "distill": distill, "validate": validate, "measure": measure, "train": train,
     "evaluate": evaluate,
-    "promote": promote, "deploy": deploy}
+    "promote": promote, "specialize": specialize, "deploy": deploy}
 
 
 def run_step(ctx: CycleContext, ledger: Ledger, name: str) -> dict:
@@ -261,6 +329,11 @@ def finish(ctx: CycleContext, ledger: Ledger) -> CycleRecord:
 
 
 def _brief(name: str, r: dict) -> str:
+    if name == "specialize":
+        orgs = r.get("orgs") or {}
+        return ", ".join(f"{o}: {x.get('candidate') or 'skipped'} {x.get('gate') or ''}"
+                         f"{' promoted' if x.get('promoted') else ''}".strip() for o, x in orgs.items()) or \
+            ("off" if not r.get("enabled") else "no org")
     keys = {"collect": ("champion", "records", "as_of"), "distill": ("rows", "dead_letters", "unknown_labels"),
             "validate": ("passed",), "measure": ("measured", "rows", "versions"), "train": ("candidate", "parent", "reward_mean", "steps"),
             "evaluate": ("decision", "interval", "reasons"), "promote": ("promoted", "champion", "reason"),
