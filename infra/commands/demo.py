@@ -24,6 +24,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--keep-running", action="store_true", help="leave the stack, serving, users and the UIs "
                    "(MLflow, Dagster, dashboard) running at the end; `rtrl --set state_dir=... down` stops them")
     p.add_argument("--resume", action="store_true", help="keep the demo state dir of an earlier run")
+    p.add_argument("--specialize", action="store_true", help="the loop with specialization and long loops on "
+                   "(infra/configs/specialize.toml over the demo's overlay): a third arm served by each org's "
+                   "specialized adapter, trained, gated and promoted every cycle, and background tasks judged hours "
+                   "later; the summary adds ab_by_org, ab_by_org_pooled and long_loop (about 20 minutes)")
     p.add_argument("--prepare", action="store_true", help="only make what every demo reuses (v0, the gate's "
                    "suite, v0's gate episodes) when missing, then stop: so that the first demo takes as long as "
                    "the next ones")
@@ -40,7 +44,7 @@ def main(args, cfg) -> int:
     if args.cycles is not None:
         overrides.append(f"demo.cycles={args.cycles}")
     demo = Demo(cfg, args.config, overrides, log=lambda m: print(m, file=sys.stderr, flush=True),
-                resume=bool(args.resume))
+                resume=bool(args.resume), specialize=bool(args.specialize))
     try:
         if args.prepare:
             if args.resume or args.keep_running or args.summary:

@@ -55,6 +55,7 @@ from infra.orchestrator.warm_runner import socket_path, start_background
 from trainer.bootstrap.bootstrap import policy_cache, stale_reason
 
 DEMO_CONFIG = CONFIGS_DIR / "demo.toml"   # the demo's overlay on the default config
+SPECIALIZE_CONFIG = CONFIGS_DIR / "specialize.toml"   # `--specialize`: its overlay on the demo's
 MAX_ATTEMPTS = 3       # runs of one cycle id (the first and two resumptions) before the demo gives up
 RESUME_MARGIN_S = 120.0  # wall seconds the last demo's users ran on after its last cycle record (tail, summary, stop)
 # Dagster's own per-event console lines stay in its run log (the UI); the steps print their progress themselves
@@ -65,12 +66,13 @@ class DemoError(RuntimeError):
     pass
 
 
-def demo_config(cfg, config_path: str | None, overrides: list[str]):
+def demo_config(cfg, config_path: str | None, overrides: list[str], specialize: bool = False):
     """(the overrides that layer the demo's overlay under the user's config, the config they give in the user's state
     dir): defaults < infra/configs/demo.toml < the user's config file < the user's --set. `cfg` is the user's own
     config (as `rtrl` loaded it); the demo works in `<its state_dir>/demo` and keeps v0 and the gate's suite in its
     state dir."""
-    layered = [*overlay_overrides(DEMO_CONFIG, config_path), *overrides]
+    overlays = [DEMO_CONFIG, *([SPECIALIZE_CONFIG] if specialize else [])]
+    layered = [*(o for overlay in overlays for o in overlay_overrides(overlay, config_path)), *overrides]
     return layered, load_config(config_path, layered).model_copy(update={"state_dir": cfg.state_dir})
 
 
@@ -132,10 +134,11 @@ class Demo:
     STATE_NAME = "demo"     # the loop's folder under the user's state dir (`rtrl bench services` has its own)
 
     def __init__(self, cfg, config_path: str | None, overrides: list[str], log: Callable[[str], None] = print,
-                 resume: bool = False):
+                 resume: bool = False, specialize: bool = False):
         self.state = cfg.state_path / self.STATE_NAME
         self.config_path = config_path
-        layered, self.base = demo_config(cfg, config_path, overrides)
+        self.specialize = specialize
+        layered, self.base = demo_config(cfg, config_path, overrides, specialize)
         self.v0_cache = policy_cache(self.base)
         self.experiment = demo_experiment(self.base, self.state, resume)
         # what every `rtrl` command of the demo runs with, and the demo itself
@@ -464,6 +467,10 @@ class Demo:
             tail = self.measure_tail() if self.cfg.demo.ab_tail else None
             records = [r for r in Ledger(self.state).all() if r.cycle_id in done]
             summary = cycle_summary(self.cfg, records, self.cfg.demo.ab_window, tail=tail)
+            if self.specialize:
+                from infra.orchestrator.specialize_summary import specialization_summary
+
+                summary.update(specialization_summary(self.cfg, [*records, *([tail] if tail else [])]))
             summary.update(seconds=round(self.elapsed(), 1), state_dir=str(self.state), experiment=self.experiment,
                            urls=self.urls(keep_running))
             if summary_path:

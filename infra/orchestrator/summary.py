@@ -166,6 +166,10 @@ def render_table(summary: dict) -> str:
             lines += _metric_lines(aa)
     else:
         lines.append(f"\nA/B: {ab.get('reason')}")
+    if "long_loop" in summary:   # rtrl demo --specialize
+        from infra.orchestrator.specialize_summary import render_specialization
+
+        lines += ["", *render_specialization(summary)]
     return "\n".join(lines)
 
 

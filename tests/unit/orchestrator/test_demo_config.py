@@ -7,7 +7,7 @@ import pytest
 
 from infra.config import (CONFIGS_DIR, apply_override, load_config, overlay_overrides, render_overrides,
                           toml_value)
-from infra.orchestrator.demo import DEMO_CONFIG, Demo
+from infra.orchestrator.demo import DEMO_CONFIG, SPECIALIZE_CONFIG, Demo
 
 
 def _differences(cfg) -> dict:
@@ -72,6 +72,20 @@ def test_the_demo_without_flags_runs_with_exactly_these_settings(tmp_path, fixed
     assert demo.cli.overrides == demo.overrides and demo.cli.spawn is not None
 
 
+def test_specialize_layers_its_overlay_over_the_demos(tmp_path, fixed_machine):
+    given = render_overrides({"state_dir": str(tmp_path)})
+    plain = Demo(load_config(None, given), None, given, log=lambda _: None)
+    demo = Demo(load_config(None, given), None, given, log=lambda _: None, specialize=True)
+    extra = {k: v for k, v in _differences(demo.cfg).items() if _differences(plain.cfg).get(k) != v}
+    assert [(a["name"], a["per_org"]) for a in extra.pop("serving.arms")] == [
+        ("control", False), ("treatment", False), ("specialized", True)]
+    assert extra == {"specialize.enabled": True, "specialize.min_rows": 64, "simulator.background_rate": 0.15,
+                     "gate.org_suite_tasks": 16, "serving.max_loras": 4, "serving.max_lora_rank": 8,
+                     "demo.budget_s": 1140.0, "demo.ab_tail_until_s": 1080.0}
+    assert demo.cfg.trainer.max_rows == 1024                                   # the demo's overlay still applies
+    assert load_config(demo.config_path, demo.overrides) == demo.cfg
+
+
 def test_the_users_config_file_and_overrides_win_over_the_overlay_and_the_run_time_values_over_both(tmp_path,
                                                                                                   fixed_machine):
     mine = tmp_path / "mine.toml"
@@ -92,7 +106,9 @@ def test_the_overlay_is_a_valid_config_on_its_own_and_as_overrides(tmp_path):
     alone = load_config(DEMO_CONFIG)
     assert alone == load_config(None, overlay_overrides(DEMO_CONFIG))
     assert (alone.trainer.rows_per_step, alone.gate.suite_tasks, alone.serving.busy_poll_ms) == (128, 40, 5.0)
-    assert DEMO_CONFIG.parent == CONFIGS_DIR and sorted(CONFIGS_DIR.glob("*.toml")) == [DEMO_CONFIG]
+    assert DEMO_CONFIG.parent == CONFIGS_DIR and sorted(CONFIGS_DIR.glob("*.toml")) == sorted([DEMO_CONFIG,
+                                                                                               SPECIALIZE_CONFIG])
+    assert load_config(SPECIALIZE_CONFIG) == load_config(None, overlay_overrides(SPECIALIZE_CONFIG))
     # a key the user's file sets is left out, sections and all
     mine = tmp_path / "mine.toml"
     mine.write_text("[trainer]\nlr = 1e-3\n[serving]\nspare_engines = 0\n")

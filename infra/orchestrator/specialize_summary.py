@@ -1,0 +1,72 @@
+"""What `rtrl demo --specialize` adds to the summary (docs/orchestrator.md):
+
+    ab_by_org         per org, specialized − shared (the `specialized` arm against `treatment`) on edit
+                      persistence: {diff, ci_low, ci_high, specialized, shared, users}
+    ab_by_org_pooled  {diff, ci_low, ci_high, orgs}: the inverse-variance pooled change (pipelines/metrics/by_org.py)
+    long_loop         {control, treatment, diff, ci_low, ci_high, ...}: the background-task acceptance rate per arm
+                      (pipelines/metrics/long_loop.py)
+
+The per-org comparison takes the rows requested since the first request an org's specialized version served (before
+it, both arms serve the shared champion); the long loop takes every outcome row of the demo's cycles.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SPECIALIZED, SHARED = "specialized", "treatment"
+
+
+def specialization_summary(cfg, records) -> dict:
+    import polars as pl
+
+    from pipelines.metrics import scan_cycle
+    from pipelines.metrics.by_org import by_org, wins
+    from pipelines.metrics.long_loop import acceptance
+    from pipelines.metrics.rates import INPUT_COLUMNS, unit_stats
+    from schemas.reward_table import outcome_table, read_outcome_table
+
+    table = Path(cfg.state_path) / "rewards" / "table"
+    measured = [r for r in records if r.result("measure").get("measured")]
+    out: dict = {"specialized_cycles": [r.cycle_id for r in records
+                                        if any(o.get("promoted") for o in
+                                               (r.result("specialize").get("orgs") or {}).values())]}
+    if measured:
+        rows = pl.concat([scan_cycle(table, r.cycle_id) for r in measured], how="vertical_relaxed")
+        since = (rows.filter(pl.col("policy_version").str.contains("@", literal=True))
+                 .select(pl.col("request_time").min()).collect().item())
+        if since is not None:
+            units = unit_stats(rows.filter(pl.col("request_time") >= since).select(INPUT_COLUMNS)).collect()
+            result = by_org(units, "edit_persistence_rate", base=SHARED, arm=SPECIALIZED, alpha=cfg.ab.alpha)
+            out["ab_by_org"] = {org: {"diff": c["diff"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
+                                      "specialized": c["arm"], "shared": c["base"], "users": c["users"]}
+                                for org, c in result["orgs"].items()}
+            out["ab_by_org_pooled"] = result["pooled"]
+            out["ab_by_org_since"] = since.isoformat()
+            out["orgs_won"] = wins(result)
+        else:
+            out["ab_by_org_reason"] = "no request was served by an org's specialized version"
+    outcomes = read_outcome_table(outcome_table(table))
+    out["long_loop"] = acceptance(outcomes, cfg.ab.control_arm, cfg.ab.treatment_arm, cfg.ab.alpha)
+    return out
+
+
+def render_specialization(summary: dict) -> list[str]:
+    from infra.orchestrator.summary import _pct, _pp
+
+    lines = []
+    if "ab_by_org" in summary:
+        lines.append(f"Specialized − shared, edit persistence by org (since {summary['ab_by_org_since']}):")
+        for org, c in summary["ab_by_org"].items():
+            lines.append(f"  {org:<8} diff {_pp(c['diff'])} pp  95% CI [{_pp(c['ci_low'])}, {_pp(c['ci_high'])}] pp"
+                         f"  users {c['users']}")
+        p = summary["ab_by_org_pooled"]
+        lines.append(f"  pooled   diff {_pp(p['diff'])} pp  95% CI [{_pp(p['ci_low'])}, {_pp(p['ci_high'])}] pp"
+                     f"  over {p['orgs']} orgs")
+    elif summary.get("ab_by_org_reason"):
+        lines.append(f"Specialized − shared: {summary['ab_by_org_reason']}")
+    ll = summary.get("long_loop") or {}
+    lines.append(f"Background tasks accepted: control {_pct(ll.get('control'))}  treatment "
+                 f"{_pct(ll.get('treatment'))}  diff {_pp(ll.get('diff'))} pp  95% CI [{_pp(ll.get('ci_low'))}, "
+                 f"{_pp(ll.get('ci_high'))}] pp  (tasks {ll.get('tasks')}, never judged {ll.get('tasks_unknown')})")
+    return lines
