@@ -50,6 +50,7 @@ from serving.router import Router
 log = logging.getLogger("rtrl.serving")
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+VERSION_LABEL = re.compile(r"^\d+(@[A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$")   # N, or N@<org> (registry.client)
 MAX_MESSAGES = 1024
 """Input bounds (issue 9), checked before any tokenization: a body is read only up to MAX_BODY_BYTES whatever
 Content-Length says; a conversation has at most MAX_MESSAGES messages and at most PROMPT_CHARS_PER_TOKEN x
@@ -384,10 +385,11 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
         if isinstance(version, int) and not isinstance(version, bool):
             version = str(version)
         cores = body.get("cpu_cores", "") if isinstance(body, dict) else ""
-        if not isinstance(version, str) or not version.isdigit() or not isinstance(cores, str) \
+        if not isinstance(version, str) or not VERSION_LABEL.match(version) or not isinstance(cores, str) \
                 or not re.match(CPU_CORES_PATTERN, cores):
-            return {}, _error(400, 'the body must be {"version": "<N>"} (a registered version number), optionally '
-                              'with "cpu_cores": "<cores>"', "invalid_request_error", "version")
+            return {}, _error(400, 'the body must be {"version": "<N>"} (a registered version number, or "<N>@<org>" '
+                              'for an org\'s specialized version), optionally with "cpu_cores": "<cores>"',
+                              "invalid_request_error", "version")
         return {**body, "version": version}, None
 
     async def stage(request: Request) -> JSONResponse:

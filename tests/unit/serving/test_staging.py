@@ -102,3 +102,8 @@ def test_pinned_requests_reach_the_staged_version_and_are_never_logged(tmp_path)
         assert client.post("/admin/unstage", json={"version": "5"}, headers=admin).json()["unstaged"] is True
         r = client.post("/v1/chat/completions", json={**body, "model": "rtrl-policy/v5"})
         assert r.status_code == 404
+        # an org's specialized version is staged and pinned by its label (the org gate, evals/org_gate.py)
+        assert client.post("/admin/stage", json={"version": "3@o1"}, headers=admin).json()["staged"] == ["3@o1"]
+        r = client.post("/v1/chat/completions", json={**body, "model": "rtrl-policy/v3@o1"})
+        assert r.status_code == 200 and r.json()["policy_version"] == "3@o1"
+        assert client.post("/admin/stage", json={"version": "3@o/1"}, headers=admin).status_code == 400
