@@ -23,7 +23,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from codetasks.policy import PolicyError, PolicyReply, PolicyRequest
+from codetasks.policy import PolicyReply, PolicyRequest
 from codetasks.tasks import Task, grade, make_task
 from codetasks.workspace import Workspace
 from schemas.events import TaskOutcome
@@ -79,24 +79,12 @@ class BackgroundWork:
         self.at(t + timedelta(seconds=1), self._ask_step, bg)
 
     def _ask_step(self, t: datetime, bg: BackgroundTask) -> None:
-        if not self.clock.deterministic:
-            t = max(t, self.clock.now())
+        t = self._now(t)
         bg.turns += 1
-        metadata = {"session_id": bg.session_id, "workspace_id": self.workspace_id, "org_id": self.org.org_id,
-                    "event_time": t.isoformat(), "privacy_mode": self.privacy, "client_version": self.CLIENT,
-                    "task_id": bg.task_id}
-        w0 = self.clock.wall()
-        try:
-            reply = self.policy.respond(PolicyRequest(list(bg.messages), self.user_id, metadata, bg.step))
-        except PolicyError as e:
-            self.stats.fail("policy_error")
-            self.stats.add(errors=1)
-            self.stats.last_error = str(e)
+        request = PolicyRequest(list(bg.messages), self.user_id,
+                                self._metadata(t, bg.session_id, task_id=bg.task_id), bg.step)
+        if not self._call(t, request, self._on_step_reply, bg):
             self._step_done(t, bg, "error")
-            return
-        w1 = self.clock.wall()
-        latency = self.clock.latency(None if w0 is None or w1 is None else w1 - w0)
-        self.at(t + latency, self._on_step_reply, bg, reply, t)
 
     def _on_step_reply(self, t: datetime, bg: BackgroundTask, reply: PolicyReply, asked: datetime) -> None:
         from instrumentation.simulator.user import Conversation, Turn

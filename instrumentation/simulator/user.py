@@ -173,8 +173,6 @@ class _Action:
 
 
 class SimUser(BackgroundWork):
-    CLIENT = CLIENT_VERSION
-
     def __init__(self, index: int, cfg: SimulatorConfig, run: str, clock: SimClock, policy: Policy,
                  sink: EventSink, stats: Stats):
         self.index, self.cfg, self.run, self.clock = index, cfg, run, clock
@@ -282,25 +280,37 @@ class SimUser(BackgroundWork):
 
     # -- one policy turn --------------------------------------------------------------------------------------
 
-    def _ask(self, t: datetime, conv: Conversation) -> None:
-        if not self.clock.deterministic:  # behind schedule (a slow call): the request happens now
-            t = max(t, self.clock.now())
-        conv.turns += 1
-        metadata = {"session_id": conv.session_id, "workspace_id": self.workspace_id, "org_id": self.org.org_id,
-                    "event_time": t.isoformat(), "privacy_mode": self.privacy, "client_version": CLIENT_VERSION}
+    def _now(self, t: datetime) -> datetime:
+        """When a request planned for `t` happens: then, or now when behind schedule (a slow call, real time)."""
+        return t if self.clock.deterministic else max(t, self.clock.now())
+
+    def _metadata(self, t: datetime, session_id: str, **extra) -> dict:
+        return {"session_id": session_id, "workspace_id": self.workspace_id, "org_id": self.org.org_id,
+                "event_time": t.isoformat(), "privacy_mode": self.privacy, "client_version": CLIENT_VERSION, **extra}
+
+    def _call(self, t: datetime, request: PolicyRequest, on_reply: Callable, *args) -> bool:
+        """Ask the policy at `t`; `on_reply(reply time, *args, reply, t)` runs after its latency. False (counted as
+        a policy error) when the call failed."""
         w0 = self.clock.wall()
         try:
-            reply = self.policy.respond(PolicyRequest(list(conv.messages), self.user_id, metadata, conv.task))
+            reply = self.policy.respond(request)
         except PolicyError as e:
             self.stats.fail("policy_error")
             self.stats.add(errors=1)
-            self.stats.turn(Turn("", self.user_id, conv.session_id, conv.task.task_id, conv.turns, t, "error"))
             self.stats.last_error = str(e)
-            self._end(t, conv)
-            return
+            return False
         w1 = self.clock.wall()
         latency = self.clock.latency(None if w0 is None or w1 is None else w1 - w0)
-        self.at(t + latency, self._on_reply, conv, reply, t)
+        self.at(t + latency, on_reply, *args, reply, t)
+        return True
+
+    def _ask(self, t: datetime, conv: Conversation) -> None:
+        t = self._now(t)
+        conv.turns += 1
+        request = PolicyRequest(list(conv.messages), self.user_id, self._metadata(t, conv.session_id), conv.task)
+        if not self._call(t, request, self._on_reply, conv):
+            self.stats.turn(Turn("", self.user_id, conv.session_id, conv.task.task_id, conv.turns, t, "error"))
+            self._end(t, conv)
 
     def _on_reply(self, t: datetime, conv: Conversation, reply: PolicyReply, asked: datetime) -> None:
         task = conv.task
