@@ -2,7 +2,7 @@
 # rtrl's tests, in three tiers (docs/testing.md):
 #   ./infra/test.sh --fast   unit tests only: no processes, no services (about 2 minutes on 2 cores)
 #   ./infra/test.sh          the default tier, the README's and CI's: the docs build, then everything but the long
-#                            end-to-end runs (`full`) (about 17 minutes on 2 cores)
+#                            end-to-end runs (`full`) (about 18 minutes on 2 cores)
 #   ./infra/test.sh --full   everything, the long end-to-end runs included
 # Two phases: first every test but the `exclusive` ones on every core (pytest-xdist, one test file per worker at a
 # time, each worker with ports of its own; RTRL_TEST_WORKERS=N sets the count, 0 runs them in this process), then
