@@ -11,7 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from schemas.rewards import ServedRequest
 
 
 class OutcomeLabel(str, Enum):
@@ -19,18 +21,8 @@ class OutcomeLabel(str, Enum):
     unknown = "unknown"    # none by the long horizon: no outcome reward (r_outcome 0), counted
 
 
-class OutcomeRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    request_id: str
+class OutcomeRow(ServedRequest):
     task_id: str
-    policy_version: str
-    arm: str
-    user_id: str
-    org_id: str
-    workspace_id: str
-    session_id: str
-    request_time: datetime = Field(description="event_time of the trajectory (UTC).")
     mature_time: datetime = Field(description="The outcome's time + outcome_lateness_s when known, else "
                                               "request_time + long_horizon_s + outcome_lateness_s.")
     outcome_label: OutcomeLabel

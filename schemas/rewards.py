@@ -34,7 +34,9 @@ class FollowupStatus(str, Enum):
     dissatisfied = "dissatisfied"
 
 
-class RewardRow(BaseModel):
+class ServedRequest(BaseModel):
+    """Who and what served a request: the leading columns of every per-request table (reward and outcome rows)."""
+
     model_config = ConfigDict(extra="forbid")
 
     request_id: str
@@ -45,6 +47,9 @@ class RewardRow(BaseModel):
     workspace_id: str
     session_id: str
     request_time: datetime = Field(description="event_time of the trajectory (UTC).")
+
+
+class RewardRow(ServedRequest):
     mature_time: datetime = Field(description="request_time + the longest window + allowed lateness: the "
                                               "event time after which the row can no longer change.")
     response_kind: str
