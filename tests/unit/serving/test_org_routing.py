@@ -12,6 +12,7 @@ from serving.arms import Fleet
 from serving.config import ArmConfig, ServingConfig
 from serving.router import Router
 from tests.unit.serving.fakes import FakeLoader, FakeRegistry
+from tests.waiting import wait_for_async
 
 ARMS = [ArmConfig(name="control", alias="control", share=0.34), ArmConfig(name="treatment", alias="champion",
                                                                            share=0.33),
@@ -51,7 +52,7 @@ def test_the_specialized_arm_serves_each_org_its_champion_and_the_rest_the_share
         assert [(s.alias, s.from_version, s.to_version) for s in swaps] == [("champion@acme", "3@acme", "4@acme")]
         assert served_version(f, "specialized", "acme") == "4@acme"
         old = next(e for e in loader.engines if e.version == "3@acme")
-        assert old.shut_down
+        await wait_for_async(lambda: old.shut_down, 5, "the old acme version's engine drained and shut down")
 
         del reg.aliases["champion@acme"]                                 # rolled back to nothing: the shared one
         await f.poll_once()
