@@ -30,6 +30,7 @@ across hosts). `from_config` takes `mlflow.promotion_lock`, else a lease under a
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import re
@@ -200,19 +201,15 @@ class Registry:
         lock, another registered model."""
         if ORG_MODEL in self.model:
             raise ValueError(f"{self.model} is already an org's model")
-        other = object.__new__(Registry)
-        other.__dict__.update(self.__dict__)
-        other.model = org_model(self.model, org)
-        other.org = org
-        other.shared_model = self.model
+        other = copy.copy(self)
+        other.model, other.org, other.shared_model = org_model(self.model, org), org, self.model
         return other
 
     def shared(self) -> "Registry":
         """The shared lineage's registry (this one unless it is an org's view)."""
         if self.org is None:
             return self
-        other = object.__new__(Registry)
-        other.__dict__.update(self.__dict__)
+        other = copy.copy(self)
         other.model, other.org = self.shared_model, None
         return other
 

@@ -40,14 +40,19 @@ def _seconds(s: float) -> timedelta:
     return timedelta(seconds=s)
 
 
+def reward_maturity(spec: RewardSpec) -> pl.Expr:
+    """The mature time of a trajectory's reward row: its event time + the spec's maturity delay (a question's is
+    longer: its next turn must mature first)."""
+    q_delay, delay = _seconds(spec.maturity_delay_s(question=True)), _seconds(spec.maturity_delay_s())
+    return pl.col("event_time") + pl.when(pl.col("response_kind") == "question").then(pl.lit(q_delay)) \
+        .otherwise(pl.lit(delay))
+
+
 def _mature_requests(traj: pl.DataFrame, spec: RewardSpec) -> pl.DataFrame:
     """Non-privacy trajectories with their request time and mature time."""
-    q_delay, delay = _seconds(spec.maturity_delay_s(question=True)), _seconds(spec.maturity_delay_s())
     return (traj.filter(~pl.col("privacy_mode"))
             .with_columns(request_time=pl.col("event_time"),
-                          is_question=pl.col("response_kind") == "question")
-            .with_columns(mature_time=pl.col("request_time") + pl.when(pl.col("is_question"))
-                          .then(pl.lit(q_delay)).otherwise(pl.lit(delay))))
+                          is_question=pl.col("response_kind") == "question", mature_time=reward_maturity(spec)))
 
 
 def _next_turns(emit: pl.DataFrame, turns: pl.DataFrame, spec: RewardSpec) -> pl.DataFrame:

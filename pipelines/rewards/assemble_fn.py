@@ -44,10 +44,6 @@ _NONE = -(2**62)
 END_OF_TIME = datetime(9000, 1, 1, tzinfo=timezone.utc)  # "every request is mature" (fits a datetime, unlike +inf)
 
 
-def _no_outcomes() -> pl.DataFrame:
-    return empty_frame("task_outcome")
-
-
 def _dt(us: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=us)
 
@@ -84,7 +80,7 @@ class AssembleRewardsFn(beam.DoFn):
         """When rows of these events can mature: each request's reward row and, for background tasks, outcome
         rows (outcomes.outcome_maturities)."""
         own = maturities(traj, self.spec)
-        extra = outcome_maturities(traj, outcomes if outcomes is not None else _no_outcomes(), self.spec)
+        extra = outcome_maturities(traj, outcomes if outcomes is not None else empty_frame("task_outcome"), self.spec)
         return own if extra.is_empty() else pl.concat([own, extra.cast(own.dtype)])
 
     def _arm(self, candidates: pl.Series, fired: int, armed_state, flush) -> None:

@@ -26,7 +26,7 @@ from typing import Callable
 import apache_beam as beam
 import polars as pl
 
-from pipelines.rewards.assemble import assemble_rewards
+from pipelines.rewards.assemble import assemble_rewards, reward_maturity
 from pipelines.rewards.batches import EventBatch, split_by_shard
 from pipelines.rewards.classifiers import get_classifier
 from pipelines.rewards.frames import concat_frames
@@ -40,11 +40,7 @@ COUNTS, DEAD, ROWS, CARRY, OUTCOMES = "counts", "dead", "rows", "carry", "outcom
 
 def maturities(traj: pl.DataFrame, spec: RewardSpec) -> pl.Series:
     """Mature time of each trajectory row (aligned with the frame); null for privacy-mode rows."""
-    q = timedelta(seconds=spec.maturity_delay_s(question=True))
-    d = timedelta(seconds=spec.maturity_delay_s())
-    return traj.select(pl.when(pl.col("privacy_mode")).then(None).otherwise(
-        pl.col("event_time") + pl.when(pl.col("response_kind") == "question").then(pl.lit(q))
-        .otherwise(pl.lit(d)))).to_series()
+    return traj.select(pl.when(pl.col("privacy_mode")).then(None).otherwise(reward_maturity(spec))).to_series()
 
 
 def keep_for(spec: RewardSpec) -> timedelta:

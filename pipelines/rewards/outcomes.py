@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from pipelines.rewards.assemble import reward_maturity
 from pipelines.rewards.spec import RewardSpec
 from schemas.reward_table import OUTCOME_SCHEMA
 
@@ -56,13 +57,6 @@ def _reward(spec: RewardSpec) -> pl.Expr:
             .otherwise((w.outcome * value + rating).clip(-spec.clip, spec.clip)).round(12))
 
 
-def _reward_row_maturity(spec: RewardSpec) -> pl.Expr:
-    """The request's reward row's mature time (assemble._mature_requests): an outcome row never comes out before
-    it, so the trainer finds the chain's reward rows in the same cycle or an earlier one."""
-    q, d = timedelta(seconds=spec.maturity_delay_s(question=True)), timedelta(seconds=spec.maturity_delay_s())
-    return pl.col("event_time") + pl.when(pl.col("response_kind") == "question").then(pl.lit(q)).otherwise(pl.lit(d))
-
-
 def outcome_maturities(traj: pl.DataFrame, outcomes: pl.DataFrame, spec: RewardSpec) -> pl.Series:
     """Times at which an outcome row of these events can mature (for the streaming join's timer): each task
     request's long-horizon end and each outcome's lateness end, both + outcome_lateness_s. A superset of the
@@ -88,7 +82,7 @@ def assemble_outcomes(frames: dict[str, pl.DataFrame], spec: RewardSpec, fire_at
             .with_columns(mature_time=pl.max_horizontal(
                 pl.when(pl.col("outcome_event_id").is_not_null()).then(pl.col("outcome_time") + late)
                 .otherwise(pl.col("event_time") + horizon + late),
-                _reward_row_maturity(spec))))
+                reward_maturity(spec))))      # never before the request's reward row: the trainer finds it then
     if fire_at is not None:
         rows = rows.filter(pl.col("mature_time") <= fire_at)
     if fired_before is not None:
