@@ -339,17 +339,17 @@ class Fleet:
                     log.warning("%s", self.last_error)
                     continue
                 current = self._by_alias.get(alias)
-                if alias in self.org_aliases and (current is None or version is None):
-                    rec = await self._org_alias_changed(alias, current, version)
-                    if rec is not None:
-                        done.append(rec)
+                if current is not None and version is None and alias in self.org_aliases:
+                    self._org_alias_gone(alias, current)
                     continue
-                if version is None or current is None or (version == current.version and not current.error):
+                if version is None or (current is None and alias not in self.org_aliases) or (
+                        current is not None and version == current.version and not current.error):
                     continue
                 failed_at = self._failed.get(version)
                 if failed_at is not None and time.monotonic() - failed_at < RETRY_FAILED_S:
                     continue
-                rec = await self._swap(alias, current, version)
+                rec = await (self._swap(alias, current, version) if current is not None
+                             else self._org_alias_appeared(alias, version))
                 if rec is not None:
                     done.append(rec)
         return done
@@ -361,29 +361,33 @@ class Fleet:
             return sorted(a for a in self.per_org if self.arm_alias[a] == base)
         return [a for a, al in self.arm_alias.items() if al == alias]
 
-    async def _org_alias_changed(self, alias: str, current: Loaded | None, version: str | None) -> SwapRecord | None:
-        """An org's specialized champion appeared (load it; its org's requests move to it) or went away (they go
-        back to the arm's alias; its engine retires once drained)."""
-        if current is None and version is None:
-            return None
-        if current is not None:      # the alias was removed: back to the shared champion
-            del self._by_alias[alias]
-            log.info("alias %r is gone: its org's requests go back to the shared alias", alias)
-            if not self._held(current):
-                self._retire(current, None)
-            return None
-        failed_at = self._failed.get(version)
-        if failed_at is not None and time.monotonic() - failed_at < RETRY_FAILED_S:
-            return None
-        t0 = time.monotonic()
+    def _org_alias_gone(self, alias: str, current: Loaded) -> None:
+        """An org's specialized champion went away: its requests go back to the arm's alias; its engine retires
+        once drained."""
+        del self._by_alias[alias]
+        log.info("alias %r is gone: its org's requests go back to the shared alias", alias)
+        if not self._held(current):
+            self._retire(current, None)
+
+    async def _load_for(self, alias: str, version: str, meanwhile: str) -> Loaded | None:
+        """`version`'s engine for `alias`, or None when the load failed (recorded: retried after RETRY_FAILED_S;
+        `meanwhile` says what serves the alias until then)."""
         try:
             slot = await self._get_or_load(version, alias=alias)
-        except Exception as e:  # noqa: BLE001 -- the org stays on the shared champion; retry later
+        except Exception as e:  # noqa: BLE001 -- keep serving what serves now; retry later
             self._failed[version] = time.monotonic()
             self.last_error = f"loading version {version} for alias {alias!r}: {type(e).__name__}: {e}"
-            log.error("%s", self.last_error)
+            log.error("%s; %s", self.last_error, meanwhile)
             return None
         self._failed.pop(version, None)
+        return slot
+
+    async def _org_alias_appeared(self, alias: str, version: str) -> SwapRecord | None:
+        """An org's specialized champion appeared: load it; its org's requests move to it."""
+        t0 = time.monotonic()
+        slot = await self._load_for(alias, version, "its org stays on the shared alias")
+        if slot is None:
+            return None
         self._by_alias[alias] = slot
         arms = self._arms_of(alias)
         rec = SwapRecord(alias=alias, arms=arms, from_version="", to_version=version,
@@ -400,14 +404,9 @@ class Fleet:
             return await self._swap_in_place(alias, current, version, folder, t0)
         log.info("alias %r moved %s -> %s: loading the new engine beside the old one", alias, current.version,
                  version)
-        try:
-            new = await self._get_or_load(version, alias=alias)
-        except Exception as e:  # noqa: BLE001 -- keep serving the old version; retry later
-            self._failed[version] = time.monotonic()
-            self.last_error = f"loading version {version} for alias {alias!r}: {type(e).__name__}: {e}"
-            log.error("%s; still serving version %s", self.last_error, current.version)
+        new = await self._load_for(alias, version, f"still serving version {current.version}")
+        if new is None:
             return None
-        self._failed.pop(version, None)
         self._to_arm_cores(new.engine)
         self._by_alias[alias] = new  # the switch: new requests now lease `new`
         arms = self._arms_of(alias)
