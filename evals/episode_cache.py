@@ -11,10 +11,12 @@ and the cache lives with the suite (`<suite>/.episode-cache/`), which outlives a
 registered again elsewhere with the same bytes (every `rtrl demo` registers the same cached v0) is measured once
 per suite, and two registries' version 2 never share episodes. A version without the tag is not cached.
 
-The key covers what decides an episode besides the weights: the suite folder, the kept task ids, the sampling seed
-and serving's temperature, completion budget and context length, and the Episode record's fields (a field added later
-would read as its default from an older entry, so such entries are not reused). Anything else that changes episodes
-(the harness or grading code) needs a new suite folder or `gate.reuse_episodes = false`.
+The key covers what decides an episode besides the weights: the suite folder, the sampling seed and serving's
+temperature, completion budget and context length, and the Episode record's fields (a field added later would read
+as its default from an older entry, so such entries are not reused). Entries are per (task, sample), so a gate on a
+part of the suite (an org's candidates run the first `gate.org_max_tasks` tasks) reads the part it needs from a file
+a whole-suite gate wrote. Anything else that changes episodes (the harness or grading code, a task's content under
+the same id) needs a new suite folder or `gate.reuse_episodes = false`.
 
 Samples per task are not in the key: sample k of a task has the same seeds whatever the count (`harness.turn_seed`),
 so a file of 4 samples per task serves a gate of 2 (its samples 0 and 1), and a gate that runs more samples adds
@@ -32,8 +34,8 @@ from pathlib import Path
 from evals.records import Episode
 
 
-def cache_key(suite_dir: Path, task_ids: list[str], seed: int, serving) -> str:
-    parts = {"suite": str(Path(suite_dir).resolve()), "tasks": sorted(task_ids), "seed": seed,
+def cache_key(suite_dir: Path, seed: int, serving) -> str:
+    parts = {"suite": str(Path(suite_dir).resolve()), "seed": seed,
              "temperature": serving.temperature, "max_tokens": serving.max_tokens,
              "max_model_len": serving.max_model_len, "episode_fields": [f.name for f in dataclasses.fields(Episode)]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
@@ -48,7 +50,7 @@ def cache_root(suite_dir: Path) -> Path:
 
 
 class EpisodeCache:
-    """`<root>/<digest>-<key>.jsonl`: one checkpoint's episodes under one key, for the key's `task_ids`."""
+    """`<root>/<digest>-<key>.jsonl`: one checkpoint's episodes under one key; `task_ids`: the tasks a gate wants."""
 
     def __init__(self, root: Path, key: str, task_ids: list[str]):
         self.root, self.key, self.task_ids = Path(root), key, list(task_ids)

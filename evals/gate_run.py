@@ -35,8 +35,14 @@ COMPLETE = ".complete"
 
 
 def default_suite_dir(cfg) -> Path:
-    """Where the generated held-out suite of `cfg.gate` (suite_tasks, suite_seed) lives under the state dir."""
-    return cfg.state_path / "eval-suites" / f"default-n{cfg.gate.suite_tasks}-seed{cfg.gate.suite_seed}"
+    """Where the generated held-out suite of `cfg.gate` (suite_tasks, suite_seed) lives (`suites_root`)."""
+    return suites_root(cfg) / f"default-n{cfg.gate.suite_tasks}-seed{cfg.gate.suite_seed}"
+
+
+def suites_root(cfg) -> Path:
+    """Where generated suites are made: gate.suites_root, else <state_dir>/eval-suites."""
+    return Path(cfg.gate.suites_root).expanduser().resolve() if cfg.gate.suites_root else \
+        cfg.state_path / "eval-suites"
 
 
 def default_suite(cfg, log: Callable[[str], None] = lambda m: None) -> Path:
@@ -199,21 +205,23 @@ def gate_tasks(cfg, suite: str | Path | None = None, max_tasks: int | None = Non
 def _episode_cache(cfg, suite_dir: Path, tasks: list[Task]):
     from evals.episode_cache import EpisodeCache, cache_key, cache_root
 
-    ids = [t.id for t in tasks]
-    return EpisodeCache(cache_root(suite_dir), cache_key(suite_dir, ids, cfg.gate.seed, cfg.serving), ids)
+    return EpisodeCache(cache_root(suite_dir), cache_key(suite_dir, cfg.gate.seed, cfg.serving), [t.id for t in tasks])
 
 
-def episode_cache_of(cfg, log: Callable[[str], None] = lambda m: None):
-    """(the episode cache of `cfg`'s gate suite and settings, the suite's folder, the tasks the flaky check keeps)."""
-    suite_dir, kept, _ = gate_tasks(cfg, None, None, log)
+def episode_cache_of(cfg, log: Callable[[str], None] = lambda m: None, suite: str | Path | None = None):
+    """(the episode cache of `suite` (default: `cfg`'s gate suite) with `cfg`'s settings, the suite's folder, the
+    tasks the flaky check keeps)."""
+    suite_dir, kept, _ = gate_tasks(cfg, suite, None, log)
     return _episode_cache(cfg, suite_dir, kept), suite_dir, kept
 
 
-def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] | None = None) -> Path | None:
-    """Run `version` alone on the gate's suite (a private engine) and keep its episodes in the episode cache, so
-    that a later gate whose champion has the same bytes runs only the candidate (`rtrl demo --prepare` does it
-    for v0); nothing runs when they are kept already. The cache file, or None: a version without a digest, or an
-    infrastructure failure (nothing kept)."""
+def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] | None = None,
+                  suite: str | Path | None = None, samples: int | None = None) -> Path | None:
+    """Run `version` alone on `suite` (default: the gate's suite; a private engine) with `samples` per task
+    (default gate.samples_per_task) and keep its episodes in the episode cache, so that a later gate whose champion
+    or anchor has the same bytes runs only the candidate (`rtrl demo --prepare` does it for v0); nothing runs when
+    they are kept already. The cache file, or None: a version without a digest, or an infrastructure failure
+    (nothing kept)."""
     from registry.client import Registry
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -222,8 +230,8 @@ def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] |
     if digest is None:
         log(f"[gate] version {version} has no content digest (registered before versions carried one): not kept")
         return None
-    cache, suite_dir, kept = episode_cache_of(cfg, log)
-    k = cfg.gate.samples_per_task
+    cache, suite_dir, kept = episode_cache_of(cfg, log, suite)
+    k = samples or cfg.gate.samples_per_task
     if cache.covers(digest, k):
         log(f"[gate] version {version}: episodes of the same checkpoint kept already ({cache.path(digest)})")
         return cache.path(digest)

@@ -9,7 +9,7 @@ second adds `gate.org_suite.*`, and when it fails turns `gate.decision` into kee
 
 The org's suite: `<gate.org_suites_dir>/<org>/` when set; else, for the simulator's orgs (`o<N>`), tasks generated
 in that org's workspaces with its id and naming convention (`generate_suite(org=...)`, seeds training never
-draws), made once under the state dir.
+draws), made once under `gate.suites_root` (default: the state dir's eval-suites/).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from evals.gate_run import COMPLETE, GateRun, run_gate
+from evals.gate_run import COMPLETE, GateRun, run_gate, suites_root
 
 SIMULATED_ORG = re.compile(r"^o(\d+)$")
 
@@ -40,7 +40,7 @@ def org_suite(cfg, org: str, log: Callable[[str], None] = lambda m: None) -> Pat
     if m is None:
         raise LookupError(f"org {org} has no suite: set gate.org_suites_dir to a folder with a suite per org")
     style = org_of(int(m.group(1)), cfg.simulator.seed)
-    d = cfg.state_path / "eval-suites" / f"org-{org}-{style.style}-n{g.org_suite_tasks}-seed{g.suite_seed}"
+    d = suites_root(cfg) / f"org-{org}-{style.style}-n{g.org_suite_tasks}-seed{g.suite_seed}"
     if not (d / COMPLETE).exists():
         log(f"[gate] generating org {org}'s suite: {g.org_suite_tasks} tasks ({style.style}) in {d}")
         generate_suite(d, g.org_suite_tasks, seed=g.suite_seed, org=style)
@@ -51,7 +51,8 @@ def org_suite(cfg, org: str, log: Callable[[str], None] = lambda m: None) -> Pat
 def run_org_gate(cfg, candidate: str, champion: str | None = None, *, registry=None, track: bool = True,
                  log: Callable[[str], None] | None = None, **options) -> tuple[GateRun, GateRun, bool]:
     """Gate the org version `candidate` (`<v>@<org>`) on both suites; (the held-out run, the org-suite run, whether
-    it may be promoted). `options` go to both `run_gate` calls (samples, workers, max_tasks, ...)."""
+    it may be promoted). `options` go to both `run_gate` calls (samples, workers, ...); `max_tasks` (default
+    gate.org_max_tasks) to the held-out one, samples default to gate.org_samples_per_task."""
     from registry.client import Registry, parse_label
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -61,14 +62,19 @@ def run_org_gate(cfg, candidate: str, champion: str | None = None, *, registry=N
     registry = registry or Registry.from_config(cfg)
     champion = champion or registry.version_of(f"champion@{org}") or registry.version_of("champion")
     suite = org_suite(cfg, org, log)
-    run = run_gate(cfg, candidate, champion, registry=registry, track=track, log=log, **options)
+    g = cfg.gate
+    max_tasks = options.pop("max_tasks", None) or g.org_max_tasks or None
+    options["samples"] = options.get("samples") or g.org_samples_per_task or None
+    run = run_gate(cfg, candidate, champion, registry=registry, track=track, log=log, max_tasks=max_tasks,
+                   **options)
     log(f"[gate] org {org}: its own suite ({suite.name})")
     org_run = run_gate(cfg, candidate, champion, suite=suite, registry=registry, track=False, log=log,
                        out_dir=run.out_dir / "org-suite", **options)
     passed = bool(run.result.promote and org_run.result.promote)
     if track:
         tags = {"gate.org_suite.decision": org_run.result.decision,
-                "gate.org_suite.interval": org_run.result.interval_text(), "gate.org_suite.report": str(org_run.out_dir)}
+                "gate.org_suite.interval": org_run.result.interval_text(),
+                "gate.org_suite.report": str(org_run.out_dir)}
         if run.result.promote and not passed:
             tags |= {"gate.decision": "keep_champion",
                      "gate.reasons": f"org {org}'s own suite: {'; '.join(org_run.result.reasons) or 'not passed'}"}

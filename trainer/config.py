@@ -146,6 +146,9 @@ class SpecializeConfig(BaseModel):
                           "which it gets no adapter this cycle.")
     lora_r: int = Field(default=8, ge=1, le=4096, description="The adapters' LoRA rank.")
     lora_alpha: float = Field(default=16.0, gt=0, description="The adapters' LoRA scale numerator.")
+    parallel_gates: int = Field(default=1, ge=1, le=64, description="Orgs' candidates gated at once (each its own "
+                                "`rtrl gate`): on the running serving (gate.via_serving) their episodes share one "
+                                "LoRA engine's batches; needs serving.max_loras >= the adapters in flight.")
 
     def trainer(self, cfg: TrainerConfig) -> TrainerConfig:
         """The trainer settings of an org's adapter: `cfg` with this section's LoRA rank, scale and minimum."""

@@ -75,9 +75,16 @@ class GateConfig(BaseModel):
     suite_tasks: int = Field(default=60, ge=2, le=100_000, description="Tasks of the generated default suite.")
     suite_seed: int = Field(default=7, ge=0, description="Seed of the generated default suite (its workspaces are "
                             "drawn from a seed space training traffic never uses).")
+    suites_root: str = Field(default="", description="Where generated suites (the default held-out suite, the "
+                             "simulator orgs' own suites) are made; '' = <state_dir>/eval-suites.")
     org_suite_tasks: int = Field(default=32, ge=2, le=100_000, description="Tasks of an org's own generated suite "
                                  "(its workspaces, id and conventions), the second suite an org's specialized "
                                  "candidate must pass (evals/org_gate.py).")
+    org_max_tasks: int = Field(default=0, ge=0, description="Tasks of the held-out suite an org's specialized "
+                               "candidate runs (its first ones; their champion episodes are read from a whole-suite "
+                               "gate's when kept); 0 = all.")
+    org_samples_per_task: int = Field(default=0, ge=0, le=64, description="Samples per task of an org's "
+                                      "candidate on both its suites; 0 = samples_per_task.")
     org_suites_dir: str = Field(default="", description="Folder of the orgs' own suites, one task-folder suite per "
                                 "org in `<dir>/<org>/`; '' = generated for the simulator's orgs (o0, o1, ...), none "
                                 "for others.")

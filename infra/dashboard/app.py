@@ -57,10 +57,18 @@ def ab_result(state: str, cycle: str):
     return MetricsStore.for_state_dir(state).read(cycle)
 
 
+def _mlflow_ui(cfg) -> str:
+    return cfg.dashboard.mlflow_ui_url or f"http://{cfg.mlflow.ui_host}:{cfg.mlflow.ui_port}"
+
+
 @st.cache_data(ttl=TTL, show_spinner=False)
 def lineage(_cfg, key: str) -> data.Lineage:
-    ui = _cfg.dashboard.mlflow_ui_url or f"http://{_cfg.mlflow.ui_host}:{_cfg.mlflow.ui_port}"
-    return data.registry_lineage(_cfg, ui)
+    return data.registry_lineage(_cfg, _mlflow_ui(_cfg))
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def org_lineages(_cfg, key: str) -> dict[str, data.Lineage]:
+    return data.org_lineages(_cfg, _mlflow_ui(_cfg))
 
 
 def empty_state() -> None:
@@ -328,6 +336,21 @@ def page_lineage() -> None:
             "train_run": st.column_config.LinkColumn("train run", display_text="train"),
             "gate_run": st.column_config.LinkColumn("gate run", display_text="gate")})
         st.caption("Aliases: " + ", ".join(f"{a} → v{v}" for a, v in sorted(lin.aliases.items())))
+    orgs = org_lineages(CFG, str(STATE))
+    if orgs:
+        st.subheader("Specialized lineages (one adapter lineage per org)")
+        st.caption("Each org's adapters, the shared version each is over, and both gates: the held-out suite "
+                   "(gate) and the org's own suite (org_suite); its champion is what the org's users get on the "
+                   "specialized arm.")
+        for org, olin in orgs.items():
+            champion = olin.aliases.get("champion")
+            st.markdown(f"**{org}**: champion " + (f"v{champion}@{org}" if champion else "none yet (the shared "
+                                                   "champion serves it)"))
+            if olin.versions:
+                st.dataframe(pd.DataFrame(olin.versions)[["version", "cycle", "over", "parent", "rows", "gate",
+                                                          "gate_interval", "org_suite", "org_suite_interval",
+                                                          "gate_reasons", "promoted", "aliases"]],
+                             hide_index=True, key=f"org-lineage-{org}")
     st.subheader("Gate decisions")
     if not gates:
         st.info("No gate report yet (`rtrl gate VERSION`).")

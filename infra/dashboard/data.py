@@ -166,8 +166,9 @@ class Lineage:
     error: str | None = None
 
 
-def registry_lineage(cfg, mlflow_ui: str) -> Lineage:
-    """Every version of the registered model with its lineage tags and links to its MLflow runs."""
+def registry_lineage(cfg, mlflow_ui: str, org: str | None = None) -> Lineage:
+    """Every version of the registered model (with `org`: that org's specialized lineage) with its lineage tags,
+    gate decisions and links to its MLflow runs."""
     db = cfg.mlflow_tracking_uri()
     if db.startswith("sqlite:///") and not Path(db.removeprefix("sqlite:///")).exists():
         return Lineage([], {}, "no MLflow store yet")
@@ -175,8 +176,10 @@ def registry_lineage(cfg, mlflow_ui: str) -> Lineage:
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
+        from registry.client import org_model
+
         client = MlflowClient(tracking_uri=db, registry_uri=db)
-        model = cfg.mlflow.registered_model
+        model = cfg.mlflow.registered_model if org is None else org_model(cfg.mlflow.registered_model, org)
         try:
             aliases = {a: str(v) for a, v in (client.get_registered_model(model).aliases or {}).items()}
         except MlflowException:
@@ -196,19 +199,36 @@ def registry_lineage(cfg, mlflow_ui: str) -> Lineage:
         versions = []
         for mv in client.search_model_versions(f"name = '{model}'"):
             t = dict(mv.tags or {})
-            versions.append({
-                "version": str(mv.version), "parent": t.get("parent") or None, "cycle": t.get("cycle", ""),
-                "kind": t.get("kind") or ("candidate" if t.get("candidate") == "true" else ""),
-                "gate": t.get("gate.decision", ""), "gate_interval": t.get("gate.interval", ""),
-                "gate_reasons": t.get("gate.reasons", ""), "promoted": t.get("promotion.time", ""),
-                "aliases": ", ".join(sorted(a for a, v in aliases.items() if v == str(mv.version))),
-                "reward_mean": t.get("reward_mean", ""), "rows": t.get("rows", ""),
-                "run": link(mv.run_id), "train_run": link(t.get("train_run")), "gate_run": link(t.get("gate.run_id")),
-                "created": mv.creation_timestamp})
+            v = {"version": str(mv.version), "parent": t.get("parent") or None, "cycle": t.get("cycle", ""),
+                 "kind": t.get("kind") or ("candidate" if t.get("candidate") == "true" else ""),
+                 "gate": t.get("gate.decision", ""), "gate_interval": t.get("gate.interval", ""),
+                 "gate_reasons": t.get("gate.reasons", ""), "promoted": t.get("promotion.time", ""),
+                 "aliases": ", ".join(sorted(a for a, x in aliases.items() if x == str(mv.version))),
+                 "reward_mean": t.get("reward_mean", ""), "rows": t.get("rows", ""),
+                 "run": link(mv.run_id), "train_run": link(t.get("train_run")),
+                 "gate_run": link(t.get("gate.run_id")), "created": mv.creation_timestamp}
+            if org is not None:      # an adapter: the shared version it is over, and its second suite's decision
+                v |= {"over": t.get("lora_base", ""), "org_suite": t.get("gate.org_suite.decision", ""),
+                      "org_suite_interval": t.get("gate.org_suite.interval", "")}
+            versions.append(v)
         versions.sort(key=lambda v: int(v["version"]) if v["version"].isdigit() else 0)
         return Lineage(versions, aliases)
     except Exception as e:  # noqa: BLE001 -- a broken or locked store must not take the whole dashboard down
         return Lineage([], {}, f"MLflow registry unavailable: {type(e).__name__}: {e}")
+
+
+def org_lineages(cfg, mlflow_ui: str) -> dict[str, Lineage]:
+    """Each org's specialized lineage (`registry_lineage(org=...)`), for the orgs the registry has one for."""
+    db = cfg.mlflow_tracking_uri()
+    if db.startswith("sqlite:///") and not Path(db.removeprefix("sqlite:///")).exists():
+        return {}
+    try:
+        from registry.client import Registry
+
+        orgs = Registry.from_config(cfg).orgs()
+    except Exception:  # noqa: BLE001 -- as registry_lineage: the page shows the shared lineage's error
+        return {}
+    return {org: registry_lineage(cfg, mlflow_ui, org) for org in orgs}
 
 
 def lineage_dot(lineage: Lineage) -> str:

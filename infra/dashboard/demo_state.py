@@ -104,6 +104,21 @@ def _registry(cfg, cycles: list[str], promoted: dict[str, bool], tmp: Path) -> N
             reg.set_alias("previous", champion)
             champion = v
     reg.set_alias("champion", champion)
+    adapter = tmp / "adapter"
+    adapter.mkdir(parents=True, exist_ok=True)
+    (adapter / "adapter_config.json").write_text('{"r": 8}', encoding="utf-8")
+    for org, passed in (("o0", True), ("o1", False)):   # an org's adapter over the champion; o1's fails its own suite
+        oreg = reg.for_org(org)
+        v = oreg.register(adapter, tags={"candidate": "true", "adapter": "true", "org": org, "lora_base": champion,
+                                         "parent": champion, "cycle": cycles[-1], "rows": "180"},
+                          run_name=f"candidate-{cycles[-1]}-{org}")
+        oreg.set_version_tags(v, {"gate.decision": "promote" if passed else "keep_champion",
+                                  "gate.interval": "[-0.0100, +0.0400]",
+                                  "gate.org_suite.decision": "promote" if passed else "keep_champion",
+                                  "gate.org_suite.interval": "[+0.0200, +0.1500]" if passed else "[-0.1100, -0.0300]",
+                                  "gate.reasons": "" if passed else f"org {org}'s own suite: primary_inferior"})
+        if passed:
+            oreg.set_alias("champion", v)
 
 
 def write_demo_state(state: str | Path, cycles: int = 6, rows_per_cycle: int = 20_000, users: int = 800,

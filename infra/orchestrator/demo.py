@@ -98,13 +98,14 @@ def pace_settings(cfg) -> dict[str, list[float]]:
 
 def run_time_settings(base, state: Path, experiment: str) -> dict:
     """The demo's values that depend on this run and machine, set after every other layer: its state dir, its A/B
-    split, the cores (`core_settings`), the users' pace (`pace_settings`), and where the gate's held-out suite and v0
-    are kept (in the user's state dir, outside the demo's fresh one). `base`: the demo's config in the user's state
+    split, the cores (`core_settings`), the users' pace (`pace_settings`), and where the gate's generated suites (the
+    held-out one, the orgs' own) and v0 are kept (in the user's state dir, outside the demo's fresh one). `base`: the demo's config in the user's state
     dir (`demo_config`)."""
-    from evals.gate_run import default_suite_dir
+    from evals.gate_run import default_suite_dir, suites_root
 
     return {**core_settings(os.cpu_count()), "state_dir": str(state), "serving.experiment": experiment,
             **pace_settings(base), "gate.suite_dir": str(default_suite_dir(base)),
+            "gate.suites_root": str(suites_root(base)),
             "policy.cache_dir": str(policy_cache(base))}
 
 
@@ -207,6 +208,17 @@ class Demo:
         from evals.gate_run import default_suite
 
         default_suite(self.base, log=self.log)     # made once, at gate.suite_dir (in the user's state dir)
+        self.org_suites()
+
+    def org_suites(self) -> dict[str, Path]:
+        """--specialize: each simulated org's own suite (made once, under gate.suites_root in the user's state dir,
+        when gate.org_suites_dir is not set); {} for the plain demo."""
+        from evals.org_gate import org_suite
+
+        if not self.specialize:
+            return {}
+        orgs = self.cfg.specialize.orgs or [f"o{i}" for i in range(self.cfg.simulator.orgs)]
+        return {org: org_suite(self.cfg, org, self.log) for org in orgs}
 
     def start_serving(self) -> None:
         """`rtrl serve --detach` from this process (a new interpreter would first import for seconds)."""
@@ -407,7 +419,7 @@ class Demo:
     def prepare(self) -> None:
         """`rtrl demo --prepare`: v0 (bootstrapped when `<state_dir>/policy-v0` is missing), the gate's held-out
         suite with its flaky-check verdicts, and v0's gate episodes (`evals.gate_run.keep_episodes`, on a private
-        engine), each only when missing; all kept outside the demo's state dir, which is removed at the end. Then
+        engine), with --specialize also each org's own suite and v0's episodes there, each only when missing; all kept outside the demo's state dir, which is removed at the end. Then
         every demo, the first included, registers v0 in seconds and its first gate runs only the candidate."""
         from evals.gate_run import keep_episodes
         from infra.stack.stack import Stack
@@ -423,6 +435,9 @@ class Demo:
             v0 = self.ensure_v0()
             self.ensure_suite()
             kept = keep_episodes(self.cfg, v0, log=self.log)
+            for org, suite in self.org_suites().items():      # --specialize: the anchor's episodes on each org's
+                self.log(f"[prepare] v0 on org {org}'s own suite")                                  # own suite
+                keep_episodes(self.cfg, v0, log=self.log, suite=suite, samples=self.org_samples())
             self.log(f"[prepare] v0 in {self.v0_cache}; the gate's suite and v0's episodes in "
                      f"{kept.parent.parent if kept else '(not kept)'} ({self.elapsed():.0f}s)")
         finally:
@@ -438,7 +453,15 @@ class Demo:
         if stale_reason(self.v0_cache, self.cfg.policy) or not (suite / COMPLETE).is_file():
             return None
         cache, digest = episode_cache_of(self.cfg)[0], content_digest(self.v0_cache)
-        return cache.path(digest) if cache.covers(digest, self.cfg.gate.samples_per_task) else None
+        if not cache.covers(digest, self.cfg.gate.samples_per_task):
+            return None
+        for org_suite in self.org_suites().values():
+            if not episode_cache_of(self.cfg, suite=org_suite)[0].covers(digest, self.org_samples()):
+                return None
+        return cache.path(digest)
+
+    def org_samples(self) -> int:
+        return self.cfg.gate.org_samples_per_task or self.cfg.gate.samples_per_task
 
     # --- all of it -------------------------------------------------------------------------------------------
     def run(self, cycles: int, summary_path: str | None, keep_running: bool, resume: bool = False) -> dict:

@@ -11,8 +11,8 @@
     promote   compare-and-swap `champion` to the candidate when the gate passed
     specialize  with `specialize.enabled`, per org (`specialize.orgs`, else every org in the cycle's rows): its
               adapter on its rows over the shared champion (`rtrl train --org`), its gate (`rtrl gate V@ORG`: the
-              held-out suite and its own) and the compare-and-swap of `champion@ORG`; an org with too few usable
-              rows is skipped this cycle
+              held-out suite and its own; `specialize.parallel_gates` orgs at once) and the compare-and-swap of
+              `champion@ORG`; an org with too few usable rows is skipped this cycle
     deploy    serving reports the new champion on its treatment arm (blue/green hot swap; a switch without a load
               when the gate staged the candidate there), or, when the champion stayed, that serving still serves it
 
@@ -204,11 +204,9 @@ def _gated(ctx: CycleContext, label: str, against: str | None) -> dict | None:
     return None
 
 
-def specialize_org(ctx: CycleContext, org: str) -> dict:
-    """One org's adapter: train, gate, promote (each idempotent, like the shared lineage's steps)."""
-    from registry.promotion import PromotionRefused, lock_path_for
-    from registry.promotion import promote as cas_promote
-
+def train_org(ctx: CycleContext, org: str) -> dict:
+    """One org's adapter trained (idempotent: a resumed cycle finds its candidate); `trained` False when the org
+    has too few usable rows this cycle."""
     args = ["train", "--cycle", ctx.cycle_id, "--window", ctx.cycle_id, "--org", org]
     as_of = ctx.record.result("collect").get("as_of")
     if as_of:
@@ -220,31 +218,57 @@ def specialize_org(ctx: CycleContext, org: str) -> dict:
             return {"trained": False, "reason": str(e).splitlines()[-1][:300]}
         raise
     t = out["train"]
-    label = f"{t['candidate']}@{org}"
+    return {"trained": True, "candidate": f"{t['candidate']}@{org}", "parent": t.get("parent"),
+            "rows": (t.get("counts") or {})}
+
+
+def gate_org(ctx: CycleContext, org: str, trained: dict) -> dict:
+    """The gate of an org's trained candidate against what the org is served now (read back on a resumed cycle):
+    {decision, interval}, or {"already": True} when its lineage's champion is the candidate already."""
+    label = trained["candidate"]
     registry = ctx.registry()
-    oreg = registry.for_org(org)
-    trained = {"trained": True, "candidate": label, "parent": t.get("parent"), "rows": (t.get("counts") or {})}
-    if oreg.version_of("champion") == str(t["candidate"]):     # a resumed cycle that promoted it already
-        return trained | {"gate": "promote", "promoted": True, "champion": label, "already": True}
-    against = registry.version_of(f"champion@{org}") or registry.version_of("champion")
-    gate = _gated(ctx, label, against)
+    if registry.for_org(org).version_of("champion") == label.partition("@")[0]:   # a resumed cycle promoted it
+        return {"decision": "promote", "already": True}
+    gate = _gated(ctx, label, registry.version_of(f"champion@{org}") or registry.version_of("champion"))
     if gate is None:
         _, gout = ctx.cli.run("gate", label, step=f"specialize-{org}", ok_codes=(0, 3), echo=_progress(ctx))
         gate = {"decision": gout["gate"]["decision"], "interval": gout["gate"].get("interval")}
+    return gate
+
+
+def promote_org(ctx: CycleContext, org: str, trained: dict, gate: dict) -> dict:
+    """The compare-and-swap of champion@org for a candidate its gate passed."""
+    from registry.promotion import PromotionRefused, lock_path_for
+    from registry.promotion import promote as cas_promote
+
+    label = trained["candidate"]
+    if gate.get("already"):
+        return trained | {"gate": "promote", "promoted": True, "champion": label, "already": True}
+    registry = ctx.registry()
     result = trained | {"gate": gate.get("decision"), "interval": gate.get("interval")}
     if gate.get("decision") != "promote":
         return result | {"promoted": False, "champion": registry.version_of(f"champion@{org}")}
     try:
-        cas_promote(oreg, str(t["candidate"]), lock_path_for(ctx.cfg.mlflow_tracking_uri(), ctx.cfg.state_path))
+        cas_promote(registry.for_org(org), label.partition("@")[0],
+                    lock_path_for(ctx.cfg.mlflow_tracking_uri(), ctx.cfg.state_path))
     except PromotionRefused as e:
         return result | {"promoted": False, "reason": f"refused: {e}"}
     return result | {"promoted": True, "champion": label}
 
 
 def specialize(ctx: CycleContext) -> dict:
+    """Per org: train (one at a time: each trainer takes the trainer's cores), then gate the trained candidates,
+    `specialize.parallel_gates` at once, then promote each that passed."""
+    from concurrent.futures import ThreadPoolExecutor
+
     if not ctx.cfg.specialize.enabled:
         return {"enabled": False}
-    return {"enabled": True, "orgs": {org: specialize_org(ctx, org) for org in cycle_orgs(ctx)}}
+    trained = {org: train_org(ctx, org) for org in cycle_orgs(ctx)}
+    ready = [org for org, t in trained.items() if t["trained"]]
+    with ThreadPoolExecutor(max_workers=ctx.cfg.specialize.parallel_gates) as pool:
+        gates = dict(zip(ready, pool.map(lambda org: gate_org(ctx, org, trained[org]), ready)))
+    return {"enabled": True, "orgs": {org: promote_org(ctx, org, t, gates[org]) if org in gates else t
+                                      for org, t in trained.items()}}
 
 
 def serving_status(cfg, timeout_s: float = 5.0) -> dict | None:

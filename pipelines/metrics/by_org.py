@@ -9,8 +9,12 @@ Within an org the change is the absolute difference of the two arms' ratio metri
 delta-method interval of the A/B table (intervals.py). Users are assigned to arms by the router's hash whatever
 their org, so each org is a randomized experiment of its own (a stratum); the pooled change is the
 inverse-variance weighted mean of the orgs' changes, d = sum(w_k d_k) / sum(w_k) with w_k = 1 / Var(d_k) and
-Var(d) = 1 / sum(w_k), over the orgs where both arms have at least two users. Sample-ratio mismatch is the A/B
-table's check (srm.py), per org through its per-org breakdown.
+Var(d) = 1 / sum(w_k), over the orgs where both arms have at least two users.
+
+The A/B table's other checks apply here too, with `shares` and `tau` given: each org's sample-ratio mismatch
+(srm.py: its users in the two arms against the arms' shares), and the always-valid interval of each change and of
+the pooled one (sequential.py, mixing over tau x the base arm's rate: the same relative `ab.sequential_tau`), which
+may be looked at after every cycle.
 """
 
 from __future__ import annotations
@@ -19,13 +23,18 @@ import math
 
 import polars as pl
 
+from pipelines.metrics import sequential
 from pipelines.metrics.intervals import normal_interval, moments, moments_of, ratio_change
+from pipelines.metrics.srm import srm_check
 
 
 def by_org(units: pl.DataFrame, metric: str, base: str = "treatment", arm: str = "specialized",
-           alpha: float = 0.05) -> dict:
+           alpha: float = 0.05, shares: dict[str, float] | None = None, tau: float | None = None,
+           srm_threshold: float = 0.001) -> dict:
     """{"orgs": {org: change}, "pooled": change}: `arm` minus `base` on `metric` within each org (unit stats of
-    `rates.unit_stats`), and pooled over the orgs; None fields where a change cannot be estimated."""
+    `rates.unit_stats`), and pooled over the orgs; None fields where a change cannot be estimated. With `shares`
+    ({arm: share} of the two arms) each org's change has `srm` (srm.SrmResult.to_dict()); with `tau` (relative)
+    every change has `seq_low`, `seq_high` (always valid)."""
     m = moments(units.filter(pl.col("arm").is_in([base, arm])), metric, by=["org_id", "arm"])
     orgs: dict[str, dict] = {}
     weights = []
@@ -33,16 +42,25 @@ def by_org(units: pl.DataFrame, metric: str, base: str = "treatment", arm: str =
         mb, ma = moments_of(m, org_id=org, arm=base), moments_of(m, org_id=org, arm=arm)
         change = ratio_change(mb, ma, alpha)
         diff, var, low, high, _ = change.on("absolute")
+        users = {base: mb.n if mb else 0, arm: ma.n if ma else 0}
         orgs[org] = {"diff": diff, "ci_low": low, "ci_high": high, "base": change.control, "arm": change.treatment,
-                     "users": {base: mb.n if mb else 0, arm: ma.n if ma else 0}}
+                     "users": users}
+        if shares is not None and sum(users.values()):
+            orgs[org]["srm"] = srm_check(users, {a: shares[a] for a in (base, arm)}, srm_threshold).to_dict()
+        if tau is not None:
+            scale = tau * abs(change.control) if change.control else tau
+            orgs[org]["seq_low"], orgs[org]["seq_high"] = sequential.interval(diff, var, scale, alpha)
         if diff is not None and var is not None and var > 0 and math.isfinite(var):
-            weights.append((1.0 / var, diff))
+            weights.append((1.0 / var, diff, scale if tau is not None else None))
     pooled = {"diff": None, "ci_low": None, "ci_high": None, "orgs": len(weights)}
     if weights:
-        total = sum(w for w, _ in weights)
-        diff = sum(w * d for w, d in weights) / total
+        total = sum(w for w, _, _ in weights)
+        diff = sum(w * d for w, d, _ in weights) / total
         low, high, _ = normal_interval(diff, 1.0 / total, alpha)
         pooled.update(diff=diff, ci_low=low, ci_high=high)
+        if tau is not None:   # the orgs' mixing scales, weighted as their changes
+            scale = sum(w * t for w, _, t in weights) / total
+            pooled["seq_low"], pooled["seq_high"] = sequential.interval(diff, 1.0 / total, scale, alpha)
     return {"orgs": orgs, "pooled": pooled}
 
 

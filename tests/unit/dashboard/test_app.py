@@ -102,6 +102,13 @@ def test_lineage_page(monkeypatch, demo_state):
     assert set(versions["gate"]) >= {"promote", "keep_champion"}
     assert versions["run"].str.contains("/#/experiments/").all()
     assert "keep_champion" in at.table[0].value["decision"].tolist()
+    orgs = {at.dataframe[i].value["org_suite"].tolist()[0]: at.dataframe[i].value for i in (1, 2)}
+    assert set(orgs) == {"promote", "keep_champion"} and len(at.dataframe) == 3   # o0's and o1's adapter lineages
+    assert orgs["keep_champion"]["gate_reasons"].tolist() == ["org o1's own suite: primary_inferior"]
+    assert orgs["promote"]["over"].tolist() == [data.registry_lineage(
+        make_config(demo_state), "http://ui").aliases["champion"]]
+    shown = " ".join(m.value for m in at.markdown)
+    assert "**o0**: champion v1@o0" in shown and "**o1**: champion none yet" in shown
 
 
 def test_readers_tolerate_damaged_files(demo_state, tmp_path):

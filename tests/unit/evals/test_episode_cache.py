@@ -1,7 +1,7 @@
 """The gate's episode cache (evals/episode_cache.py): a checkpoint's stored episodes come back relabelled as the
 arm that reuses them, a run with an infrastructure failure is not kept, a file of more samples per task serves a
-gate of fewer and a gate of more adds its samples, and any change of suite, tasks, seed, sampling settings or the
-Episode record's fields is another key; `reused_champion` only reads it when
+gate of fewer (and a gate on part of the suite) and a gate of more adds its samples, and any change of suite, seed,
+sampling settings or the Episode record's fields is another key; `reused_champion` only reads it when
 gate.reuse_episodes is on, from the suite's folder (so another state dir's gate on the same suite finds it), and
 never for a version without a digest."""
 
@@ -63,13 +63,18 @@ def test_episodes_with_an_infrastructure_failure_are_not_kept(tmp_path):
 
 def test_the_key_changes_with_every_setting_that_decides_an_episode(tmp_path):
     s = ServingConfig()
-    base = cache_key(tmp_path, ["a", "b"], 0, s)
-    assert base == cache_key(tmp_path, ["b", "a"], 0, s)
-    others = {cache_key(tmp_path / "other", ["a", "b"], 0, s), cache_key(tmp_path, ["a"], 0, s),
-              cache_key(tmp_path, ["a", "b"], 1, s),
-              cache_key(tmp_path, ["a", "b"], 0, ServingConfig(temperature=0.7)),
-              cache_key(tmp_path, ["a", "b"], 0, ServingConfig(max_tokens=64))}
-    assert base not in others and len(others) == 5
+    base = cache_key(tmp_path, 0, s)
+    others = {cache_key(tmp_path / "other", 0, s), cache_key(tmp_path, 1, s),
+              cache_key(tmp_path, 0, ServingConfig(temperature=0.7)),
+              cache_key(tmp_path, 0, ServingConfig(max_tokens=64))}
+    assert base not in others and len(others) == 4
+
+
+def test_a_gate_on_part_of_the_suite_reads_that_part_of_a_whole_suite_file(tmp_path):
+    whole = EpisodeCache(tmp_path, "k1", TASKS)
+    whole.store(D5, episodes("candidate"))
+    part = EpisodeCache(tmp_path, "k1", TASKS[:1]).load(D5, "champion", 2)
+    assert part is not None and {(e.task_id, e.sample) for e in part} == {(TASKS[0], 0), (TASKS[0], 1)}
 
 
 def test_the_key_changes_when_the_episode_record_gains_a_field(tmp_path, monkeypatch):
@@ -77,10 +82,10 @@ def test_the_key_changes_when_the_episode_record_gains_a_field(tmp_path, monkeyp
 
     import evals.episode_cache as ec
 
-    base = cache_key(tmp_path, ["a"], 0, ServingConfig())
+    base = cache_key(tmp_path, 0, ServingConfig())
     grown = dataclasses.make_dataclass("Episode", [("later_field", bool, False)], bases=(Episode,))
     monkeypatch.setattr(ec, "Episode", grown)
-    assert cache_key(tmp_path, ["a"], 0, ServingConfig()) != base, "old entries would read the field as default"
+    assert cache_key(tmp_path, 0, ServingConfig()) != base, "old entries would read the field as default"
 
 
 @pytest.mark.integration

@@ -85,3 +85,18 @@ def test_a_specialized_candidate_passes_only_when_both_suites_pass(tmp_path, mon
     reg = Tags({"champion": "5", "champion@o1": "1@o1"})
     org_gate.run_org_gate(cfg, "2@o1", registry=reg, log=lambda m: None)
     assert calls[-1][1] == "1@o1"                                          # the org's own champion
+
+
+@pytest.mark.parametrize("given,held_out_tasks,samples", [({}, 5, 2), ({"max_tasks": 3, "samples": 4}, 3, 4)])
+def test_an_orgs_candidate_runs_the_configured_part_of_the_held_out_suite(tmp_path, monkeypatch, given,
+                                                                         held_out_tasks, samples):
+    cfg = make_config(tmp_path, "gate.org_suite_tasks=2", "gate.org_max_tasks=5", "gate.org_samples_per_task=2")
+    calls = []
+
+    def fake_run_gate(cfg, candidate, champion, suite=None, **kw):
+        calls.append((suite, kw.get("max_tasks"), kw.get("samples")))
+        return FakeRun(FakeResult("promote", []), tmp_path / "run", candidate)
+
+    monkeypatch.setattr(org_gate, "run_gate", fake_run_gate)
+    org_gate.run_org_gate(cfg, "2@o1", registry=Tags({"champion": "5"}), log=lambda m: None, **given)
+    assert calls == [(None, held_out_tasks, samples), (org_gate.org_suite(cfg, "o1"), None, samples)]

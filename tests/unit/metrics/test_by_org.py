@@ -55,3 +55,22 @@ def test_an_org_with_one_arm_only_has_no_change_and_stays_out_of_the_pool():
     r = by_org(units, "edit_persistence_rate")
     assert r["orgs"]["c"]["diff"] is None and r["orgs"]["c"]["users"] == {"treatment": 2, "specialized": 0}
     assert r["pooled"]["orgs"] == 1 and r["pooled"]["diff"] == pytest.approx(r["orgs"]["a"]["diff"])
+
+
+def test_each_org_has_the_ab_tables_srm_check_and_always_valid_intervals():
+    from pipelines.metrics import sequential
+    from pipelines.metrics.srm import srm_check
+
+    units = _units([("a", "treatment", A_SHARED), ("a", "specialized", A_SPEC), ("b", "treatment", B_SHARED),
+                    ("b", "specialized", B_SPEC)])
+    r = by_org(units, "edit_persistence_rate", shares={"treatment": 0.4, "specialized": 0.4}, tau=0.05)
+    assert r["orgs"]["b"]["srm"] == srm_check({"treatment": 2, "specialized": 3},
+                                              {"treatment": 0.4, "specialized": 0.4}).to_dict()
+    assert r["orgs"]["b"]["srm"]["expected"] == {"treatment": 2.5, "specialized": 2.5}
+    ca = ratio_change(_moments(A_SHARED), _moments(A_SPEC), 0.05)
+    assert (r["orgs"]["a"]["seq_low"], r["orgs"]["a"]["seq_high"]) == pytest.approx(
+        sequential.interval(ca.absolute, ca.on("absolute")[1], 0.05 * 4 / 11, 0.05))
+    a, p = r["orgs"]["a"], r["pooled"]
+    assert a["seq_low"] < a["ci_low"] and a["seq_high"] > a["ci_high"], "always valid: wider than the fixed one"
+    assert p["seq_low"] < p["ci_low"] < p["diff"] < p["ci_high"] < p["seq_high"]
+    assert "srm" not in by_org(units, "edit_persistence_rate")["orgs"]["a"]

@@ -55,6 +55,7 @@ def test_the_demo_without_flags_runs_with_exactly_these_settings(tmp_path, fixed
         "simulator.session_gap_s": [3599.9, 21599.6],
         "simulator.start_spread_s": 1800.0,
         "gate.suite_dir": str(tmp_path / "eval-suites" / "default-n40-seed7"),
+        "gate.suites_root": str(tmp_path / "eval-suites"),
         "gate.suite_tasks": 40,
         "gate.engine_cpu_cores": "1",
         "gate.via_serving": True,
@@ -79,9 +80,11 @@ def test_specialize_layers_its_overlay_over_the_demos(tmp_path, fixed_machine):
     extra = {k: v for k, v in _differences(demo.cfg).items() if _differences(plain.cfg).get(k) != v}
     assert [(a["name"], a["per_org"]) for a in extra.pop("serving.arms")] == [
         ("control", False), ("treatment", False), ("specialized", True)]
-    assert extra == {"specialize.enabled": True, "specialize.min_rows": 64, "simulator.background_rate": 0.15,
-                     "gate.org_suite_tasks": 16, "serving.max_loras": 4, "serving.max_lora_rank": 8,
-                     "demo.budget_s": 1140.0, "demo.ab_tail_until_s": 1080.0}
+    assert extra == {"specialize.enabled": True, "specialize.min_rows": 64, "specialize.parallel_gates": 4,
+                     "simulator.background_rate": 0.15, "gate.org_suite_tasks": 12, "gate.org_max_tasks": 12,
+                     "gate.org_samples_per_task": 2, "gate.min_pairs": 20, "serving.max_loras": 8,
+                     "serving.max_lora_rank": 8, "demo.cycles": 2, "demo.budget_s": 1140.0,
+                     "demo.ab_tail_until_s": 1080.0}
     assert demo.cfg.trainer.max_rows == 1024                                   # the demo's overlay still applies
     assert load_config(demo.config_path, demo.overrides) == demo.cfg
 
