@@ -146,11 +146,17 @@ class SpecializeConfig(BaseModel):
                           "which it gets no adapter this cycle.")
     lora_r: int = Field(default=8, ge=1, le=4096, description="The adapters' LoRA rank.")
     lora_alpha: float = Field(default=16.0, gt=0, description="The adapters' LoRA scale numerator.")
+    lr: float = Field(default=2e-3, gt=0, le=1, description="The adapters' peak learning rate. A new adapter starts "
+                      "at zero (B = 0) and an org has a few hundred rows a cycle: at the shared lineage's rate its "
+                      "few steps leave its policy its base's (docs/experiments.md).")
+    rows_per_step: int = Field(default=32, ge=1, description="The adapters' rows per optimizer step: an org's rows "
+                               "make several steps, not one.")
     parallel_gates: int = Field(default=1, ge=1, le=64, description="Orgs' candidates gated at once (each its own "
                                 "`rtrl gate`): on the running serving (gate.via_serving) their episodes share one "
                                 "LoRA engine's batches; needs serving.max_loras >= the adapters in flight.")
 
     def trainer(self, cfg: TrainerConfig) -> TrainerConfig:
-        """The trainer settings of an org's adapter: `cfg` with this section's LoRA rank, scale and minimum."""
-        return cfg.model_copy(update={"lora_r": self.lora_r, "lora_alpha": self.lora_alpha,
-                                      "min_rows": self.min_rows})
+        """The trainer settings of an org's adapter: `cfg` with this section's LoRA rank and scale, learning rate,
+        batch and minimum."""
+        return cfg.model_copy(update={"lora_r": self.lora_r, "lora_alpha": self.lora_alpha, "lr": self.lr,
+                                      "rows_per_step": self.rows_per_step, "min_rows": self.min_rows})

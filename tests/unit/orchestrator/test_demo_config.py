@@ -81,8 +81,8 @@ def test_specialize_layers_its_overlay_over_the_demos(tmp_path, fixed_machine):
     assert [(a["name"], a["per_org"]) for a in extra.pop("serving.arms")] == [
         ("control", False), ("treatment", False), ("specialized", True)]
     assert extra == {"specialize.enabled": True, "specialize.min_rows": 64, "specialize.parallel_gates": 4,
-                     "simulator.background_rate": 0.15, "gate.org_suite_tasks": 12, "gate.org_max_tasks": 12,
-                     "gate.org_samples_per_task": 2, "gate.min_pairs": 20, "serving.max_loras": 8,
+                     "simulator.background_rate": 0.15, "gate.org_suite_tasks": 24,
+                     "gate.org_samples_per_task": 2, "serving.max_loras": 8,
                      "serving.max_lora_rank": 8, "demo.cycles": 2, "demo.budget_s": 1140.0,
                      "demo.ab_tail_until_s": 1080.0}
     assert demo.cfg.trainer.max_rows == 1024                                   # the demo's overlay still applies
