@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from evals.gate_run import COMPLETE, GateRun, run_gate, suites_root
+from evals.gate_run import COMPLETE, GateRun, run_gate, suites_root, unstage_after
 
 SIMULATED_ORG = re.compile(r"^o(\d+)$")
 
@@ -71,6 +71,8 @@ def run_org_gate(cfg, candidate: str, champion: str | None = None, *, registry=N
     org_run = run_gate(cfg, candidate, champion, suite=suite, registry=registry, track=False, log=log,
                        out_dir=run.out_dir / "org-suite", **options)
     passed = bool(run.result.promote and org_run.result.promote)
+    if cfg.gate.via_serving and run.result.promote and not passed:   # the held-out run left it staged for a
+        unstage_after(cfg, {"candidate": candidate}, False, log)       # promotion that will not come
     if track:
         tags = {"gate.org_suite.decision": org_run.result.decision,
                 "gate.org_suite.interval": org_run.result.interval_text(),

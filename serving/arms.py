@@ -142,6 +142,7 @@ class Fleet:
         self.per_org = {a.name for a in self.cfg.arms if a.per_org}
         self.org_aliases: list[str] = []          # `<alias>@<org>` of per-org arms' aliases, for the orgs found
         self._staged: dict[str, float] = {}      # version -> monotonic time it was (last) staged
+        self._stage_holds: dict[str, int] = {}   # version -> stages not unstaged yet (gates running on it at once)
         self._by_alias: dict[str, Loaded] = {}
         self._loaded: dict[str, Loaded] = {}      # serving (not retiring) engines by version
         self._failed: dict[str, float] = {}       # version -> monotonic time its load failed
@@ -296,13 +297,21 @@ class Fleet:
             t0 = time.monotonic()
             await self._get_or_load(str(version), cpu_cores)
             self._staged[str(version)] = time.monotonic()
+            self._stage_holds[str(version)] = self._stage_holds.get(str(version), 0) + 1
             return round(time.monotonic() - t0, 3)
 
     async def unstage(self, version: str) -> bool:
-        """Stop pinning `version`; its engine retires unless an alias holds it. False when it was not staged."""
+        """Release one stage of `version` (gates run at once may each have staged it: the champion of several
+        orgs' gates); when none is left, stop pinning it, and its engine retires unless an alias holds it. False
+        when it was not staged."""
         async with self._swap_lock:
-            if self._staged.pop(str(version), None) is None:
+            if str(version) not in self._staged:
                 return False
+            holds = self._stage_holds.pop(str(version), 1) - 1
+            if holds > 0:
+                self._stage_holds[str(version)] = holds
+                return True
+            self._staged.pop(str(version))
             slot = self._loaded.get(str(version))
             if slot is not None and not self._held(slot):
                 log.info("version %s unstaged: its engine retires", version)
@@ -319,6 +328,7 @@ class Fleet:
             slot = self._loaded.get(version)
             if now - at > self.cfg.stage_ttl_s and (slot is None or slot not in self._by_alias.values()):
                 log.warning("version %s was staged %.0fs ago and no alias took it: unstaging it", version, now - at)
+                self._stage_holds.pop(version, None)
                 await self.unstage(version)
 
     async def poll_once(self) -> list[SwapRecord]:

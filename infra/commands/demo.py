@@ -19,7 +19,7 @@ def add_parser(subparsers) -> None:
                            "does. Progress on stderr, the table on stdout. Settings: [demo] in rtrl.toml (users, "
                            "speed, cycles, time budget) and the overlay infra/configs/demo.toml (cadence, "
                            "training, gate size), under your own --config and --set.")
-    p.add_argument("--cycles", type=int, metavar="K", help="cycles to run (default demo.cycles, 3)")
+    p.add_argument("--cycles", type=int, metavar="K", help="cycles to run (default demo.cycles: 3; 2 with --specialize)")
     p.add_argument("--summary", metavar="PATH", help="also write the summary as JSON to PATH")
     p.add_argument("--keep-running", action="store_true", help="leave the stack, serving, users and the UIs "
                    "(MLflow, Dagster, dashboard) running at the end; `rtrl --set state_dir=... down` stops them")
@@ -52,7 +52,7 @@ def main(args, cfg) -> int:
                 return 2
             demo.prepare()
         else:
-            demo.run(cfg.demo.cycles, args.summary, args.keep_running, resume=args.resume)
+            demo.run(demo.cfg.demo.cycles, args.summary, args.keep_running, resume=args.resume)
     except (DemoError, StepFailed, StackError) as e:
         print(f"rtrl demo: {e}", file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
 """Staging a version for evaluation over fake engines: pinned requests reach it and are never logged, no arm gets
-it, promoting it is a switch without a load, unstaging retires it unless an alias holds it, and a forgotten stage
-expires."""
+it, promoting it is a switch without a load, unstaging retires it unless an alias or another stage of it (gates run
+at once) holds it, and a forgotten stage expires."""
 
 from __future__ import annotations
 
@@ -47,6 +47,9 @@ def test_unstaging_a_rejected_candidate_shuts_its_engine_down_and_staging_twice_
         assert len(loader.engines) == 2
         await f.stage("1")                                                  # the champion: already loaded
         assert len(loader.engines) == 2
+        assert await f.unstage("3") is True                                 # two gates staged it: one is done,
+        with f.lease_version("3") as slot:                                  # the other still runs on it
+            assert slot.version == "3"
         assert await f.unstage("3") is True and await f.unstage("3") is False
         assert await f.unstage("1") is True
         await wait_for_async(lambda: loader.engines[1].shut_down, 5, "v3's engine shut down")

@@ -89,3 +89,12 @@ def test_an_org_adapter_needs_lora_and_an_org_id_fit_for_a_model_name(tmp_path):
         run_training(small_trainer_config(), reg, tmp_path / "rewards", "c1", tmp_path / "train", org="acme")
     with pytest.raises(ValueError, match="org id"):
         reg.for_org("a/b")
+
+
+def test_an_adapter_trains_with_the_specialize_sections_rank_rate_and_batch():
+    from trainer.config import SpecializeConfig, TrainerConfig
+
+    shared = TrainerConfig(lr=3e-4, rows_per_step=128, min_rows=64, max_rows=1024)
+    t = SpecializeConfig(lora_r=4, lora_alpha=8, lr=2e-3, rows_per_step=32, min_rows=100).trainer(shared)
+    assert (t.lora_r, t.lora_alpha, t.lr, t.rows_per_step, t.min_rows) == (4, 8, 2e-3, 32, 100)
+    assert t.max_rows == 1024 and shared.lora_r == 0 and shared.lr == 3e-4     # the rest is the shared trainer's
