@@ -149,14 +149,17 @@ class SpecializeConfig(BaseModel):
     lr: float = Field(default=2e-3, gt=0, le=1, description="The adapters' peak learning rate. A new adapter starts "
                       "at zero (B = 0) and an org has a few hundred rows a cycle: at the shared lineage's rate its "
                       "few steps leave its policy its base's (docs/experiments.md).")
-    rows_per_step: int = Field(default=32, ge=1, description="The adapters' rows per optimizer step: an org's rows "
+    rows_per_step: int = Field(default=64, ge=1, description="The adapters' rows per optimizer step: an org's rows "
                                "make several steps, not one.")
+    max_rows: int = Field(default=256, ge=0, description="An adapter trains on at most this many of its org's "
+                          "usable rows per cycle (a seeded sample, as trainer.max_rows); 0 = all.")
     parallel_gates: int = Field(default=1, ge=1, le=64, description="Orgs' candidates gated at once (each its own "
                                 "`rtrl gate`): on the running serving (gate.via_serving) their episodes share one "
                                 "LoRA engine's batches; needs serving.max_loras >= the adapters in flight.")
 
     def trainer(self, cfg: TrainerConfig) -> TrainerConfig:
         """The trainer settings of an org's adapter: `cfg` with this section's LoRA rank and scale, learning rate,
-        batch and minimum."""
+        batch, and most and fewest rows."""
         return cfg.model_copy(update={"lora_r": self.lora_r, "lora_alpha": self.lora_alpha, "lr": self.lr,
-                                      "rows_per_step": self.rows_per_step, "min_rows": self.min_rows})
+                                      "rows_per_step": self.rows_per_step, "max_rows": self.max_rows,
+                                      "min_rows": self.min_rows})

@@ -53,6 +53,15 @@ def test_the_demo_gates_on_a_suite_kept_outside_its_fresh_state_dir(tmp_path):
     assert str(default_suite(demo.cfg.model_copy(update={"state_dir": str(tmp_path)}))) == suite
 
 
+def test_the_specialized_demo_keeps_each_orgs_suite_outside_its_fresh_state_dir(tmp_path):
+    given = [f'state_dir="{tmp_path}"', "gate.org_suite_tasks=2"]
+    demo = Demo(make_config(tmp_path), None, given, log=lambda m: None, specialize=True)
+    suites = demo.org_suites()
+    assert sorted(suites) == ["o0", "o1", "o2", "o3"]
+    assert all(p.parent == tmp_path / "eval-suites" and p.name.startswith(f"org-{o}-") for o, p in suites.items())
+    assert Demo(make_config(tmp_path), None, given, log=lambda m: None).org_suites() == {}   # the plain demo
+
+
 def test_the_demo_pace_slows_each_user_so_more_users_make_the_same_load(tmp_path):
     given = ["demo.pace=0.25", "simulator.start_spread_s=600"]
     base = make_config(tmp_path, *given)

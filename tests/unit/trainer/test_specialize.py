@@ -95,6 +95,6 @@ def test_an_adapter_trains_with_the_specialize_sections_rank_rate_and_batch():
     from trainer.config import SpecializeConfig, TrainerConfig
 
     shared = TrainerConfig(lr=3e-4, rows_per_step=128, min_rows=64, max_rows=1024)
-    t = SpecializeConfig(lora_r=4, lora_alpha=8, lr=2e-3, rows_per_step=32, min_rows=100).trainer(shared)
-    assert (t.lora_r, t.lora_alpha, t.lr, t.rows_per_step, t.min_rows) == (4, 8, 2e-3, 32, 100)
-    assert t.max_rows == 1024 and shared.lora_r == 0 and shared.lr == 3e-4     # the rest is the shared trainer's
+    t = SpecializeConfig(lora_r=4, lora_alpha=8, lr=2e-3, rows_per_step=32, max_rows=96, min_rows=100).trainer(shared)
+    assert (t.lora_r, t.lora_alpha, t.lr, t.rows_per_step, t.max_rows, t.min_rows) == (4, 8, 2e-3, 32, 96, 100)
+    assert t.loss == shared.loss and shared.lora_r == 0 and shared.lr == 3e-4   # the rest is the shared trainer's
