@@ -19,7 +19,7 @@ def add_parser(subparsers) -> None:
                            "does. Progress on stderr, the table on stdout. Settings: [demo] in rtrl.toml (users, "
                            "speed, cycles, time budget) and the overlay infra/configs/demo.toml (cadence, "
                            "training, gate size), under your own --config and --set.")
-    p.add_argument("--cycles", type=int, metavar="K", help="cycles to run (default demo.cycles: 3; 2 with "
+    p.add_argument("--cycles", type=int, metavar="K", help="cycles to run (default demo.cycles: 3; 1 with "
                    "--specialize)")
     p.add_argument("--summary", metavar="PATH", help="also write the summary as JSON to PATH")
     p.add_argument("--keep-running", action="store_true", help="leave the stack, serving, users and the UIs "

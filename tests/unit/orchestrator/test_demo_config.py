@@ -80,11 +80,11 @@ def test_specialize_layers_its_overlay_over_the_demos(tmp_path, fixed_machine):
     extra = {k: v for k, v in _differences(demo.cfg).items() if _differences(plain.cfg).get(k) != v}
     assert [(a["name"], a["per_org"]) for a in extra.pop("serving.arms")] == [
         ("control", False), ("treatment", False), ("specialized", True)]
-    assert extra == {"specialize.enabled": True, "specialize.min_rows": 64, "specialize.lr": 5e-3,
+    assert extra == {"specialize.enabled": True, "specialize.min_rows": 64, "specialize.lr": 3e-3,
                      "specialize.parallel_gates": 4,
                      "simulator.background_rate": 0.15, "gate.org_suite_tasks": 24,
                      "gate.org_samples_per_task": 2, "serving.max_loras": 8,
-                     "serving.max_lora_rank": 8, "demo.cycles": 2, "demo.budget_s": 1140.0,
+                     "serving.max_lora_rank": 8, "demo.cycles": 1, "demo.budget_s": 1140.0,
                      "demo.ab_tail_until_s": 1080.0}
     assert demo.cfg.trainer.max_rows == 1024                                   # the demo's overlay still applies
     assert load_config(demo.config_path, demo.overrides) == demo.cfg
