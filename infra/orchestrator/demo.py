@@ -99,8 +99,8 @@ def pace_settings(cfg) -> dict[str, list[float]]:
 def run_time_settings(base, state: Path, experiment: str) -> dict:
     """The demo's values that depend on this run and machine, set after every other layer: its state dir, its A/B
     split, the cores (`core_settings`), the users' pace (`pace_settings`), and where the gate's generated suites (the
-    held-out one, the orgs' own) and v0 are kept (in the user's state dir, outside the demo's fresh one). `base`: the demo's config in the user's state
-    dir (`demo_config`)."""
+    held-out one, the orgs' own) and v0 are kept (in the user's state dir, outside the demo's fresh one). `base`:
+    the demo's config in the user's state dir (`demo_config`)."""
     from evals.gate_run import default_suite_dir, suites_root
 
     return {**core_settings(os.cpu_count()), "state_dir": str(state), "serving.experiment": experiment,
@@ -419,8 +419,9 @@ class Demo:
     def prepare(self) -> None:
         """`rtrl demo --prepare`: v0 (bootstrapped when `<state_dir>/policy-v0` is missing), the gate's held-out
         suite with its flaky-check verdicts, and v0's gate episodes (`evals.gate_run.keep_episodes`, on a private
-        engine), with --specialize also each org's own suite and v0's episodes there, each only when missing; all kept outside the demo's state dir, which is removed at the end. Then
-        every demo, the first included, registers v0 in seconds and its first gate runs only the candidate."""
+        engine), with --specialize also each org's own suite and v0's episodes there, each only when missing; all
+        kept outside the demo's state dir, which is removed at the end. Then every demo, the first included,
+        registers v0 in seconds and its first gate runs only the candidate."""
         from evals.gate_run import keep_episodes
         from infra.stack.stack import Stack
 
