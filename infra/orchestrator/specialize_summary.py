@@ -2,7 +2,9 @@
 
     ab_by_org         per org, specialized − shared (the `specialized` arm against `treatment`) on edit
                       persistence: {diff, ci_low, ci_high, seq_low, seq_high (always valid), srm_flagged, srm_p,
-                      specialized, shared, users}
+                      specialized, shared, users, versions: the org's adapter versions that served its specialized
+                      arm; [] = none (both arms served the shared champion: the change is noise around 0)}
+    orgs_won, orgs_specialized   orgs with a change above 0; orgs that an adapter of their own served
     ab_by_org_pooled  {diff, ci_low, ci_high, seq_low, seq_high, orgs}: the inverse-variance pooled change
                       (pipelines/metrics/by_org.py)
     long_loop         {control, treatment, diff, ci_low, ci_high, ...}: the background-task acceptance rate per arm
@@ -38,19 +40,26 @@ def specialization_summary(cfg, records) -> dict:
         since = (rows.filter(pl.col("policy_version").str.contains("@", literal=True))
                  .select(pl.col("request_time").min()).collect().item())
         if since is not None:
-            units = unit_stats(rows.filter(pl.col("request_time") >= since).select(INPUT_COLUMNS)).collect()
+            window = rows.filter(pl.col("request_time") >= since)
+            served = dict(window.filter((pl.col("arm") == SPECIALIZED)
+                                        & pl.col("policy_version").str.contains("@", literal=True))
+                          .group_by("org_id").agg(pl.col("policy_version").unique().sort()).collect().iter_rows())
+            units = unit_stats(window.select(INPUT_COLUMNS)).collect()
             shares = {a.name: a.share for a in cfg.serving.arms if a.name in (SHARED, SPECIALIZED)}
             result = by_org(units, "edit_persistence_rate", base=SHARED, arm=SPECIALIZED, alpha=cfg.ab.alpha,
-                            shares=shares, tau=cfg.ab.sequential_tau, srm_threshold=cfg.ab.srm_p_threshold)
+                            shares=shares if len(shares) == 2 else None, tau=cfg.ab.sequential_tau,
+                            srm_threshold=cfg.ab.srm_p_threshold)
             out["ab_by_org"] = {org: {"diff": c["diff"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
                                       "seq_low": c.get("seq_low"), "seq_high": c.get("seq_high"),
                                       "srm_flagged": (c.get("srm") or {}).get("flagged"),
                                       "srm_p": (c.get("srm") or {}).get("p_value"),
-                                      "specialized": c["arm"], "shared": c["base"], "users": c["users"]}
+                                      "specialized": c["arm"], "shared": c["base"], "users": c["users"],
+                                      "versions": served.get(org, [])}
                                 for org, c in result["orgs"].items()}
             out["ab_by_org_pooled"] = result["pooled"]
             out["ab_by_org_since"] = since.isoformat()
             out["orgs_won"] = wins(result)
+            out["orgs_specialized"] = sorted(served)
         else:
             out["ab_by_org_reason"] = "no request was served by an org's specialized version"
     outcomes = read_outcome_table(outcome_table(table))
@@ -66,7 +75,8 @@ def render_specialization(summary: dict) -> list[str]:
         lines.append(f"Specialized − shared, edit persistence by org (since {summary['ab_by_org_since']}):")
         for org, c in summary["ab_by_org"].items():
             lines.append(f"  {org:<8} diff {_pp(c['diff'])} pp  95% CI [{_pp(c['ci_low'])}, {_pp(c['ci_high'])}] pp"
-                         f"  users {c['users']}" + ("  SAMPLE-RATIO MISMATCH" if c.get("srm_flagged") else ""))
+                         f"  users {c['users']}" + ("" if c.get("versions") else "  (no adapter: shared on both)")
+                         + ("  SAMPLE-RATIO MISMATCH" if c.get("srm_flagged") else ""))
         p = summary["ab_by_org_pooled"]
         lines.append(f"  pooled   diff {_pp(p['diff'])} pp  95% CI [{_pp(p['ci_low'])}, {_pp(p['ci_high'])}] pp"
                      f"  over {p['orgs']} orgs")
