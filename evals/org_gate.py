@@ -52,7 +52,7 @@ def run_org_gate(cfg, candidate: str, champion: str | None = None, *, registry=N
                  log: Callable[[str], None] | None = None, **options) -> tuple[GateRun, GateRun, bool]:
     """Gate the org version `candidate` (`<v>@<org>`) on both suites; (the held-out run, the org-suite run, whether
     it may be promoted). `options` go to both `run_gate` calls (samples, workers, ...); `max_tasks` (default
-    gate.org_max_tasks) to the held-out one, samples default to gate.org_samples_per_task."""
+    gate.org_max_tasks) to the held-out one, samples default to `GateConfig.org_samples`."""
     from registry.client import Registry, parse_label
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -64,7 +64,7 @@ def run_org_gate(cfg, candidate: str, champion: str | None = None, *, registry=N
     suite = org_suite(cfg, org, log)
     g = cfg.gate
     max_tasks = options.pop("max_tasks", None) or g.org_max_tasks or None
-    options["samples"] = options.get("samples") or g.org_samples_per_task or None
+    options["samples"] = options.get("samples") or g.org_samples
     run = run_gate(cfg, candidate, champion, registry=registry, track=track, log=log, max_tasks=max_tasks,
                    **options)
     log(f"[gate] org {org}: its own suite ({suite.name})")

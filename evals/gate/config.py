@@ -121,3 +121,8 @@ class GateConfig(BaseModel):
                                     description="Worst regressions (tasks the champion resolved and the candidate "
                                                 "did not) shown with transcripts in the report.")
     experiment: str = Field(default="rtrl-gate", min_length=1, description="MLflow experiment of the gate runs.")
+
+    @property
+    def org_samples(self) -> int:
+        """Samples per task of an org's specialized candidate: org_samples_per_task, else samples_per_task."""
+        return self.org_samples_per_task or self.samples_per_task

@@ -438,7 +438,7 @@ class Demo:
             kept = keep_episodes(self.cfg, v0, log=self.log)
             for org, suite in self.org_suites().items():      # --specialize: the anchor's episodes on each org's
                 self.log(f"[prepare] v0 on org {org}'s own suite")                                  # own suite
-                keep_episodes(self.cfg, v0, log=self.log, suite=suite, samples=self.org_samples())
+                keep_episodes(self.cfg, v0, log=self.log, suite=suite, samples=self.cfg.gate.org_samples)
             self.log(f"[prepare] v0 in {self.v0_cache}; the gate's suite and v0's episodes in "
                      f"{kept.parent.parent if kept else '(not kept)'} ({self.elapsed():.0f}s)")
         finally:
@@ -457,12 +457,9 @@ class Demo:
         if not cache.covers(digest, self.cfg.gate.samples_per_task):
             return None
         for org_suite in self.org_suites().values():
-            if not episode_cache_of(self.cfg, suite=org_suite)[0].covers(digest, self.org_samples()):
+            if not episode_cache_of(self.cfg, suite=org_suite)[0].covers(digest, self.cfg.gate.org_samples):
                 return None
         return cache.path(digest)
-
-    def org_samples(self) -> int:
-        return self.cfg.gate.org_samples_per_task or self.cfg.gate.samples_per_task
 
     # --- all of it -------------------------------------------------------------------------------------------
     def run(self, cycles: int, summary_path: str | None, keep_running: bool, resume: bool = False) -> dict:
