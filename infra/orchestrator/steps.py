@@ -225,9 +225,11 @@ def train_org(ctx: CycleContext, org: str) -> dict:
 def gate_org(ctx: CycleContext, org: str, trained: dict) -> dict:
     """The gate of an org's trained candidate against what the org is served now (read back on a resumed cycle):
     {decision, interval}, or {"already": True} when its lineage's champion is the candidate already."""
+    from registry.client import parse_label
+
     label = trained["candidate"]
     registry = ctx.registry()
-    if registry.for_org(org).version_of("champion") == label.partition("@")[0]:   # a resumed cycle promoted it
+    if registry.for_org(org).version_of("champion") == parse_label(label)[0]:   # a resumed cycle promoted it
         return {"decision": "promote", "already": True}
     gate = _gated(ctx, label, registry.version_of(f"champion@{org}") or registry.version_of("champion"))
     if gate is None:
@@ -238,6 +240,7 @@ def gate_org(ctx: CycleContext, org: str, trained: dict) -> dict:
 
 def promote_org(ctx: CycleContext, org: str, trained: dict, gate: dict) -> dict:
     """The compare-and-swap of champion@org for a candidate its gate passed."""
+    from registry.client import parse_label
     from registry.promotion import PromotionRefused, lock_path_for
     from registry.promotion import promote as cas_promote
 
@@ -249,7 +252,7 @@ def promote_org(ctx: CycleContext, org: str, trained: dict, gate: dict) -> dict:
     if gate.get("decision") != "promote":
         return result | {"promoted": False, "champion": registry.version_of(f"champion@{org}")}
     try:
-        cas_promote(registry.for_org(org), label.partition("@")[0],
+        cas_promote(registry.for_org(org), parse_label(label)[0],
                     lock_path_for(ctx.cfg.mlflow_tracking_uri(), ctx.cfg.state_path))
     except PromotionRefused as e:
         return result | {"promoted": False, "reason": f"refused: {e}"}
