@@ -166,11 +166,16 @@ class Lineage:
     error: str | None = None
 
 
+def _no_store(tracking_uri: str) -> bool:
+    """A local MLflow store that does not exist yet (nothing registered: not an error to show)."""
+    return tracking_uri.startswith("sqlite:///") and not Path(tracking_uri.removeprefix("sqlite:///")).exists()
+
+
 def registry_lineage(cfg, mlflow_ui: str, org: str | None = None) -> Lineage:
     """Every version of the registered model (with `org`: that org's specialized lineage) with its lineage tags,
     gate decisions and links to its MLflow runs."""
     db = cfg.mlflow_tracking_uri()
-    if db.startswith("sqlite:///") and not Path(db.removeprefix("sqlite:///")).exists():
+    if _no_store(db):
         return Lineage([], {}, "no MLflow store yet")
     try:
         from mlflow.exceptions import MlflowException
@@ -219,8 +224,7 @@ def registry_lineage(cfg, mlflow_ui: str, org: str | None = None) -> Lineage:
 
 def org_lineages(cfg, mlflow_ui: str) -> dict[str, Lineage]:
     """Each org's specialized lineage (`registry_lineage(org=...)`), for the orgs the registry has one for."""
-    db = cfg.mlflow_tracking_uri()
-    if db.startswith("sqlite:///") and not Path(db.removeprefix("sqlite:///")).exists():
+    if _no_store(cfg.mlflow_tracking_uri()):
         return {}
     try:
         from registry.client import Registry
