@@ -124,6 +124,13 @@ class SwapRecord:
 
 
 @dataclass
+class Stage:
+    """A staged version: pinned requests reach it until the last gate that staged it unstages it."""
+    at: float                    # monotonic time it was (last) staged
+    holds: int = 0               # stages not unstaged yet (gates running on it at once)
+
+
+@dataclass
 class Fleet:
     """Arms' engines. `loader(version, folder, **placement)` builds an engine (blocking; run in a thread; placement:
     `cpu_cores`, `devices`, `gpu_memory_utilization` when set); `registry` has `version_of(alias)` and
@@ -141,8 +148,7 @@ class Fleet:
         self.arm_alias = {a.name: a.alias for a in self.cfg.arms}
         self.per_org = {a.name for a in self.cfg.arms if a.per_org}
         self.org_aliases: list[str] = []          # `<alias>@<org>` of per-org arms' aliases, for the orgs found
-        self._staged: dict[str, float] = {}      # version -> monotonic time it was (last) staged
-        self._stage_holds: dict[str, int] = {}   # version -> stages not unstaged yet (gates running on it at once)
+        self._staged: dict[str, Stage] = {}
         self._by_alias: dict[str, Loaded] = {}
         self._loaded: dict[str, Loaded] = {}      # serving (not retiring) engines by version
         self._failed: dict[str, float] = {}       # version -> monotonic time its load failed
@@ -296,8 +302,8 @@ class Fleet:
         async with self._swap_lock:
             t0 = time.monotonic()
             await self._get_or_load(str(version), cpu_cores)
-            self._staged[str(version)] = time.monotonic()
-            self._stage_holds[str(version)] = self._stage_holds.get(str(version), 0) + 1
+            stage = self._staged.setdefault(str(version), Stage(0.0))
+            stage.at, stage.holds = time.monotonic(), stage.holds + 1
             return round(time.monotonic() - t0, 3)
 
     async def unstage(self, version: str) -> bool:
@@ -305,18 +311,21 @@ class Fleet:
         orgs' gates); when none is left, stop pinning it, and its engine retires unless an alias holds it. False
         when it was not staged."""
         async with self._swap_lock:
-            if str(version) not in self._staged:
+            stage = self._staged.get(str(version))
+            if stage is None:
                 return False
-            holds = self._stage_holds.pop(str(version), 1) - 1
-            if holds > 0:
-                self._stage_holds[str(version)] = holds
-                return True
-            self._staged.pop(str(version))
-            slot = self._loaded.get(str(version))
-            if slot is not None and not self._held(slot):
-                log.info("version %s unstaged: its engine retires", version)
-                self._retire(slot, None)
+            stage.holds -= 1
+            if stage.holds <= 0:
+                self._drop_stage(str(version))
             return True
+
+    def _drop_stage(self, version: str) -> None:
+        """Stop pinning `version` (under the swap lock); its engine retires unless an alias holds it."""
+        self._staged.pop(version)
+        slot = self._loaded.get(version)
+        if slot is not None and not self._held(slot):
+            log.info("version %s unstaged: its engine retires", version)
+            self._retire(slot, None)
 
     def _held(self, slot: Loaded) -> bool:
         """Whether an alias or staging still holds this engine."""
@@ -324,12 +333,14 @@ class Fleet:
 
     async def _expire_staged(self) -> None:
         now = time.monotonic()
-        for version, at in list(self._staged.items()):
+        for version, stage in list(self._staged.items()):
             slot = self._loaded.get(version)
-            if now - at > self.cfg.stage_ttl_s and (slot is None or slot not in self._by_alias.values()):
-                log.warning("version %s was staged %.0fs ago and no alias took it: unstaging it", version, now - at)
-                self._stage_holds.pop(version, None)
-                await self.unstage(version)
+            if now - stage.at > self.cfg.stage_ttl_s and (slot is None or slot not in self._by_alias.values()):
+                log.warning("version %s was staged %.0fs ago and no alias took it: unstaging it", version,
+                            now - stage.at)
+                async with self._swap_lock:       # every hold goes: the gates that staged it are long gone
+                    if self._staged.get(version) is stage:
+                        self._drop_stage(version)
 
     async def poll_once(self) -> list[SwapRecord]:
         """Check every alias once; swap those that moved. Returns the swaps made."""
