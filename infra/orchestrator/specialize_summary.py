@@ -37,12 +37,12 @@ def specialization_summary(cfg, records) -> dict:
                                                (r.result("specialize").get("orgs") or {}).values())]}
     if measured:
         rows = pl.concat([scan_cycle(table, r.cycle_id) for r in measured], how="vertical_relaxed")
-        since = (rows.filter(pl.col("policy_version").str.contains("@", literal=True))
+        adapter = pl.col("policy_version").str.contains("@", literal=True)   # `<version>@<org>`: an adapter
+        since = (rows.filter(adapter)
                  .select(pl.col("request_time").min()).collect().item())
         if since is not None:
             window = rows.filter(pl.col("request_time") >= since)
-            served = dict(window.filter((pl.col("arm") == SPECIALIZED)
-                                        & pl.col("policy_version").str.contains("@", literal=True))
+            served = dict(window.filter((pl.col("arm") == SPECIALIZED) & adapter)
                           .group_by("org_id").agg(pl.col("policy_version").unique().sort()).collect().iter_rows())
             units = unit_stats(window.select(INPUT_COLUMNS)).collect()
             shares = {a.name: a.share for a in cfg.serving.arms if a.name in (SHARED, SPECIALIZED)}
