@@ -48,7 +48,7 @@ def by_org(units: pl.DataFrame, metric: str, base: str = "treatment", arm: str =
         if shares is not None and sum(users.values()):
             orgs[org]["srm"] = srm_check(users, {a: shares[a] for a in (base, arm)}, srm_threshold).to_dict()
         if tau is not None:
-            scale = tau * abs(change.control) if change.control else tau
+            scale = sequential.absolute_tau(tau, change.control)
             orgs[org]["seq_low"], orgs[org]["seq_high"] = sequential.interval(diff, var, scale, alpha)
         if diff is not None and var is not None and var > 0 and math.isfinite(var):
             weights.append((1.0 / var, diff, scale if tau is not None else None))

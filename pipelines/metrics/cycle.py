@@ -77,7 +77,7 @@ def _tau(info, change: Change, cfg: AbConfig) -> float:
     absolute change mixes over sequential_tau x |control|."""
     if info.scale == "relative":
         return cfg.sequential_tau
-    return cfg.sequential_tau * abs(change.control) if change.control else cfg.sequential_tau
+    return sequential.absolute_tau(cfg.sequential_tau, change.control)
 
 
 def _changes(units: pl.DataFrame, hist: pl.DataFrame, control: str, treatment: str, cfg: AbConfig,

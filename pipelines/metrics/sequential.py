@@ -34,6 +34,12 @@ def halfwidth(var: float, tau: float, alpha: float) -> float:
     return math.sqrt(var * (var + t2) / t2 * (2 * math.log(1 / alpha) + math.log((var + t2) / var)))
 
 
+def absolute_tau(tau: float, control: float | None) -> float:
+    """The mixing scale of an absolute change: `tau` is relative (`ab.sequential_tau`), so it is tau x |control|,
+    or tau itself when the control's value is 0 or unknown."""
+    return tau * abs(control) if control else tau
+
+
 def interval(est: float | None, var: float | None, tau: float, alpha: float) -> tuple[float | None, float | None]:
     if est is None or var is None or not var > 0:
         return None, None
