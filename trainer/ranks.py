@@ -3,6 +3,7 @@
     ranks = Ranks.start()                    # the process group (gloo on CPU, NCCL on GPUs), this rank's device
     parent = ranks.share(lookup() if ranks.main else None)   # rank 0's value on every rank
     ranks.same(fingerprint, "selected rows")                 # refuse to train when the ranks disagree
+    ranks.close(ok)                                          # end the group (after a barrier when ok)
 
 With one rank (no launcher) nothing is started and every call is a plain return. The group is DeepSpeed's: its
 `init_distributed` is what `deepspeed.initialize` would call later, so the engine reuses it.
@@ -65,3 +66,16 @@ class Ranks:
             import torch.distributed as dist
 
             dist.barrier()
+
+    def close(self, ok: bool = True) -> None:
+        """End the process group before the interpreter does: a group left to the exit handlers can abort a rank
+        ("terminate called without an active exception") after its work is done. After success the ranks meet
+        first, so none tears down the group while another still uses it; after a failure they do not wait."""
+        if self.world == 1:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            if ok:
+                dist.barrier()
+            dist.destroy_process_group()

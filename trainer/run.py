@@ -91,15 +91,28 @@ def run_training(cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_ro
     what they need from it (the champion, its folder, the candidate version) and return the same result. Every rank
     reads and selects the rows itself (deterministic: sorted by request_id, a seeded sample) and the ranks check
     that they agree before training."""
+    from trainer.ranks import Ranks
+
+    ranks = Ranks.start()
+    ok = False
+    try:
+        result = _run_training(ranks, cfg, registry, rewards, cycle, run_root, as_of, log, on_step, window, org)
+        ok = True
+        return result
+    finally:
+        ranks.close(ok)
+
+
+def _run_training(ranks, cfg: TrainerConfig, registry, rewards: Path, cycle: str, run_root: Path,
+                  as_of: datetime | None, log: Callable[[str], None], on_step: Callable | None,
+                  window: str | None, org: str | None) -> TrainResult:
     from schemas.reward_table import outcome_table, read_outcome_table, read_reward_table
     from trainer.adapters import base_of
     from trainer.adapters import lineage as adapter_tags
     from trainer.outcomes import with_outcomes
     from trainer.specialize import check_isolation, org_lookup, org_rows
-    from trainer.ranks import Ranks
     from trainer.train import Trainer
 
-    ranks = Ranks.start()
     lookup = None
     target = registry if org is None else registry.for_org(org)   # where the candidate is registered
     if org is not None and not cfg.lora_r:
