@@ -5,7 +5,8 @@ Kinds (each a transformation of one `SourceFile`, so the expected file is known 
                                                           constants share it ("Change the size to 50.")
     rename_function   "Rename load config to read config." the new name follows the org's convention
     fix_off_by_one    "Fix the off-by-one in count items." only functions that have the bug
-    add_parameter     "Add a max retries parameter to fetch page, default 3."  ambiguous when no function is named
+    add_parameter     "Add a max retries parameter to fetch page, default 3."  ambiguous when no function is named;
+                                                          keyword-only (after `*`) where the org's house rule says so
 An ambiguous request has a hidden intended target: the right first response is a question; the user's answer
 (`clarification`) makes it clear. Request phrasings come in two splits: `train` (the traffic the policy learns
 from) and `eval` (held out for the evaluation suite; never in training traffic).
@@ -203,7 +204,8 @@ def make_task(rng: random.Random, ws: Workspace, task_id: str, split: str = "tra
             request = rng.choice(phrases["add_parameter"]).format(param=" ".join(words), fn=" ".join(fn.words),
                                                                    value=value)
         request = request[0].upper() + request[1:]
-        grown = replace(fn, params=(*fn.params, f"{param}={value}"))
+        star = ("*",) if ws.org.kwonly and "*" not in fn.params else ()   # the org's house rule
+        grown = replace(fn, params=(*fn.params, *star, f"{param}={value}"))
         new = replace(src, functions=[grown if k == i else f for k, f in enumerate(src.functions)])
     before, after = src.render(), new.render()
     return Task(task_id, kind, ws.org.org_id, path, before, after, request, _edit(path, before, after), ambiguous,

@@ -1,7 +1,10 @@
 """Seeded, deterministic workspaces of small Python files, with the naming conventions of their organization.
 
 An org writes functions and parameters in snake_case or camelCase (constants are UPPER_SNAKE everywhere), so a
-policy that learns an org's convention edits its code better: specialization is possible. Every file is a few
+policy that learns an org's convention edits its code better. The naming style is in every file, so a shared policy
+reads it there; an org's house rule need not be (`Org.kwonly`: whether new parameters are keyword-only), and that
+is what an org's own adapter can learn and a shared policy, serving orgs whose rules conflict, cannot learn as
+well. Every file is a few
 constants and functions built from a small vocabulary; some functions carry an off-by-one loop bound to fix.
 `apply_edit` is the `edit_file` tool's semantics, shared by the simulated users and the eval harness.
 """
@@ -24,6 +27,9 @@ STYLES = ("snake", "camel")
 class Org:
     org_id: str
     style: str  # "snake" | "camel"
+    # the org's house rule for a new parameter: True keyword-only (`def f(items, *, timeout=3)`), False positional
+    # (`def f(items, timeout=3)`), None no rule (the positional form is written; a test-graded suite takes either)
+    kwonly: bool | None = None
 
 
 def org_of(index: int, seed: int = 0) -> Org:

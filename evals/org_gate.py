@@ -27,7 +27,6 @@ SIMULATED_ORG = re.compile(r"^o(\d+)$")
 
 def org_suite(cfg, org: str, log: Callable[[str], None] = lambda m: None) -> Path:
     """The folder of `org`'s own suite (see the module docstring). LookupError when there is none."""
-    from codetasks.workspace import org_of
     from evals.tasks.generate import generate_suite
 
     g = cfg.gate
@@ -39,11 +38,12 @@ def org_suite(cfg, org: str, log: Callable[[str], None] = lambda m: None) -> Pat
     m = SIMULATED_ORG.match(org)
     if m is None:
         raise LookupError(f"org {org} has no suite: set gate.org_suites_dir to a folder with a suite per org")
-    style = org_of(int(m.group(1)), cfg.simulator.seed)
-    d = suites_root(cfg) / f"org-{org}-{style.style}-n{g.org_suite_tasks}-seed{g.suite_seed}"
+    conventions = cfg.simulator.org(int(m.group(1)))
+    rule = {True: "-kwonly", False: "-positional", None: ""}[conventions.kwonly]
+    d = suites_root(cfg) / f"org-{org}-{conventions.style}{rule}-n{g.org_suite_tasks}-seed{g.suite_seed}"
     if not (d / COMPLETE).exists():
-        log(f"[gate] generating org {org}'s suite: {g.org_suite_tasks} tasks ({style.style}) in {d}")
-        generate_suite(d, g.org_suite_tasks, seed=g.suite_seed, org=style)
+        log(f"[gate] generating org {org}'s suite: {g.org_suite_tasks} tasks ({conventions.style}{rule}) in {d}")
+        generate_suite(d, g.org_suite_tasks, seed=g.suite_seed, org=conventions)
         (d / COMPLETE).write_text(datetime.now(timezone.utc).isoformat() + "\n")
     return d
 

@@ -37,8 +37,10 @@ def _behaviour(src: SourceFile) -> dict[str, list]:
     return {ident(f.words, src.style): SAMPLE[:-1] if f.off_by_one else list(SAMPLE) for f in src.functions}
 
 
-def _tests(task: sim.Task, before: SourceFile, after: SourceFile) -> tuple[str, list[str], list[str]]:
-    """The hidden test module and its fail_to_pass / pass_to_pass function names."""
+def _tests(task: sim.Task, before: SourceFile, after: SourceFile,
+           kwonly: bool | None = None) -> tuple[str, list[str], list[str]]:
+    """The hidden test module and its fail_to_pass / pass_to_pass function names. `kwonly`: the org's house rule
+    for a new parameter (`Org.kwonly`), tested when it has one (keyword-only, or not); without one either passes."""
     lines = ["import importlib", "import inspect", "", f"SAMPLE = {SAMPLE!r}", "",
              "", "def _m():", f"    return importlib.import_module({_module(task.path)!r})", ""]
     f2p: list[str] = []
@@ -67,9 +69,11 @@ def _tests(task: sim.Task, before: SourceFile, after: SourceFile) -> tuple[str, 
         elif f_before.params != f_after.params:
             name, default = f_after.params[-1].split("=")
             same = "is" if default in ("True", "False", "None") else "=="
+            kind = {True: "KEYWORD_ONLY", False: "POSITIONAL_OR_KEYWORD", None: None}[kwonly]
             test(f"test_{new}_has_parameter_{name}_defaulting_to_{default.lower()}",
                  [f"p = inspect.signature(_m().{new}).parameters", f"assert {name!r} in p",
-                  f"assert p[{name!r}].default {same} {default}"], f2p)
+                  f"assert p[{name!r}].default {same} {default}"]
+                 + ([f"assert p[{name!r}].kind is inspect.Parameter.{kind}"] if kind else []), f2p)
             test(f"test_{new}_accepts_{name}_by_keyword",
                  [f"assert _m().{new}(list(SAMPLE), {name}={default}) == {new_fns[new]!r}"], f2p)
             test(f"test_{new}_existing_calls_still_work", [f"assert _m().{new}(list(SAMPLE)) == {old_fns[old]!r}"],
@@ -126,7 +130,7 @@ def write_task(out: Path, task_id: str, ws: Workspace, task: sim.Task) -> Path:
     (d / "repo" / "app" / "__init__.py").write_text("")
     (d / "solution" / task.path).parent.mkdir(parents=True, exist_ok=True)
     (d / "solution" / task.path).write_text(task.after)
-    test_src, f2p, p2p = _tests(task, before, after)
+    test_src, f2p, p2p = _tests(task, before, after, ws.org.kwonly)
     (d / "tests").mkdir()
     (d / "tests" / "test_task.py").write_text(test_src)
     (d / "prompt.md").write_text(task.request + "\n")

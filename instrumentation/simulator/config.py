@@ -18,6 +18,11 @@ class SimulatorConfig(BaseModel):
     orgs: int = Field(default=4, ge=1, le=1000, description="Organizations (each with its own conventions).")
     users: int = Field(default=8, ge=1, le=10_000, description="Simulated users (`rtrl simulate --users`).")
     files_per_workspace: int = Field(default=5, ge=1, le=15, description="Python files in each user's workspace.")
+    keyword_only_orgs: list[str] = Field(default=[], description="Orgs (`o<i>`) whose house rule makes a new "
+                                         "parameter keyword-only (`def f(items, *, timeout=3)`); with any listed, "
+                                         "every other org's rule is the positional form. Nothing in a file says "
+                                         "which rule holds until one is applied, so it is what an org's adapter "
+                                         "learns (docs/simulator.md). [] = no org has a rule.")
 
     # -- the clock (docs/simulator.md) --
     speed: float = Field(default=600.0, gt=0, le=1_000_000, description="Simulated seconds per wall second "
@@ -127,6 +132,23 @@ class SimulatorConfig(BaseModel):
 
             parse_instant(v)      # ValueError says what is wrong
         return v
+
+    @field_validator("keyword_only_orgs")
+    @classmethod
+    def _org_ids(cls, v: list[str]) -> list[str]:
+        bad = [o for o in v if not (o[:1] == "o" and o[1:].isdigit())]
+        if bad:
+            raise ValueError(f"keyword_only_orgs: {bad} are not simulated org ids (o0, o1, ...)")
+        return v
+
+    def org(self, index: int):
+        """Org `index` of the population: its naming style (`org_of`) and house rule (`keyword_only_orgs`)."""
+        from dataclasses import replace
+
+        from codetasks.workspace import org_of
+
+        org = org_of(index, self.seed)
+        return replace(org, kwonly=org.org_id in self.keyword_only_orgs) if self.keyword_only_orgs else org
 
     @model_validator(mode="after")
     def _snapshot_after_reverts(self):

@@ -46,7 +46,7 @@ from instrumentation.simulator.clock import SimClock
 from instrumentation.simulator.config import SimulatorConfig
 from codetasks.policy import Policy, PolicyError, PolicyReply, PolicyRequest
 from codetasks.tasks import Grade, Task, apply_task, grade, make_task
-from codetasks.workspace import EditError, Workspace, apply_edit, make_workspace, org_of
+from codetasks.workspace import EditError, Workspace, apply_edit, make_workspace
 from schemas import Event
 from schemas.events import (CodebaseSnapshot, EditApplied, EditRejected, FollowupMessage, Hunk,
                             SnapshotTrigger, SuggestionShown, ToolCallResult, ToolErrorKind)
@@ -179,7 +179,7 @@ class SimUser(BackgroundWork):
         self.policy, self.sink, self.stats = policy, sink, stats
         seed = cfg.seed
         self.user_id = f"s{seed}-u{index}"
-        self.org = org_of(index % cfg.orgs, seed)
+        self.org = cfg.org(index % cfg.orgs)
         self.ws: Workspace = make_workspace(seed, self.org, index // cfg.orgs, cfg.files_per_workspace)
         self.workspace_id = f"s{seed}-{self.ws.workspace_id}"
         self.rng = random.Random(f"user:{seed}:{index}")

@@ -66,7 +66,7 @@ def make_default_policy(policy, folder: Path, log: Callable[[str], None] = print
     torch.set_num_threads(policy.threads)
     # setup
     corpus = build_corpus(policy.seed, policy.train_workspaces, policy.tasks_per_workspace, policy.train_orgs,
-                          policy.repair_rate)
+                          policy.repair_rate, policy.house_rules)
     # repair turns repeat their task's text (the attempt copies the edit): trained on them, the BPE merges more
     # pairs (1194 tokens instead of 945), and the bigger vocabulary slowed SFT (dev accuracy 0.18 at step 600
     # instead of 0.50 at 450)
@@ -89,9 +89,10 @@ def make_default_policy(policy, folder: Path, log: Callable[[str], None] = print
     if stop is not None and result.steps >= policy.steps:
         log(f"warning: dev accuracy never reached {policy.target_accuracy} (confirmed) in {policy.steps} steps")
     # evaluate
-    ev = evaluate(model, tokenizer, _tasks(policy.eval_seed, policy.eval_tasks, policy.train_orgs),
-                  max_new_tokens=policy.eval_max_new_tokens, batch_size=policy.eval_batch_size,
-                  seed=policy.eval_seed, log=log, sampled=confirmed.get(result.steps))
+    held_out = _tasks(policy.eval_seed, policy.eval_tasks, policy.train_orgs, policy.house_rules)
+    ev = evaluate(model, tokenizer, held_out, max_new_tokens=policy.eval_max_new_tokens,
+                  batch_size=policy.eval_batch_size, seed=policy.eval_seed, log=log,
+                  sampled=confirmed.get(result.steps))
     # save_checkpoint
     meta = {"kind": "bootstrap", "parent": None, "seed": policy.seed, "steps": result.steps,
             "train_examples": len(data), "dropped_examples": dropped, "examples_seen": result.examples_seen,
@@ -148,17 +149,18 @@ def keep_as_default_policy(folder: Path, cache: Path) -> None:
 
 
 def policy_cache(cfg) -> Path:
-    """Where the bootstrapped default policy is kept for reuse: `policy.cache_dir`, else <state_dir>/policy-v0."""
+    """Where the bootstrapped default policy is kept for reuse: `policy.cache_dir`, else <state_dir>/policy-v0
+    (policy-v0-house-rules for a v0 of `policy.house_rules`: the two never replace each other)."""
     if cfg.policy.cache_dir:
         return Path(cfg.policy.cache_dir).expanduser().resolve()
-    return cfg.state_path / "policy-v0"
+    return cfg.state_path / ("policy-v0-house-rules" if cfg.policy.house_rules else "policy-v0")
 
 
-def _tasks(seed: int, n: int, orgs: int):
+def _tasks(seed: int, n: int, orgs: int, house_rules: bool = False):
     """`n` fresh tasks: chains of 4 in workspaces of `seed` (never the training seed)."""
     from trainer.bootstrap.corpus import generate_tasks
 
-    return generate_tasks(seed, -(-n // 4), 4, orgs)[:n]
+    return generate_tasks(seed, -(-n // 4), 4, orgs, house_rules=house_rules)[:n]
 
 
 def target_confirmed(policy, dev_accuracy: float, confirm: Callable[[], float]) -> bool:
@@ -180,8 +182,8 @@ def _stop_at_target(policy, model, tokenizer, checks: list, confirmed: dict, log
 
     from trainer.bootstrap.evaluate import evaluate
 
-    dev = _tasks(policy.eval_seed + 1, policy.dev_tasks, policy.train_orgs)
-    held_out = _tasks(policy.eval_seed, policy.eval_tasks, policy.train_orgs)
+    dev = _tasks(policy.eval_seed + 1, policy.dev_tasks, policy.train_orgs, policy.house_rules)
+    held_out = _tasks(policy.eval_seed, policy.eval_tasks, policy.train_orgs, policy.house_rules)
 
     def sampled(tasks, seed: int, repairs: bool):
         model.eval()

@@ -39,6 +39,11 @@ class PolicyConfig(BaseModel):
                                                           "hidden_size >= 97.")
     # corpus
     train_orgs: int = Field(default=16, ge=1, le=100000, description="Orgs the demonstration workspaces come from.")
+    house_rules: bool = Field(default=False, description="Each demonstration workspace draws a house rule for new "
+                              "parameters at random (keyword-only or not, `codetasks.workspace.Org.kwonly`), "
+                              "whatever its org: v0 then writes either form where a file does not show the rule, "
+                              "as a base model does for an org it has not learned (the simulator's "
+                              "`keyword_only_orgs`). Kept apart from the plain v0 (policy-v0-house-rules).")
     train_workspaces: int = Field(default=800, ge=1, le=10_000_000)
     tasks_per_workspace: int = Field(default=8, ge=1, le=10000,
                                      description="A chain of tasks per workspace, each applied before the next.")

@@ -10,7 +10,8 @@ Without them the policy never sees a conversation that goes on after its own mis
 every such turn (22 % of the demo's requests) came out as an empty `<tool_call>` with probability ~0.96, a failure
 no reinforcement from its own samples can mend (it never samples anything better).
 
-Workspaces are drawn from many orgs (both naming conventions); within a workspace a short chain of tasks is
+Workspaces are drawn from many orgs (both naming conventions; with `house_rules`, each workspace's rule for new
+parameters drawn at random); within a workspace a short chain of tasks is
 applied one after the other (`apply_task`), so files drift the way they do under real traffic. Everything is a
 function of the seed.
 """
@@ -18,7 +19,7 @@ function of the seed.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from codetasks import followups
 from codetasks.policy import FLAWS, flawed_edit
@@ -37,11 +38,14 @@ class Example:
 
 
 def generate_tasks(seed: int, workspaces: int, tasks_per_workspace: int, orgs: int,
-                   split: str = "train", first_index: int = 0) -> list[Task]:
-    """`workspaces` workspaces (round-robin over `orgs` orgs) with a chain of tasks each, all from `seed`."""
+                   split: str = "train", first_index: int = 0, house_rules: bool = False) -> list[Task]:
+    """`workspaces` workspaces (round-robin over `orgs` orgs) with a chain of tasks each, all from `seed`.
+    `house_rules`: each workspace's new parameters keyword-only or not at random, whatever its org."""
     tasks = []
     for w in range(first_index, first_index + workspaces):
         org = org_of(w % orgs, seed)
+        if house_rules:
+            org = replace(org, kwonly=random.Random(f"house:{seed}:{w}").random() < 0.5)
         ws = make_workspace(seed, org, w)
         rng = random.Random(f"tasks:{seed}:{split}:{w}")
         for k in range(tasks_per_workspace):
@@ -79,7 +83,7 @@ def repair_messages(task: Task, rng: random.Random) -> list[dict[str, str]]:
 
 
 def build_corpus(seed: int, workspaces: int, tasks_per_workspace: int, orgs: int,
-                 repair_rate: float = 0.0) -> list[Example]:
+                 repair_rate: float = 0.0, house_rules: bool = False) -> list[Example]:
     """The SFT corpus: every demonstration turn of the generated train-split tasks, in generation order."""
-    return [ex for task in generate_tasks(seed, workspaces, tasks_per_workspace, orgs)
+    return [ex for task in generate_tasks(seed, workspaces, tasks_per_workspace, orgs, house_rules=house_rules)
             for ex in examples_of(task, repair_rate)]

@@ -85,7 +85,8 @@ def test_specialize_layers_its_overlay_over_the_demos(tmp_path, fixed_machine):
                      "simulator.background_rate": 0.15, "gate.org_suite_tasks": 24,
                      "gate.org_samples_per_task": 2, "serving.max_loras": 8,
                      "serving.max_lora_rank": 8, "demo.cycles": 1, "demo.budget_s": 1140.0,
-                     "demo.ab_tail_until_s": 1020.0}
+                     "demo.ab_tail_until_s": 1020.0, "simulator.keyword_only_orgs": ["o0", "o2"],
+                     "policy.house_rules": True, "policy.cache_dir": str(tmp_path / "policy-v0-house-rules")}
     assert demo.cfg.trainer.max_rows == 1024                                   # the demo's overlay still applies
     assert load_config(demo.config_path, demo.overrides) == demo.cfg
 
