@@ -8,8 +8,11 @@ else the shared champion. The first gate tags the candidate as any gate does (ga
 second adds `gate.org_suite.*`, and when it fails turns `gate.decision` into keep_champion with its reasons.
 
 The org's suite: `<gate.org_suites_dir>/<org>/` when set; else, for the simulator's orgs (`o<N>`), tasks generated
-in that org's workspaces with its id and naming convention (`generate_suite(org=...)`, seeds training never
-draws), made once under `gate.suites_root` (default: the state dir's eval-suites/).
+in that org's workspaces with its id, naming convention and house rule (`generate_suite(org=...)` with
+`simulator.org`'s Org; seeds training never draws), its requests phrased as the org's users phrase them, made
+once under `gate.suites_root` (default: the state dir's eval-suites/). The held-out suite's phrasings are held out
+from training, and the default v0 resolves none of its renames, new parameters or constant changes: that suite
+alone could not see an org's rule being learned.
 """
 
 from __future__ import annotations
@@ -40,10 +43,10 @@ def org_suite(cfg, org: str, log: Callable[[str], None] = lambda m: None) -> Pat
         raise LookupError(f"org {org} has no suite: set gate.org_suites_dir to a folder with a suite per org")
     conventions = cfg.simulator.org(int(m.group(1)))
     rule = {True: "-kwonly", False: "-positional", None: ""}[conventions.kwonly]
-    d = suites_root(cfg) / f"org-{org}-{conventions.style}{rule}-n{g.org_suite_tasks}-seed{g.suite_seed}"
+    d = suites_root(cfg) / f"org-{org}-{conventions.style}{rule}-traffic-n{g.org_suite_tasks}-seed{g.suite_seed}"
     if not (d / COMPLETE).exists():
         log(f"[gate] generating org {org}'s suite: {g.org_suite_tasks} tasks ({conventions.style}{rule}) in {d}")
-        generate_suite(d, g.org_suite_tasks, seed=g.suite_seed, org=conventions)
+        generate_suite(d, g.org_suite_tasks, seed=g.suite_seed, org=conventions, split="train")
         (d / COMPLETE).write_text(datetime.now(timezone.utc).isoformat() + "\n")
     return d
 

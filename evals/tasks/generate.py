@@ -100,7 +100,8 @@ def _task_toml(task_id: str, task: sim.Task, f2p: list[str], p2p: list[str]) -> 
     ])
 
 
-def _make(seed: int, i: int, ambiguous_rate: float, org: Org | None = None) -> tuple[Workspace, sim.Task]:
+def _make(seed: int, i: int, ambiguous_rate: float, org: Org | None = None,
+          split: str = "eval") -> tuple[Workspace, sim.Task]:
     """Task i: workspace i of org i % ORGS (or of `org`), kind i % 4 (a fresh workspace when the kind does not fit
     it)."""
     kind = sim.KINDS[i % len(sim.KINDS)]
@@ -109,7 +110,7 @@ def _make(seed: int, i: int, ambiguous_rate: float, org: Org | None = None) -> t
         ws = make_workspace(ws_seed, org or org_of(i % ORGS, ws_seed), i * 100 + attempt)
         rng = random.Random(f"eval-task:{seed}:{i}:{attempt}")
         try:
-            return ws, sim.make_task(rng, ws, f"eval-{i:04d}", split="eval", kind=kind,
+            return ws, sim.make_task(rng, ws, f"eval-{i:04d}", split=split, kind=kind,
                                  ambiguous_rate=ambiguous_rate)
         except IndexError:   # e.g. fix_off_by_one on a file without the bug
             continue
@@ -140,15 +141,17 @@ def write_task(out: Path, task_id: str, ws: Workspace, task: sim.Task) -> Path:
 
 
 def generate_suite(out_dir: str | Path, n: int, seed: int = 0, ambiguous_rate: float = 0.25,
-                   org: Org | None = None) -> list[Task]:
+                   org: Org | None = None, split: str = "eval") -> list[Task]:
     """Write `n` task folders `eval-0000` ... under `out_dir` and load them back. `ambiguous_rate` is the share
     of requests made ambiguous where the file allows it (as in the simulator's traffic). `org`: every task in that
     org's workspaces (its id and conventions: an org's own held-out tasks, for its specialized adapter's gate);
-    else the suite's own ORGS orgs in turn. The workspaces are never the simulator's (negative seeds)."""
+    else the suite's own ORGS orgs in turn. The workspaces are never the simulator's (negative seeds). `split`: the
+    requests' phrasings (`codetasks.tasks.PHRASES`): "eval", never in training traffic (the held-out suite), or
+    "train", as the users write them (an org's own suite: what its users will ask, in workspaces never seen)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = []
     for i in range(n):
-        ws, task = _make(seed, i, ambiguous_rate, org)
+        ws, task = _make(seed, i, ambiguous_rate, org, split)
         tasks.append(load_task(write_task(out, task.task_id, ws, task)))
     return tasks

@@ -107,3 +107,29 @@ def test_an_orgs_own_suite_is_in_its_workspaces_with_its_naming_convention(tmp_p
         sources = "".join((t.solution_dir / t.spec.focus_file).read_text() for t in tasks)
         camel, snake = re.search(r"def [a-z]+[A-Z]\w*\(", sources), re.search(r"def [a-z]+_[a-z]\w*\(", sources)
         assert (camel is not None, snake is not None) == ((True, False) if style == "camel" else (False, True))
+
+
+@pytest.mark.integration
+@needs_bwrap
+@pytest.mark.parametrize("kwonly", [True, False])
+def test_an_orgs_suite_tests_its_house_rule_for_new_parameters(tmp_path, kwonly):
+    """A keyword-only org's add_parameter tasks resolve with the parameter after `*` and not without it; a
+    positional org's the other way round. A suite without a rule takes either (the held-out suite)."""
+    from codetasks.workspace import Org
+
+    generate_suite(tmp_path / "org", 8, seed=3, org=Org("o0", "snake", kwonly=kwonly))
+    generate_suite(tmp_path / "any", 8, seed=3, org=Org("o0", "snake"))
+    for name, rule in (("org", kwonly), ("any", None)):
+        added = [t for t in load_suite(tmp_path / name) if t.spec.category == "add_parameter"]
+        assert added
+        for t in added:
+            assert grade(t, solved_workdir(t, tmp_path / f"{name}-{t.spec.id}")).resolved
+            work = solved_workdir(t, tmp_path / f"{name}-{t.spec.id}-other")
+            f = work / t.spec.focus_file
+            text = f.read_text()
+            new_def = next(line for line in text.splitlines() if line.startswith("def ")
+                           and line not in (t.repo_dir / t.spec.focus_file).read_text().splitlines())
+            head, new = new_def[:-2].rsplit(", ", 1)
+            other = f"{head.removesuffix(', *')}, {new}):" if "*" in new_def else f"{head}, *, {new}):"
+            f.write_text(text.replace(new_def, other))
+            assert grade(t, work).resolved is (rule is None), (rule, other)

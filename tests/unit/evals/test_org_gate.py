@@ -4,11 +4,13 @@ and it passes only when the held-out suite and its own suite both pass; the tags
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from codetasks.tasks import PHRASES
 from codetasks.workspace import org_of
 from evals import org_gate
 from evals.tasks import load_suite
@@ -48,12 +50,20 @@ class Tags:
         self.tags.setdefault(version, {}).update(tags)
 
 
+def _phrased(prompt: str, split: str) -> bool:
+    """Whether `prompt` is one of `split`'s request templates filled in."""
+    templates = [t for ts in PHRASES[split].values() for t in ts]
+    return any(re.fullmatch(re.sub(r"\\\{\w+\\\}", ".+", re.escape(t)), prompt, re.IGNORECASE) for t in templates)
+
+
 def test_an_orgs_suite_is_generated_once_in_its_convention_and_other_orgs_need_a_folder(tmp_path):
     cfg = make_config(tmp_path, "gate.org_suite_tasks=4")
     d = org_gate.org_suite(cfg, "o1")
     assert d == org_gate.org_suite(cfg, "o1") and (d / ".complete").is_file()
     assert org_of(1, cfg.simulator.seed).style in d.name
     assert {t.spec.cluster for t in load_suite(d)} == {"o1"} and len(load_suite(d)) == 4
+    prompts = [t.prompt.strip() for t in load_suite(d)]
+    assert all(_phrased(p, "train") and not _phrased(p, "eval") for p in prompts), prompts   # as its users ask
     with pytest.raises(LookupError, match="org_suites_dir"):
         org_gate.org_suite(cfg, "acme")
     (tmp_path / "suites" / "acme").mkdir(parents=True)

@@ -74,3 +74,32 @@ def test_edit_file_needs_exactly_one_occurrence():
         apply_edit("a = 1\n", "c", "d")
     with pytest.raises(EditError, match="2 times"):
         apply_edit("x\nx\n", "x", "y")
+
+
+def _chain(org, n=60):
+    ws = make_workspace(0, org, 0)
+    rng = random.Random("house")
+    out = []
+    for k in range(n):
+        t = make_task(rng, ws, f"h{k}", ambiguous_rate=0.0)
+        out.append(t)
+        apply_task(ws, t)
+    return out
+
+
+def test_a_keyword_only_house_rule_puts_new_parameters_after_one_star_and_changes_nothing_else():
+    from dataclasses import replace
+
+    org = org_of(1)
+    plain, positional, kwonly = _chain(org), _chain(replace(org, kwonly=False)), _chain(replace(org, kwonly=True))
+    assert plain == positional                          # a positional rule writes what no rule writes
+    added = [t for t in kwonly if t.kind == "add_parameter"]
+    assert len(added) >= 5 and [t.kind for t in kwonly] == [t.kind for t in plain]
+    for t in added:
+        new_def = next(line for line in t.after.splitlines() if line.startswith("def ")
+                       and line not in t.before.splitlines())
+        assert ", *, " in new_def and new_def.count("*") == 1, new_def     # one star, before the new parameters
+        assert grade(t, parse_response(t.demonstration())).correct
+        positional_edit = t.demonstration().replace("*, ", "", 1)
+        assert not grade(t, parse_response(positional_edit)).correct  # the org's users take only their form
+    assert sum(", *, " in t.after for t in plain) == 0

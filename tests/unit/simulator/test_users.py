@@ -272,3 +272,13 @@ def test_first_sessions_start_within_start_spread_s_and_otherwise_within_one_ses
     assert len(first) == 40 and max(first.values()) - start < timedelta(seconds=300 + 60)
     _, spread = first_requests()        # the steady state: spread over session_gap_s max (3600 s)
     assert max(spread.values()) - start > timedelta(seconds=600)
+
+
+def test_the_configured_house_rules_reach_every_users_org_and_a_bad_org_id_is_refused():
+    cfg = SimulatorConfig(keyword_only_orgs=["o0", "o2"])
+    assert [(cfg.org(i).org_id, cfg.org(i).kwonly) for i in range(4)] == [
+        ("o0", True), ("o1", False), ("o2", True), ("o3", False)]
+    assert [cfg.org(i).style for i in range(4)] == [org_of(i).style for i in range(4)]
+    assert all(SimulatorConfig().org(i) == org_of(i) for i in range(4))     # no rules: the orgs as they were
+    with pytest.raises(ValueError, match="not simulated org ids"):
+        SimulatorConfig(keyword_only_orgs=["acme"])

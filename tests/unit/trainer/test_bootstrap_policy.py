@@ -400,3 +400,21 @@ def test_keeping_a_new_default_policy_replaces_the_whole_cache_and_leaves_no_cop
     assert sorted(p.name for p in cache.iterdir()) == ["model.safetensors"]
     assert (cache / "model.safetensors").read_text() == "new" and (new / "model.safetensors").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy-v0", "v1"]
+
+
+def test_house_rules_draw_each_workspaces_rule_so_an_org_id_says_nothing_about_it(tmp_path):
+    from trainer.bootstrap.bootstrap import policy_cache
+
+    tasks = generate_tasks(0, 64, 1, 4, house_rules=True)
+    rules = {}
+    for t in tasks:
+        rules.setdefault(t.org_id, set()).add(", *, " in t.after if t.kind == "add_parameter" else None)
+    assert all({True, False} <= seen for seen in rules.values()), rules   # both forms within every org
+    assert generate_tasks(0, 64, 1, 4) != tasks and not any(", *, " in t.after for t in generate_tasks(0, 64, 1, 4))
+
+    class Cfg:
+        state_path = tmp_path
+        policy = PolicyConfig(house_rules=True)
+    assert policy_cache(Cfg) == tmp_path / "policy-v0-house-rules"      # never the plain v0's cache
+    Cfg.policy = PolicyConfig()
+    assert policy_cache(Cfg) == tmp_path / "policy-v0"
