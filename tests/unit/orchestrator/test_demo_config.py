@@ -80,7 +80,7 @@ def test_specialize_layers_its_overlay_over_the_demos(tmp_path, fixed_machine):
     extra = {k: v for k, v in _differences(demo.cfg).items() if _differences(plain.cfg).get(k) != v}
     assert [(a["name"], a["per_org"]) for a in extra.pop("serving.arms")] == [
         ("control", False), ("treatment", False), ("specialized", True)]
-    assert extra == {"specialize.enabled": True, "specialize.min_rows": 64, "specialize.lr": 3e-3,
+    assert extra == {"specialize.enabled": True, "specialize.min_rows": 64, "specialize.lr": 1.5e-3,
                      "specialize.parallel_gates": 4,
                      "simulator.background_rate": 0.15, "gate.org_suite_tasks": 24,
                      "gate.org_samples_per_task": 2, "serving.max_loras": 8,
