@@ -7,6 +7,8 @@
     orgs_won, orgs_specialized   orgs with a change above 0; orgs that an adapter of their own served
     ab_by_org_pooled  {diff, ci_low, ci_high, seq_low, seq_high, orgs}: the inverse-variance pooled change
                       (pipelines/metrics/by_org.py)
+    ab_by_org_pooled_specialized, orgs_won_specialized   the same over the orgs in orgs_specialized alone: in
+                      the others both arms served the shared champion, and their change is the split's noise
     long_loop         {control, treatment, diff, ci_low, ci_high, ...}: the background-task acceptance rate per arm
                       (pipelines/metrics/long_loop.py)
 
@@ -46,9 +48,13 @@ def specialization_summary(cfg, records) -> dict:
                           .group_by("org_id").agg(pl.col("policy_version").unique().sort()).collect().iter_rows())
             units = unit_stats(window.select(INPUT_COLUMNS)).collect()
             shares = {a.name: a.share for a in cfg.serving.arms if a.name in (SHARED, SPECIALIZED)}
-            result = by_org(units, "edit_persistence_rate", base=SHARED, arm=SPECIALIZED, alpha=cfg.ab.alpha,
-                            shares=shares if len(shares) == 2 else None, tau=cfg.ab.sequential_tau,
-                            srm_threshold=cfg.ab.srm_p_threshold)
+            options = {"base": SHARED, "arm": SPECIALIZED, "alpha": cfg.ab.alpha, "tau": cfg.ab.sequential_tau,
+                       "shares": shares if len(shares) == 2 else None, "srm_threshold": cfg.ab.srm_p_threshold}
+            result = by_org(units, "edit_persistence_rate", **options)
+            # the orgs an adapter served: in the others both arms served the shared champion, and their change is
+            # the user split's noise (a few pp at a few dozen users per arm), not specialization
+            specialized = by_org(units.filter(pl.col("org_id").is_in(sorted(served))), "edit_persistence_rate",
+                                 **options)
             out["ab_by_org"] = {org: {"diff": c["diff"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
                                       "seq_low": c.get("seq_low"), "seq_high": c.get("seq_high"),
                                       "srm_flagged": (c.get("srm") or {}).get("flagged"),
@@ -60,6 +66,8 @@ def specialization_summary(cfg, records) -> dict:
             out["ab_by_org_since"] = since.isoformat()
             out["orgs_won"] = wins(result)
             out["orgs_specialized"] = sorted(served)
+            out["ab_by_org_pooled_specialized"] = specialized["pooled"]
+            out["orgs_won_specialized"] = wins(specialized)
         else:
             out["ab_by_org_reason"] = "no request was served by an org's specialized version"
     outcomes = read_outcome_table(outcome_table(table))
@@ -80,6 +88,10 @@ def render_specialization(summary: dict) -> list[str]:
         p = summary["ab_by_org_pooled"]
         lines.append(f"  pooled   diff {_pp(p['diff'])} pp  95% CI [{_pp(p['ci_low'])}, {_pp(p['ci_high'])}] pp"
                      f"  over {p['orgs']} orgs")
+        q = summary.get("ab_by_org_pooled_specialized") or {}
+        if q.get("orgs"):
+            lines.append(f"  pooled over the {q['orgs']} orgs an adapter served: diff {_pp(q['diff'])} pp  95% CI "
+                         f"[{_pp(q['ci_low'])}, {_pp(q['ci_high'])}] pp  ({summary['orgs_won_specialized']} ahead)")
     elif summary.get("ab_by_org_reason"):
         lines.append(f"Specialized − shared: {summary['ab_by_org_reason']}")
     ll = summary.get("long_loop") or {}

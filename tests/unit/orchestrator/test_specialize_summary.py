@@ -50,10 +50,17 @@ def test_the_per_org_comparison_starts_with_the_first_adapter_and_names_the_orgs
         assert out["ab_by_org"][org]["diff"] == pytest.approx(expected["orgs"][org]["diff"])
     assert out["ab_by_org_pooled"]["diff"] == pytest.approx(expected["pooled"]["diff"])
     assert out["orgs_specialized"] == ["o0", "o2"]
+    only = by_org(unit_stats(rows.lazy().filter((pl.col("request_time") >= first) & pl.col("org_id").is_in(
+        ["o0", "o2"])).select(INPUT_COLUMNS)).collect(), "edit_persistence_rate", base="treatment", arm="specialized")
+    pooled = out["ab_by_org_pooled_specialized"]
+    assert pooled["orgs"] == 2 and pooled["diff"] == pytest.approx(only["pooled"]["diff"])
+    assert abs(pooled["diff"] - out["ab_by_org_pooled"]["diff"]) > 1e-6     # the orgs without an adapter left out
+    assert out["orgs_won_specialized"] == sum(out["ab_by_org"][o]["diff"] > 0 for o in ("o0", "o2"))
     assert [out["ab_by_org"][o]["versions"] for o in ("o0", "o1")] == [["1@o0"], []]
     assert out["ab_by_org"]["o0"]["srm_flagged"] is False and out["ab_by_org"]["o0"]["seq_low"] is not None
     lines = render_specialization(out)
     assert sum("(no adapter: shared on both)" in line for line in lines) == 2
+    assert any("pooled over the 2 orgs an adapter served" in line for line in lines)
     assert out["long_loop"]["tasks"] == {"control": 0, "treatment": 0}      # no background task in these rows
 
 
