@@ -12,6 +12,7 @@ constants and functions built from a small vocabulary; some functions carry an o
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 VERBS = ("load", "save", "parse", "fetch", "count", "merge", "build", "check", "format", "send", "read", "write",
@@ -30,6 +31,9 @@ class Org:
     # the org's house rule for a new parameter: True keyword-only (`def f(items, *, timeout=3)`), False positional
     # (`def f(items, timeout=3)`), None no rule (the positional form is written; a test-graded suite takes either)
     kwonly: bool | None = None
+
+
+ORG_ID = re.compile(r"^o(\d+)$")   # the id `org_of` gives org <index>
 
 
 def org_of(index: int, seed: int = 0) -> Org:

@@ -17,15 +17,13 @@ alone could not see an org's rule being learned.
 
 from __future__ import annotations
 
-import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from codetasks.workspace import ORG_ID
 from evals.gate_run import COMPLETE, GateRun, run_gate, suites_root, unstage_after
-
-SIMULATED_ORG = re.compile(r"^o(\d+)$")
 
 
 def org_suite(cfg, org: str, log: Callable[[str], None] = lambda m: None) -> Path:
@@ -38,7 +36,7 @@ def org_suite(cfg, org: str, log: Callable[[str], None] = lambda m: None) -> Pat
         if not d.is_dir():
             raise LookupError(f"org {org} has no suite in gate.org_suites_dir ({d} is missing)")
         return d
-    m = SIMULATED_ORG.match(org)
+    m = ORG_ID.match(org)
     if m is None:
         raise LookupError(f"org {org} has no suite: set gate.org_suites_dir to a folder with a suite per org")
     conventions = cfg.simulator.org(int(m.group(1)))

@@ -136,7 +136,9 @@ class SimulatorConfig(BaseModel):
     @field_validator("keyword_only_orgs")
     @classmethod
     def _org_ids(cls, v: list[str]) -> list[str]:
-        bad = [o for o in v if not (o[:1] == "o" and o[1:].isdigit())]
+        from codetasks.workspace import ORG_ID
+
+        bad = [o for o in v if not ORG_ID.match(o)]
         if bad:
             raise ValueError(f"keyword_only_orgs: {bad} are not simulated org ids (o0, o1, ...)")
         return v
