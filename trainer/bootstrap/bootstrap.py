@@ -89,7 +89,7 @@ def make_default_policy(policy, folder: Path, log: Callable[[str], None] = print
     if stop is not None and result.steps >= policy.steps:
         log(f"warning: dev accuracy never reached {policy.target_accuracy} (confirmed) in {policy.steps} steps")
     # evaluate
-    held_out = _tasks(policy.eval_seed, policy.eval_tasks, policy.train_orgs, policy.house_rules)
+    held_out = _tasks(policy, policy.eval_seed, policy.eval_tasks)
     ev = evaluate(model, tokenizer, held_out, max_new_tokens=policy.eval_max_new_tokens,
                   batch_size=policy.eval_batch_size, seed=policy.eval_seed, log=log,
                   sampled=confirmed.get(result.steps))
@@ -156,11 +156,12 @@ def policy_cache(cfg) -> Path:
     return cfg.state_path / ("policy-v0-house-rules" if cfg.policy.house_rules else "policy-v0")
 
 
-def _tasks(seed: int, n: int, orgs: int, house_rules: bool = False):
-    """`n` fresh tasks: chains of 4 in workspaces of `seed` (never the training seed)."""
+def _tasks(policy, seed: int, n: int):
+    """`n` fresh tasks: chains of 4 in workspaces of `seed` (never the training seed), of the `[policy]` corpus's
+    orgs and house rules."""
     from trainer.bootstrap.corpus import generate_tasks
 
-    return generate_tasks(seed, -(-n // 4), 4, orgs, house_rules=house_rules)[:n]
+    return generate_tasks(seed, -(-n // 4), 4, policy.train_orgs, house_rules=policy.house_rules)[:n]
 
 
 def target_confirmed(policy, dev_accuracy: float, confirm: Callable[[], float]) -> bool:
@@ -182,8 +183,8 @@ def _stop_at_target(policy, model, tokenizer, checks: list, confirmed: dict, log
 
     from trainer.bootstrap.evaluate import evaluate
 
-    dev = _tasks(policy.eval_seed + 1, policy.dev_tasks, policy.train_orgs, policy.house_rules)
-    held_out = _tasks(policy.eval_seed, policy.eval_tasks, policy.train_orgs, policy.house_rules)
+    dev = _tasks(policy, policy.eval_seed + 1, policy.dev_tasks)
+    held_out = _tasks(policy, policy.eval_seed, policy.eval_tasks)
 
     def sampled(tasks, seed: int, repairs: bool):
         model.eval()
