@@ -276,9 +276,10 @@ def test_the_measure_steps_alone_measure_the_next_range_and_leave_its_cycle_to_b
     job = dg.Definitions(assets=definitions.cycle_assets, jobs=[definitions.cycle_job],
                          resources={"rtrl": definitions.RtrlResource(overrides=loop.overrides)}
                          ).resolve_job_def(definitions.CYCLE_JOB)
-    result = job.execute_in_process(partition_key=cid, instance=instance,
-                                    asset_selection=definitions.MEASURE_SELECTION)
-    assert result.success
+    # in two runs, as the demo does when it stops its users once the range is fixed: collect, then the rest
+    for part in (definitions.MEASURE_SELECTION[:1], definitions.MEASURE_SELECTION[1:]):
+        result = job.execute_in_process(partition_key=cid, instance=instance, asset_selection=part)
+        assert result.success
     rec = ledger.load(cid)
     assert [s for s in steps.STEPS if rec.done(s)] == list(definitions.MEASURE_STEPS)
     assert rec.status == "running" and rec.result("measure")["measured"], rec.result("measure")

@@ -82,10 +82,10 @@ def test_specialize_layers_its_overlay_over_the_demos(tmp_path, fixed_machine):
         ("control", False), ("treatment", False), ("specialized", True)]
     assert extra == {"specialize.enabled": True, "specialize.min_rows": 64, "specialize.lr": 1.5e-3,
                      "specialize.parallel_gates": 4,
-                     "simulator.background_rate": 0.15, "gate.org_suite_tasks": 24,
+                     "simulator.background_rate": 0.15, "gate.org_suite_tasks": 48,
                      "gate.org_samples_per_task": 2, "serving.max_loras": 8,
-                     "serving.max_lora_rank": 8, "demo.cycles": 1, "demo.budget_s": 1140.0,
-                     "demo.ab_tail_until_s": 1020.0, "simulator.keyword_only_orgs": ["o0", "o2"],
+                     "serving.max_lora_rank": 8, "demo.cycles": 1, "demo.budget_s": 1080.0,
+                     "demo.ab_tail_until_s": 960.0, "simulator.keyword_only_orgs": ["o0", "o2"],
                      "policy.house_rules": True, "policy.cache_dir": str(tmp_path / "policy-v0-house-rules")}
     assert demo.cfg.trainer.max_rows == 1024                                   # the demo's overlay still applies
     assert load_config(demo.config_path, demo.overrides) == demo.cfg
