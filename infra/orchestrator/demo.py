@@ -508,6 +508,10 @@ class Demo:
                 from infra.orchestrator.specialize_summary import specialization_summary
 
                 summary.update(specialization_summary(self.cfg, [*records, *([tail] if tail else [])]))
+            if self.cfg.simulator.background_rate > 0:
+                from infra.orchestrator.specialize_summary import long_loop_summary
+
+                summary.update(long_loop_summary(self.cfg))
             summary.update(seconds=round(self.elapsed(), 1), state_dir=str(self.state), experiment=self.experiment,
                            urls=self.urls(keep_running))
             if summary_path:

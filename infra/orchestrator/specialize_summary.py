@@ -9,6 +9,10 @@
                       (pipelines/metrics/by_org.py)
     ab_by_org_pooled_specialized, orgs_won_specialized   the same over the orgs in orgs_specialized alone: in
                       the others both arms served the shared champion, and their change is the split's noise
+
+and, with background tasks on (`simulator.background_rate` > 0: `--specialize`, or any demo that sets it),
+`long_loop_summary`:
+
     long_loop         {control, treatment, diff, ci_low, ci_high, ...}: the background-task acceptance rate per arm
                       (pipelines/metrics/long_loop.py)
 
@@ -28,9 +32,7 @@ def specialization_summary(cfg, records) -> dict:
 
     from pipelines.metrics import scan_cycle
     from pipelines.metrics.by_org import by_org, wins
-    from pipelines.metrics.long_loop import acceptance
     from pipelines.metrics.rates import INPUT_COLUMNS, unit_stats
-    from schemas.reward_table import outcome_table, read_outcome_table
 
     table = Path(cfg.state_path) / "rewards" / "table"
     measured = [r for r in records if r.result("measure").get("measured")]
@@ -70,9 +72,16 @@ def specialization_summary(cfg, records) -> dict:
             out["orgs_won_specialized"] = wins(specialized)
         else:
             out["ab_by_org_reason"] = "no request was served by an org's specialized version"
-    outcomes = read_outcome_table(outcome_table(table))
-    out["long_loop"] = acceptance(outcomes, cfg.ab.control_arm, cfg.ab.treatment_arm, cfg.ab.alpha)
     return out
+
+
+def long_loop_summary(cfg) -> dict:
+    """{"long_loop": the background-task acceptance rate of control and treatment over every outcome row}."""
+    from pipelines.metrics.long_loop import acceptance
+    from schemas.reward_table import outcome_table, read_outcome_table
+
+    outcomes = read_outcome_table(outcome_table(Path(cfg.state_path) / "rewards" / "table"))
+    return {"long_loop": acceptance(outcomes, cfg.ab.control_arm, cfg.ab.treatment_arm, cfg.ab.alpha)}
 
 
 def render_specialization(summary: dict) -> list[str]:
@@ -94,7 +103,9 @@ def render_specialization(summary: dict) -> list[str]:
                          f"[{_pp(q['ci_low'])}, {_pp(q['ci_high'])}] pp  ({summary['orgs_won_specialized']} ahead)")
     elif summary.get("ab_by_org_reason"):
         lines.append(f"Specialized − shared: {summary['ab_by_org_reason']}")
-    ll = summary.get("long_loop") or {}
+    if "long_loop" not in summary:
+        return lines
+    ll = summary["long_loop"] or {}
     lines.append(f"Background tasks accepted: control {_pct(ll.get('control'))}  treatment "
                  f"{_pct(ll.get('treatment'))}  diff {_pp(ll.get('diff'))} pp  95% CI [{_pp(ll.get('ci_low'))}, "
                  f"{_pp(ll.get('ci_high'))}] pp  (tasks {ll.get('tasks')}, never judged {ll.get('tasks_unknown')})")

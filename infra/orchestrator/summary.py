@@ -166,7 +166,7 @@ def render_table(summary: dict) -> str:
             lines += _metric_lines(aa)
     else:
         lines.append(f"\nA/B: {ab.get('reason')}")
-    if "long_loop" in summary:   # rtrl demo --specialize
+    if "long_loop" in summary or "ab_by_org" in summary or "ab_by_org_reason" in summary:   # --specialize, long loops
         from infra.orchestrator.specialize_summary import render_specialization
 
         lines += ["", *render_specialization(summary)]

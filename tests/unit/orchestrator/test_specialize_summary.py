@@ -12,7 +12,7 @@ import pytest
 from infra.config import load_config, overlay_overrides
 from infra.orchestrator.demo import SPECIALIZE_CONFIG
 from infra.orchestrator.ledger import CycleRecord
-from infra.orchestrator.specialize_summary import render_specialization, specialization_summary
+from infra.orchestrator.specialize_summary import long_loop_summary, render_specialization, specialization_summary
 from pipelines.metrics.by_org import by_org
 from pipelines.metrics.demo import DemoSpec, demo_rows, write_demo_table
 from pipelines.metrics.rates import INPUT_COLUMNS, unit_stats
@@ -61,7 +61,19 @@ def test_the_per_org_comparison_starts_with_the_first_adapter_and_names_the_orgs
     lines = render_specialization(out)
     assert sum("(no adapter: shared on both)" in line for line in lines) == 2
     assert any("pooled over the 2 orgs an adapter served" in line for line in lines)
-    assert out["long_loop"]["tasks"] == {"control": 0, "treatment": 0}      # no background task in these rows
+    assert "long_loop" not in out and not any("Background tasks" in line for line in lines)
+    loop = long_loop_summary(cfg)["long_loop"]
+    assert loop["tasks"] == {"control": 0, "treatment": 0}      # no background task in these rows
+
+
+def test_a_summary_with_the_long_loop_alone_prints_it_without_a_per_org_section():
+    from infra.orchestrator.summary import render_table
+
+    loop = {"control": 0.2, "treatment": 0.3, "diff": 0.1, "ci_low": 0.02, "ci_high": 0.18,
+            "tasks": {"control": 40, "treatment": 60}, "tasks_unknown": {"control": 1, "treatment": 2}}
+    text = render_table({"cycles": [], "ab": {"reason": "none"}, "long_loop": loop})
+    assert "Background tasks accepted: control 20.0%  treatment 30.0%  diff +10.0 pp  95% CI [+2.0, +18.0]" in text
+    assert "by org" not in text
 
 
 def test_no_adapter_served_is_said_so(tmp_path):
