@@ -511,7 +511,7 @@ class Demo:
             if self.cfg.simulator.background_rate > 0:
                 from infra.orchestrator.specialize_summary import long_loop_summary
 
-                summary.update(long_loop_summary(self.cfg))
+                summary.update(long_loop_summary(self.cfg, (summary.get("ab") or {}).get("since")))
             summary.update(seconds=round(self.elapsed(), 1), state_dir=str(self.state), experiment=self.experiment,
                            urls=self.urls(keep_running))
             if summary_path:

@@ -13,11 +13,12 @@
 and, with background tasks on (`simulator.background_rate` > 0: `--specialize`, or any demo that sets it),
 `long_loop_summary`:
 
-    long_loop         {control, treatment, diff, ci_low, ci_high, ...}: the background-task acceptance rate per arm
-                      (pipelines/metrics/long_loop.py)
+    long_loop         {control, treatment, diff, ci_low, ci_high, since, ...}: the background-task acceptance rate
+                      per arm (pipelines/metrics/long_loop.py)
 
 The per-org comparison takes the rows requested since the first request an org's specialized version served (before
-it, both arms serve the shared champion); the long loop takes every outcome row of the demo's cycles.
+it, both arms serve the shared champion); the long loop takes the tasks started in the A/B table's window (since the
+first request treatment served with a checkpoint of its own; every task when there was none).
 """
 
 from __future__ import annotations
@@ -75,13 +76,17 @@ def specialization_summary(cfg, records) -> dict:
     return out
 
 
-def long_loop_summary(cfg) -> dict:
-    """{"long_loop": the background-task acceptance rate of control and treatment over every outcome row}."""
+def long_loop_summary(cfg, since: str | None = None) -> dict:
+    """{"long_loop": the background-task acceptance rate of control and treatment}, over the tasks started at
+    `since` (ISO time: the A/B table's window, `ab["since"]`) or later; every task when None."""
+    from datetime import datetime
+
     from pipelines.metrics.long_loop import acceptance
     from schemas.reward_table import outcome_table, read_outcome_table
 
     outcomes = read_outcome_table(outcome_table(Path(cfg.state_path) / "rewards" / "table"))
-    return {"long_loop": acceptance(outcomes, cfg.ab.control_arm, cfg.ab.treatment_arm, cfg.ab.alpha)}
+    return {"long_loop": acceptance(outcomes, cfg.ab.control_arm, cfg.ab.treatment_arm, cfg.ab.alpha,
+                                    since=datetime.fromisoformat(since) if since else None)}
 
 
 def render_specialization(summary: dict) -> list[str]:
@@ -108,5 +113,6 @@ def render_specialization(summary: dict) -> list[str]:
     ll = summary["long_loop"] or {}
     lines.append(f"Background tasks accepted: control {_pct(ll.get('control'))}  treatment "
                  f"{_pct(ll.get('treatment'))}  diff {_pp(ll.get('diff'))} pp  95% CI [{_pp(ll.get('ci_low'))}, "
-                 f"{_pp(ll.get('ci_high'))}] pp  (tasks {ll.get('tasks')}, never judged {ll.get('tasks_unknown')})")
+                 f"{_pp(ll.get('ci_high'))}] pp  (tasks {ll.get('tasks')}, never judged {ll.get('tasks_unknown')}"
+                 + (f"; started since {ll['since']})" if ll.get("since") else ")"))
     return lines

@@ -11,6 +11,8 @@ rate is sum(Y) / sum(N) (intervals.py). Tasks whose outcome never came (unknown)
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import polars as pl
 
 from pipelines.metrics.intervals import Moments, ratio_change
@@ -20,10 +22,11 @@ ACCEPTED = ("accepted", "merged")
 
 def task_units(outcomes: pl.DataFrame) -> pl.DataFrame:
     """One row per background task seen in `outcomes` (outcome rows): org_id, workspace_id, task_id, arm,
-    user_id, policy_version (of its first request), known, accepted, outcome."""
+    user_id, policy_version and started (of its first request), known, accepted, outcome."""
     key = ["org_id", "workspace_id", "task_id"]
     return (outcomes.sort("request_time", "request_id").group_by(key, maintain_order=True)
             .agg(pl.col("arm").first(), pl.col("user_id").first(), pl.col("policy_version").first(),
+                 started=pl.col("request_time").first(),
                  known=(pl.col("outcome_label") == "known").any(),
                  outcome=pl.col("outcome").filter(pl.col("outcome_label") == "known").first())
             .with_columns(accepted=pl.col("outcome").is_in(ACCEPTED).fill_null(False)))
@@ -40,10 +43,14 @@ def _moments(tasks: pl.DataFrame) -> Moments | None:
 
 
 def acceptance(outcomes: pl.DataFrame, control: str = "control", treatment: str = "treatment",
-               alpha: float = 0.05) -> dict:
-    """{control, treatment, diff, ci_low, ci_high, tasks, tasks_unknown, users}: the acceptance rate of each arm's
-    judged background tasks and treatment - control with its (1 - alpha) interval; None where an arm has none."""
+               alpha: float = 0.05, since: datetime | None = None) -> dict:
+    """{control, treatment, diff, ci_low, ci_high, tasks, tasks_unknown, users, since}: the acceptance rate of each
+    arm's judged background tasks and treatment - control with its (1 - alpha) interval; None where an arm has
+    none. `since`: only the tasks whose first request came then or later (the A/B table's window: from the first
+    request treatment served with another checkpoint than control)."""
     tasks = task_units(outcomes)
+    if since is not None:
+        tasks = tasks.filter(pl.col("started") >= since)
     judged = tasks.filter(pl.col("known"))
     m = {arm: _moments(judged.filter(pl.col("arm") == arm)) for arm in (control, treatment)}
     change = ratio_change(m[control], m[treatment], alpha)
@@ -51,4 +58,5 @@ def acceptance(outcomes: pl.DataFrame, control: str = "control", treatment: str 
     return {"control": change.control, "treatment": change.treatment, "diff": diff, "ci_low": low, "ci_high": high,
             "tasks": {arm: int((judged["arm"] == arm).sum()) for arm in (control, treatment)},
             "tasks_unknown": int(tasks.height - judged.height),
-            "users": {arm: (m[arm].n if m[arm] else 0) for arm in (control, treatment)}}
+            "users": {arm: (m[arm].n if m[arm] else 0) for arm in (control, treatment)},
+            "since": since.isoformat() if since is not None else None}

@@ -61,3 +61,16 @@ def test_acceptance_per_arm_with_users_as_the_unit():
 def test_an_arm_without_judged_tasks_has_no_rate():
     r = acceptance(_rows([("a", "u1", "control", "accepted", 1), ("b", "u2", "treatment", "", 1)]))
     assert r["control"] == 1.0 and r["treatment"] is None and r["diff"] is None and r["ci_low"] is None
+
+
+def test_since_keeps_the_tasks_whose_first_request_came_then_or_later():
+    # "a" starts at T (its later requests after `since`); "b" and "c" start at T + 1 h
+    early = _rows([("a", "u1", "control", "accepted", 3)])
+    late = _rows([("b", "u2", "control", "reverted", 1), ("c", "u3", "treatment", "merged", 1)]).with_columns(
+        request_time=pl.col("request_time") + timedelta(hours=1))
+    rows = pl.concat([early, late])
+    since = T + timedelta(minutes=1)
+    r = acceptance(rows, since=since)
+    assert r["tasks"] == {"control": 1, "treatment": 1} and r["control"] == 0.0 and r["treatment"] == 1.0
+    assert r["since"] == since.isoformat()
+    assert acceptance(rows)["tasks"] == {"control": 2, "treatment": 1} and acceptance(rows)["since"] is None
