@@ -82,14 +82,18 @@ def long_loop_summary(cfg, since: str | None = None) -> dict:
     from datetime import datetime
 
     from pipelines.metrics.long_loop import acceptance
-    from schemas.reward_table import outcome_table, read_outcome_table
+    from schemas.reward_table import outcome_table, read_outcome_table, read_reward_table
 
-    outcomes = read_outcome_table(outcome_table(Path(cfg.state_path) / "rewards" / "table"))
+    table = Path(cfg.state_path) / "rewards" / "table"
+    outcomes = read_outcome_table(outcome_table(table))
+    rows = read_reward_table(table).select("request_id", "request_time", "arm", "org_id", "workspace_id", "task_id")
     return {"long_loop": acceptance(outcomes, cfg.ab.control_arm, cfg.ab.treatment_arm, cfg.ab.alpha,
-                                    since=datetime.fromisoformat(since) if since else None)}
+                                    since=datetime.fromisoformat(since) if since else None, rows=rows)}
 
 
-def render_specialization(summary: dict) -> list[str]:
+def render_specialization(summary: dict, threshold: float = 0.001) -> list[str]:
+    """The table's lines; `threshold`: the p-value below which the arms' judged shares are flagged (the A/B's
+    `srm_p_threshold`)."""
     from infra.orchestrator.summary import _pct, _pp
 
     lines = []
@@ -115,4 +119,11 @@ def render_specialization(summary: dict) -> list[str]:
                  f"{_pct(ll.get('treatment'))}  diff {_pp(ll.get('diff'))} pp  95% CI [{_pp(ll.get('ci_low'))}, "
                  f"{_pp(ll.get('ci_high'))}] pp  (tasks {ll.get('tasks')}, never judged {ll.get('tasks_unknown')}"
                  + (f"; started since {ll['since']})" if ll.get("since") else ")"))
+    share = ll.get("judged_share") or {}
+    if share:
+        lines.append("  judged of the tasks started: " + ", ".join(
+            f"{arm} {ll['tasks'].get(arm, 0)}/{ll['tasks_started'][arm]}" for arm in share))
+        if (p := ll.get("judged_share_p")) is not None and p < threshold:
+            lines.append(f"  WARNING: the arms' tasks were judged in different shares (p {p:.2g}; outcomes still "
+                         "to come): the judged tasks are not comparable samples, the change is biased")
     return lines

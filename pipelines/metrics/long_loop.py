@@ -11,6 +11,7 @@ rate is sum(Y) / sum(N) (intervals.py). Tasks whose outcome never came (unknown)
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 import polars as pl
@@ -32,6 +33,14 @@ def task_units(outcomes: pl.DataFrame) -> pl.DataFrame:
             .with_columns(accepted=pl.col("outcome").is_in(ACCEPTED).fill_null(False)))
 
 
+def started_tasks(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per background task in reward rows (those with a task_id): org_id, workspace_id, task_id, arm and
+    started (of its first request). A task's requests have rows long before its outcome can come."""
+    key = ["org_id", "workspace_id", "task_id"]
+    return (rows.filter(pl.col("task_id").is_not_null()).sort("request_time", "request_id")
+            .group_by(key, maintain_order=True).agg(pl.col("arm").first(), started=pl.col("request_time").first()))
+
+
 def _moments(tasks: pl.DataFrame) -> Moments | None:
     if tasks.is_empty():
         return None
@@ -43,11 +52,16 @@ def _moments(tasks: pl.DataFrame) -> Moments | None:
 
 
 def acceptance(outcomes: pl.DataFrame, control: str = "control", treatment: str = "treatment",
-               alpha: float = 0.05, since: datetime | None = None) -> dict:
+               alpha: float = 0.05, since: datetime | None = None, rows: pl.DataFrame | None = None) -> dict:
     """{control, treatment, diff, ci_low, ci_high, tasks, tasks_unknown, users, since}: the acceptance rate of each
     arm's judged background tasks and treatment - control with its (1 - alpha) interval; None where an arm has
     none. `since`: only the tasks whose first request came then or later (the A/B table's window: from the first
-    request treatment served with another checkpoint than control)."""
+    request treatment served with another checkpoint than control).
+
+    `rows` (the reward rows): adds `tasks_started` and `judged_share` per arm, the share of the tasks started
+    (in the window) whose outcome row is in. Outcomes come hours after a task's last step, so the share is below 1
+    while a run goes on; when it differs between the arms (one arm's tasks take longer, e.g. slower serving on an
+    accelerated clock), the judged tasks are not comparable samples and the change is biased."""
     tasks = task_units(outcomes)
     if since is not None:
         tasks = tasks.filter(pl.col("started") >= since)
@@ -59,4 +73,26 @@ def acceptance(outcomes: pl.DataFrame, control: str = "control", treatment: str 
             "tasks": {arm: int((judged["arm"] == arm).sum()) for arm in (control, treatment)},
             "tasks_unknown": int(tasks.height - judged.height),
             "users": {arm: (m[arm].n if m[arm] else 0) for arm in (control, treatment)},
-            "since": since.isoformat() if since is not None else None}
+            "since": since.isoformat() if since is not None else None} | (
+        {} if rows is None else _judged_share(judged, rows, since, (control, treatment)))
+
+
+def _judged_share(judged: pl.DataFrame, rows: pl.DataFrame, since: datetime | None, arms: tuple[str, str]) -> dict:
+    started = started_tasks(rows)
+    if since is not None:
+        started = started.filter(pl.col("started") >= since)
+    n = {arm: int((started["arm"] == arm).sum()) for arm in arms}
+    done = {arm: min(int((judged["arm"] == arm).sum()), n[arm]) for arm in arms}
+    return {"tasks_started": n, "judged_share": {arm: (done[arm] / n[arm] if n[arm] else None) for arm in arms},
+            "judged_share_p": _equal_shares_p(done[arms[0]], n[arms[0]], done[arms[1]], n[arms[1]])}
+
+
+def _equal_shares_p(k1: int, n1: int, k2: int, n2: int) -> float | None:
+    """Two-sided p-value of the pooled two-proportion z-test that k1/n1 and k2/n2 share one proportion."""
+    if not n1 or not n2:
+        return None
+    pooled = (k1 + k2) / (n1 + n2)
+    var = pooled * (1 - pooled) * (1 / n1 + 1 / n2)
+    if var == 0:
+        return 1.0
+    return math.erfc(abs(k1 / n1 - k2 / n2) / math.sqrt(var) / math.sqrt(2))

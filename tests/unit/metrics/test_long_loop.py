@@ -74,3 +74,36 @@ def test_since_keeps_the_tasks_whose_first_request_came_then_or_later():
     assert r["tasks"] == {"control": 1, "treatment": 1} and r["control"] == 0.0 and r["treatment"] == 1.0
     assert r["since"] == since.isoformat()
     assert acceptance(rows)["tasks"] == {"control": 2, "treatment": 1} and acceptance(rows)["since"] is None
+
+
+def test_the_judged_share_per_arm_counts_the_tasks_started_and_flags_a_censored_arm():
+    # reward rows: control started 4 tasks, treatment 4; outcome rows: control judged 1, treatment 4
+    started = [(t, "control") for t in "abcd"] + [(t, "treatment") for t in "efgh"]
+    rows = pl.DataFrame([{"request_id": f"{t}-0", "task_id": t, "org_id": "o", "workspace_id": "w", "arm": arm,
+                          "request_time": T} for t, arm in started]
+                        + [{"request_id": "x", "task_id": None, "org_id": "o", "workspace_id": "w",
+                            "arm": "control", "request_time": T}])   # not a background request
+    outcomes = _rows([("a", "u1", "control", "accepted", 1), ("e", "u2", "treatment", "merged", 1),
+                      ("f", "u3", "treatment", "reverted", 1), ("g", "u4", "treatment", "accepted", 1),
+                      ("h", "u5", "treatment", "abandoned", 1)]).with_columns(workspace_id=pl.lit("w"))
+    r = acceptance(outcomes, rows=rows)
+    assert r["tasks_started"] == {"control": 4, "treatment": 4}
+    assert r["judged_share"] == {"control": 0.25, "treatment": 1.0}
+    pooled = 5 / 8   # by hand: z = 0.75 / sqrt(pooled (1 - pooled) (1/4 + 1/4))
+    z = 0.75 / math.sqrt(pooled * (1 - pooled) * 0.5)
+    assert r["judged_share_p"] == pytest.approx(math.erfc(z / math.sqrt(2)))
+    assert "judged_share" not in acceptance(outcomes)
+
+
+def test_the_table_warns_when_the_arms_were_judged_in_different_shares():
+    from infra.orchestrator.specialize_summary import render_specialization
+
+    loop = {"control": 0.2, "treatment": 0.3, "diff": 0.1, "ci_low": 0.0, "ci_high": 0.2,
+            "tasks": {"control": 20, "treatment": 100}, "tasks_unknown": 0,
+            "tasks_started": {"control": 200, "treatment": 210},
+            "judged_share": {"control": 0.1, "treatment": 0.48}, "judged_share_p": 1e-12}
+    lines = render_specialization({"long_loop": loop})
+    assert "  judged of the tasks started: control 20/200, treatment 100/210" in lines
+    assert any(line.startswith("  WARNING: the arms' tasks were judged in different shares") for line in lines)
+    even = render_specialization({"long_loop": loop | {"judged_share_p": 0.4}})
+    assert not any("WARNING" in line for line in even)
