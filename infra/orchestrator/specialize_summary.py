@@ -88,12 +88,11 @@ def long_loop_summary(cfg, since: str | None = None) -> dict:
     outcomes = read_outcome_table(outcome_table(table))
     rows = read_reward_table(table).select("request_id", "request_time", "arm", "org_id", "workspace_id", "task_id")
     return {"long_loop": acceptance(outcomes, cfg.ab.control_arm, cfg.ab.treatment_arm, cfg.ab.alpha,
-                                    since=datetime.fromisoformat(since) if since else None, rows=rows)}
+                                    since=datetime.fromisoformat(since) if since else None, rows=rows,
+                                    srm_threshold=cfg.ab.srm_p_threshold)}
 
 
-def render_specialization(summary: dict, threshold: float = 0.001) -> list[str]:
-    """The table's lines; `threshold`: the p-value below which the arms' judged shares are flagged (the A/B's
-    `srm_p_threshold`)."""
+def render_specialization(summary: dict) -> list[str]:
     from infra.orchestrator.summary import _pct, _pp
 
     lines = []
@@ -123,7 +122,7 @@ def render_specialization(summary: dict, threshold: float = 0.001) -> list[str]:
     if share:
         lines.append("  judged of the tasks started: " + ", ".join(
             f"{arm} {ll['tasks'].get(arm, 0)}/{ll['tasks_started'][arm]}" for arm in share))
-        if (p := ll.get("judged_share_p")) is not None and p < threshold:
-            lines.append(f"  WARNING: the arms' tasks were judged in different shares (p {p:.2g}; outcomes still "
-                         "to come): the judged tasks are not comparable samples, the change is biased")
+        if ll.get("judged_share_flagged"):
+            lines.append(f"  WARNING: the arms' tasks were judged in different shares (p {ll['judged_share_p']:.2g}; "
+                         "outcomes still to come): the judged tasks are not comparable samples, the change is biased")
     return lines

@@ -19,26 +19,28 @@ import polars as pl
 from pipelines.metrics.intervals import Moments, ratio_change
 
 ACCEPTED = ("accepted", "merged")
+TASK = ["org_id", "workspace_id", "task_id"]   # a background task's identity
+
+
+def _per_task(requests: pl.DataFrame, *columns: pl.Expr, **named: pl.Expr) -> pl.DataFrame:
+    """One row per task of `requests`: its arm and `started` (of its first request), and `columns`, `named`."""
+    return (requests.sort("request_time", "request_id").group_by(TASK, maintain_order=True)
+            .agg(pl.col("arm").first(), *columns, started=pl.col("request_time").first(), **named))
 
 
 def task_units(outcomes: pl.DataFrame) -> pl.DataFrame:
     """One row per background task seen in `outcomes` (outcome rows): org_id, workspace_id, task_id, arm,
     user_id, policy_version and started (of its first request), known, accepted, outcome."""
-    key = ["org_id", "workspace_id", "task_id"]
-    return (outcomes.sort("request_time", "request_id").group_by(key, maintain_order=True)
-            .agg(pl.col("arm").first(), pl.col("user_id").first(), pl.col("policy_version").first(),
-                 started=pl.col("request_time").first(),
-                 known=(pl.col("outcome_label") == "known").any(),
-                 outcome=pl.col("outcome").filter(pl.col("outcome_label") == "known").first())
+    return (_per_task(outcomes, pl.col("user_id").first(), pl.col("policy_version").first(),
+                      known=(pl.col("outcome_label") == "known").any(),
+                      outcome=pl.col("outcome").filter(pl.col("outcome_label") == "known").first())
             .with_columns(accepted=pl.col("outcome").is_in(ACCEPTED).fill_null(False)))
 
 
 def started_tasks(rows: pl.DataFrame) -> pl.DataFrame:
     """One row per background task in reward rows (those with a task_id): org_id, workspace_id, task_id, arm and
     started (of its first request). A task's requests have rows long before its outcome can come."""
-    key = ["org_id", "workspace_id", "task_id"]
-    return (rows.filter(pl.col("task_id").is_not_null()).sort("request_time", "request_id")
-            .group_by(key, maintain_order=True).agg(pl.col("arm").first(), started=pl.col("request_time").first()))
+    return _per_task(rows.filter(pl.col("task_id").is_not_null()))
 
 
 def _moments(tasks: pl.DataFrame) -> Moments | None:
@@ -52,7 +54,8 @@ def _moments(tasks: pl.DataFrame) -> Moments | None:
 
 
 def acceptance(outcomes: pl.DataFrame, control: str = "control", treatment: str = "treatment",
-               alpha: float = 0.05, since: datetime | None = None, rows: pl.DataFrame | None = None) -> dict:
+               alpha: float = 0.05, since: datetime | None = None, rows: pl.DataFrame | None = None,
+               srm_threshold: float = 0.001) -> dict:
     """{control, treatment, diff, ci_low, ci_high, tasks, tasks_unknown, users, since}: the acceptance rate of each
     arm's judged background tasks and treatment - control with its (1 - alpha) interval; None where an arm has
     none. `since`: only the tasks whose first request came then or later (the A/B table's window: from the first
@@ -61,7 +64,8 @@ def acceptance(outcomes: pl.DataFrame, control: str = "control", treatment: str 
     `rows` (the reward rows): adds `tasks_started` and `judged_share` per arm, the share of the tasks started
     (in the window) whose outcome row is in. Outcomes come hours after a task's last step, so the share is below 1
     while a run goes on; when it differs between the arms (one arm's tasks take longer, e.g. slower serving on an
-    accelerated clock), the judged tasks are not comparable samples and the change is biased."""
+    accelerated clock), the judged tasks are not comparable samples and the change is biased:
+    `judged_share_flagged` when the test of equal shares (`judged_share_p`) is below `srm_threshold`."""
     tasks = task_units(outcomes)
     if since is not None:
         tasks = tasks.filter(pl.col("started") >= since)
@@ -74,17 +78,20 @@ def acceptance(outcomes: pl.DataFrame, control: str = "control", treatment: str 
             "tasks_unknown": int(tasks.height - judged.height),
             "users": {arm: (m[arm].n if m[arm] else 0) for arm in (control, treatment)},
             "since": since.isoformat() if since is not None else None} | (
-        {} if rows is None else _judged_share(judged, rows, since, (control, treatment)))
+        {} if rows is None else _judged_share(judged, rows, since, (control, treatment), srm_threshold))
 
 
-def _judged_share(judged: pl.DataFrame, rows: pl.DataFrame, since: datetime | None, arms: tuple[str, str]) -> dict:
+def _judged_share(judged: pl.DataFrame, rows: pl.DataFrame, since: datetime | None, arms: tuple[str, str],
+                  threshold: float) -> dict:
     started = started_tasks(rows)
     if since is not None:
         started = started.filter(pl.col("started") >= since)
+    done = started.join(judged.select(TASK), on=TASK, how="semi")     # the tasks started whose outcome is in
     n = {arm: int((started["arm"] == arm).sum()) for arm in arms}
-    done = {arm: min(int((judged["arm"] == arm).sum()), n[arm]) for arm in arms}
-    return {"tasks_started": n, "judged_share": {arm: (done[arm] / n[arm] if n[arm] else None) for arm in arms},
-            "judged_share_p": _equal_shares_p(done[arms[0]], n[arms[0]], done[arms[1]], n[arms[1]])}
+    k = {arm: int((done["arm"] == arm).sum()) for arm in arms}
+    p = _equal_shares_p(k[arms[0]], n[arms[0]], k[arms[1]], n[arms[1]])
+    return {"tasks_started": n, "judged_share": {arm: (k[arm] / n[arm] if n[arm] else None) for arm in arms},
+            "judged_share_p": p, "judged_share_flagged": p is not None and p < threshold}
 
 
 def _equal_shares_p(k1: int, n1: int, k2: int, n2: int) -> float | None:

@@ -92,6 +92,8 @@ def test_the_judged_share_per_arm_counts_the_tasks_started_and_flags_a_censored_
     pooled = 5 / 8   # by hand: z = 0.75 / sqrt(pooled (1 - pooled) (1/4 + 1/4))
     z = 0.75 / math.sqrt(pooled * (1 - pooled) * 0.5)
     assert r["judged_share_p"] == pytest.approx(math.erfc(z / math.sqrt(2)))
+    assert r["judged_share_flagged"] is False                               # p 0.03: above the SRM threshold
+    assert acceptance(outcomes, rows=rows, srm_threshold=0.05)["judged_share_flagged"] is True
     assert "judged_share" not in acceptance(outcomes)
 
 
@@ -101,9 +103,10 @@ def test_the_table_warns_when_the_arms_were_judged_in_different_shares():
     loop = {"control": 0.2, "treatment": 0.3, "diff": 0.1, "ci_low": 0.0, "ci_high": 0.2,
             "tasks": {"control": 20, "treatment": 100}, "tasks_unknown": 0,
             "tasks_started": {"control": 200, "treatment": 210},
-            "judged_share": {"control": 0.1, "treatment": 0.48}, "judged_share_p": 1e-12}
+            "judged_share": {"control": 0.1, "treatment": 0.48}, "judged_share_p": 1e-12,
+            "judged_share_flagged": True}
     lines = render_specialization({"long_loop": loop})
     assert "  judged of the tasks started: control 20/200, treatment 100/210" in lines
     assert any(line.startswith("  WARNING: the arms' tasks were judged in different shares") for line in lines)
-    even = render_specialization({"long_loop": loop | {"judged_share_p": 0.4}})
+    even = render_specialization({"long_loop": loop | {"judged_share_p": 0.4, "judged_share_flagged": False}})
     assert not any("WARNING" in line for line in even)
