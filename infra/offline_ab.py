@@ -71,14 +71,21 @@ def paired_difference(base: pl.DataFrame, other: pl.DataFrame, metric: str, alph
 
 
 def paired_units_difference(base: pl.DataFrame, other: pl.DataFrame, metric: str, alpha: float) -> dict:
-    """`other` - `base` on `metric` from two checkpoints' unit stats (`unit_sums`), with a (1 - alpha) interval.
-    The same seeded users serve both, so their own ease or difficulty cancels: with r = sum(y) / sum(n) per checkpoint, user u contributes
-    d_u = (y_o - r_o n_o) / nbar_o - (y_b - r_b n_b) / nbar_b, and Var(r_o - r_b) = s^2(d) / U over the U users
+    """`other` - `base` on `metric` from two checkpoints' unit stats (`unit_sums`), with a (1 - alpha) interval
+    (`paired_columns_difference` over the metric's numerator and denominator sums)."""
+    return paired_columns_difference(base, other, num_col(metric), den_col(metric), alpha)
+
+
+def paired_columns_difference(base: pl.DataFrame, other: pl.DataFrame, num: str, den: str, alpha: float) -> dict:
+    """`other` - `base` on the ratio sum(`num`) / sum(`den`) of two checkpoints' per-user frames (a `user_id`
+    column; a user may have several rows), with a (1 - alpha) interval.
+    The same seeded users serve both, so their own ease or difficulty cancels: with r = sum(y) / sum(n) per
+    checkpoint, user u contributes d_u = (y_o - r_o n_o) / nbar_o - (y_b - r_b n_b) / nbar_b, and Var(r_o - r_b) = s^2(d) / U over the U users
     seen by either (a user missing from one side has sums 0 there)."""
     import numpy as np
 
     def per_user(units: pl.DataFrame) -> pl.DataFrame:
-        return units.group_by("user_id").agg(y=pl.col(num_col(metric)).sum(), n=pl.col(den_col(metric)).sum())
+        return units.group_by("user_id").agg(y=pl.col(num).sum(), n=pl.col(den).sum())
 
     both = per_user(base).join(per_user(other), on="user_id", how="full", suffix="_o", coalesce=True).fill_null(0.0)
     yb, nb, yo, no = (both[c].to_numpy().astype(float) for c in ("y", "n", "y_o", "n_o"))

@@ -370,9 +370,21 @@ def _serve_slice(folder: str, version: str, sim, hours: float, seed: int, arm: s
 
 def reward_rows(events: list[Event], spec, as_of: datetime | None = None) -> pl.DataFrame:
     """The reward rows of every request mature by `as_of` (default: all of them), as the reward job computes."""
+    return rewards_and_outcomes(events, spec, as_of, outcomes=False)[0]
+
+
+def rewards_and_outcomes(events: list[Event], spec, as_of: datetime | None = None,
+                         outcomes: bool = True) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """(reward rows, task-outcome rows) mature by `as_of` (default: all of them), as the reward job computes them
+    (`assemble_rewards`, `assemble_outcomes`); the outcome rows are None without `outcomes`. A population run
+    drains (`Population.run`), so every background task started before its deadline has its `task_outcome` in
+    `events`: with the default `as_of` each such task's requests have a known outcome row."""
     from pipelines.rewards.assemble import assemble_rewards
     from pipelines.rewards.classifiers import get_classifier
     from pipelines.rewards.frames import frames_from_events
+    from pipelines.rewards.outcomes import assemble_outcomes
 
     end = as_of or datetime(9000, 1, 1, tzinfo=timezone.utc)
-    return assemble_rewards(frames_from_events(events), spec, get_classifier(spec.classifier), end).rows
+    frames = frames_from_events(events)
+    rows = assemble_rewards(frames, spec, get_classifier(spec.classifier), end).rows
+    return rows, (assemble_outcomes(frames, spec, end)[0] if outcomes else None)

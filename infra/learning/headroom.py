@@ -26,9 +26,11 @@ def ladder(outcomes: dict[str, int]) -> dict[str, ErrorRates]:
 
 
 def score_scripted(sim, spec, hours: float, errors: ErrorRates, seed: int = 0):
-    """Unit sums (infra.offline_ab.unit_sums) of one scripted policy on the population `sim`."""
+    """Unit sums (infra.offline_ab.unit_sums, with the long loop's counts: `score.with_long_loop`) of one scripted
+    policy on the population `sim`."""
+    from infra.learning.score import with_long_loop
     from infra.offline_ab import unit_sums
-    from infra.offline_cycle import reward_rows
+    from infra.offline_cycle import rewards_and_outcomes
     from instrumentation.simulator.clock import StepClock
     from instrumentation.simulator.population import Population
     from instrumentation.simulator.user import ListSink
@@ -37,4 +39,5 @@ def score_scripted(sim, spec, hours: float, errors: ErrorRates, seed: int = 0):
     sink, policy = ListSink(), ReferencePolicy(seed, errors, policy_version="scripted")
     Population(sim, policy, sink, clock).run(clock.start + timedelta(hours=hours))
     events = sorted([*sink.events, *policy.trajectories(arm="treatment")], key=lambda e: (e.event_time, e.event_id))
-    return unit_sums(reward_rows(events, spec))
+    rows, outcomes = rewards_and_outcomes(events, spec)
+    return with_long_loop(unit_sums(rows), outcomes)

@@ -5,7 +5,9 @@
 A cycle is production's steps without the processes (each the code production runs):
   traffic   the champion serves `learning.train_users` new simulated users for `learning.cycle_hours` simulated
             hours (`infra.offline_cycle`: sampled like serving, a thread per user, answered in lockstep batches)
-  rewards   the reward job's computation (`assemble_rewards`) -> the cycle's partition of a reward table
+  rewards   the reward job's computation (`assemble_rewards`) -> the cycle's partition of a reward table; with
+            background tasks on, `assemble_outcomes` -> the cycle's partition of its task-outcome table, so their
+            chains train on their outcome as the cycle's do (`trainer.outcomes`)
   train     `rtrl train`'s job (`trainer.run.run_training`: on-policy selection, the trainer, a candidate
             registered in this lineage's own MLflow registry with its parent and cycle)
   gate      `infra.learning.gate`: the candidate against the champion and against the anchor (v0) on held-out
@@ -46,12 +48,21 @@ class CycleResult:
 
 
 def traffic_rows(folder: Path, version: str, sim, spec, hours: float, seed: int,
-                 jobs) -> tuple[pl.DataFrame, dict]:
-    """The reward rows of `folder` (registered as `version`) serving the population `sim` for `hours`."""
-    from infra.offline_cycle import reward_rows, serve
+                 jobs) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+    """The reward rows and the task-outcome rows of `folder` (registered as `version`) serving the population `sim`
+    for `hours` (the run drains: every background task started has its outcome)."""
+    from infra.offline_cycle import rewards_and_outcomes, serve
 
     served = serve(folder, version, sim, hours, seed, jobs=jobs)
-    return reward_rows(served.events, spec), {"requests": served.requests, "batches": served.batches}
+    rows, outcomes = rewards_and_outcomes(served.events, spec)
+    return rows, outcomes, {"requests": served.requests, "batches": served.batches}
+
+
+def _write_partition(rows: pl.DataFrame, table: Path, version: str, window: str) -> None:
+    """`rows` as the cycle's partition of `table`, laid out as the reward job's sink lays it out."""
+    part = Path(table) / f"policy_version={version}" / f"window={window}"
+    part.mkdir(parents=True, exist_ok=True)
+    rows.write_parquet(part / "part-0.parquet")
 
 
 def _registry(cfg, work: Path, v0: Path):
@@ -84,6 +95,7 @@ def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callabl
 
     from infra.learning.gate import UsersGate
     from registry.promotion import promote
+    from schemas.reward_table import outcome_table
     from trainer.run import run_training
     from trainer.selection import SelectionError
 
@@ -109,14 +121,16 @@ def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callabl
         champion, folder = registry.resolve("champion")
         t = time.monotonic()
         sim = cfg.simulator.model_copy(update={"users": lc.train_users, "seed": lc.traffic_seed + 1000 * seed + c})
-        rows, served = traffic_rows(folder, champion, sim, cfg.rewards, lc.cycle_hours, 1000 * seed + c,
-                                    workers)
-        part = work / "rewards" / f"policy_version={champion}" / f"window=c{c}"
-        part.mkdir(parents=True, exist_ok=True)
-        rows.write_parquet(part / "part-0.parquet")
+        rows, outcomes, served = traffic_rows(folder, champion, sim, cfg.rewards, lc.cycle_hours,
+                                              1000 * seed + c, workers)
+        _write_partition(rows, work / "rewards", champion, f"c{c}")
+        if not outcomes.is_empty():     # background tasks: their chains train on the outcome (trainer.outcomes)
+            _write_partition(outcomes, outcome_table(work / "rewards"), champion, f"c{c}")
         seconds["traffic"] = time.monotonic() - t
         log(f"[seed {seed} c{c}] v{champion} served {served['requests']} requests in {served['batches']} batches: "
-            f"{rows.height} reward rows, mean reward {rows['reward'].mean():.3f} ({seconds['traffic']:.0f}s)")
+            f"{rows.height} reward rows, mean reward {rows['reward'].mean():.3f}"
+            + (f", {outcomes.height} task-outcome rows" if not outcomes.is_empty() else "")
+            + f" ({seconds['traffic']:.0f}s)")
         t = time.monotonic()
         try:
             trained = run_training(trainer_cfg, registry, work / "rewards", f"c{c}", work / "train",

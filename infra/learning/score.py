@@ -6,7 +6,9 @@
 
 Every checkpoint of a seed serves the same users (population `learning.score_seed` + seed) with the same sampling
 seed, as `rtrl offline-ab` does; the differences pair each user's rows under the two checkpoints
-(`infra.offline_ab.paired_units_difference`), so the users' own ease or difficulty cancels.
+(`infra.offline_ab.paired_units_difference`), so the users' own ease or difficulty cancels. With background tasks
+on (`simulator.background_rate` > 0) each run drains until every task started has its outcome, and the long loop's
+acceptance rate (LONG_LOOP) is a point too: a closed cohort, judged alike under every checkpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import polars as pl
 CURVE_METRICS = ("edit_persistence_rate", "dissatisfied_followup_rate", "broken_tool_call_rate", "edit_rate",
                  "clarification_rate")
 SAMPLING_SEED = 7
+# the long loop's metric, with background tasks on (`simulator.background_rate` > 0): of the background tasks judged,
+# the share accepted or merged (pipelines.metrics.long_loop), from the per-user counts `with_long_loop` adds
+LONG_LOOP = "background_acceptance_rate"
+ACCEPTED, JUDGED = "background_accepted", "background_judged"
 
 
 class Scorer:
@@ -58,28 +64,53 @@ class Scorer:
 
 
 def served_units(folder, label: str, sim, spec, hours: float, jobs) -> tuple[pl.DataFrame, dict]:
-    """A checkpoint's unit sums (`infra.offline_ab.unit_sums`) on the population `sim`, and the simulator's grades
-    of its answers (outcome -> count)."""
+    """A checkpoint's unit sums (`infra.offline_ab.unit_sums`, with the long loop's per-user counts when the users
+    hand tasks to the background: `with_long_loop`) on the population `sim`, and the simulator's grades of its
+    answers (outcome -> count)."""
     from infra.offline_ab import unit_sums
-    from infra.offline_cycle import reward_rows, serve
+    from infra.offline_cycle import rewards_and_outcomes, serve
 
     served = serve(folder, label, sim, hours, SAMPLING_SEED, jobs=jobs)
-    return unit_sums(reward_rows(served.events, spec)), served.outcomes
+    rows, outcomes = rewards_and_outcomes(served.events, spec)
+    return with_long_loop(unit_sums(rows), outcomes), served.outcomes
+
+
+def with_long_loop(units: pl.DataFrame, outcomes: pl.DataFrame) -> pl.DataFrame:
+    """`units` plus, per user with judged background tasks (`outcomes`: task-outcome rows), a row of its tasks
+    accepted (ACCEPTED) and judged (JUDGED), every other sum 0 (and those columns 0 on the reward rows' units), so
+    that per-user sums of either kind stay what they were. `units` as it is when no background task was judged."""
+    from pipelines.metrics.long_loop import per_user, task_units
+
+    tasks = task_units(outcomes).filter(pl.col("known"))
+    if tasks.is_empty():
+        return units
+    extra = per_user(tasks).rename({"Y": ACCEPTED, "N": JUDGED})
+    both = pl.concat([units, extra], how="diagonal_relaxed")
+    numeric = [c for c, t in both.schema.items() if t.is_numeric()]
+    return both.with_columns(pl.col(numeric).fill_null(0))
 
 
 def summary(units: pl.DataFrame) -> dict:
-    """Rows, users and each curve metric's rate over one checkpoint's unit sums."""
+    """Rows, users and each curve metric's rate over one checkpoint's unit sums; with background tasks judged, their
+    count and acceptance rate (LONG_LOOP)."""
     from pipelines.metrics.rates import den_col, num_col
 
     out = {"rows": int(units["n"].sum()), "users": units["user_id"].n_unique()}
     for m in CURVE_METRICS:
         den = float(units[den_col(m)].sum())
         out[m] = round(float(units[num_col(m)].sum()) / den, 4) if den else None
+    if JUDGED in units.columns:
+        judged = float(units[JUDGED].sum())
+        out |= {"background_tasks": int(judged), LONG_LOOP: round(float(units[ACCEPTED].sum()) / judged, 4)}
     return out
 
 
 def differences(base: pl.DataFrame, other: pl.DataFrame, alpha: float) -> dict:
-    """`other` - `base` on every curve metric, with paired (1 - alpha) intervals."""
-    from infra.offline_ab import paired_units_difference
+    """`other` - `base` on every curve metric, with paired (1 - alpha) intervals; and on LONG_LOOP when both judged
+    background tasks."""
+    from infra.offline_ab import paired_columns_difference, paired_units_difference
 
-    return {m: paired_units_difference(base, other, m, alpha) for m in CURVE_METRICS}
+    out = {m: paired_units_difference(base, other, m, alpha) for m in CURVE_METRICS}
+    if JUDGED in base.columns and JUDGED in other.columns:
+        out[LONG_LOOP] = paired_columns_difference(base, other, ACCEPTED, JUDGED, alpha)
+    return out

@@ -43,13 +43,18 @@ def started_tasks(rows: pl.DataFrame) -> pl.DataFrame:
     return _per_task(rows.filter(pl.col("task_id").is_not_null()))
 
 
+def per_user(tasks: pl.DataFrame) -> pl.DataFrame:
+    """The statistical units of judged tasks (`task_units` rows whose outcome is known): per user_id, Y = tasks
+    accepted and N = tasks judged (floats)."""
+    return tasks.group_by("user_id").agg(Y=pl.col("accepted").cast(pl.Float64).sum(), N=pl.len().cast(pl.Float64))
+
+
 def _moments(tasks: pl.DataFrame) -> Moments | None:
     if tasks.is_empty():
         return None
-    per_user = tasks.group_by("user_id").agg(Y=pl.col("accepted").cast(pl.Float64).sum(),
-                                             N=pl.len().cast(pl.Float64))
-    y, n = per_user["Y"], per_user["N"]
-    return Moments(per_user.height, float(y.sum()), float(n.sum()), float((y * y).sum()), float((n * n).sum()),
+    units = per_user(tasks)
+    y, n = units["Y"], units["N"]
+    return Moments(units.height, float(y.sum()), float(n.sum()), float((y * y).sum()), float((n * n).sum()),
                    float((y * n).sum()))
 
 
