@@ -335,17 +335,19 @@ class ServingWorkers:
 
 
 def serve(folder: str | Path, version: str, sim, hours: float, seed: int, *, arm: str = "treatment",
-          annotate: bool = False, jobs: "int | ServingWorkers" = 1) -> Served:
-    """`folder`, as version `version`, serving the population `sim` for `hours`. With `jobs` > 1 (a count, or
+          annotate: bool = False, jobs: "int | ServingWorkers" = 1, only: range | None = None) -> Served:
+    """`folder`, as version `version`, serving the population `sim` (its users `only`: default all) for `hours`.
+    A user's story does not depend on which others run beside it. With `jobs` > 1 (a count, or
     `ServingWorkers` kept across calls) the users are split into that many slices, each served by a process of its
     own on one torch thread (two such processes do ~1.45x the work of one on two threads here); a request's sample
     depends only on its user and seed, so the events are the same either way (up to floating-point rounding in a
     batch)."""
     if not isinstance(jobs, ServingWorkers):
         with ServingWorkers(jobs) as workers:
-            return serve(folder, version, sim, hours, seed, arm=arm, annotate=annotate, jobs=workers)
-    n = min(jobs.n, sim.users)
-    slices = [range(sim.users)[i::n] for i in range(n)]
+            return serve(folder, version, sim, hours, seed, arm=arm, annotate=annotate, jobs=workers, only=only)
+    users = range(sim.users) if only is None else only
+    n = max(1, min(jobs.n, len(users)))
+    slices = [users[i::n] for i in range(n)]
     calls = [(str(folder), version, sim, hours, seed, arm, annotate, s, 1 if n > 1 else 0) for s in slices]
     parts = jobs.map(calls)
     events = sorted((e for p in parts for e in p.events), key=lambda e: (e.event_time, e.event_id))

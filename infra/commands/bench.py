@@ -65,6 +65,13 @@ def add_parser(subparsers) -> None:
     bab = add("ab", "one cycle's A/B metrics over 10 million reward rows (Parquet in, the stored result out)")
     bab.add_argument("--rows", type=int, default=10_000_000, help="reward rows (default 10,000,000)")
     bab.add_argument("--users", type=int, default=100_000, help="distinct users (default 100,000)")
+    bsp = add("specialize", "specialization by organization on the simulated population, in one process: one "
+              "cycle, an adapter per org over the shared champion gated on its org's users, then specialized - "
+              "shared on edit persistence per org and pooled (95%% intervals, paired by user), in the world of "
+              "`rtrl demo --specialize`")
+    bsp.add_argument("--seed", type=int, default=0, help="the seed of the traffic, trainer and users (default 0)")
+    bsp.add_argument("--out", metavar="DIR", help="keep the registry, checkpoints and the result as specialize.json "
+                     "here (default: a temporary folder, removed)")
     bl = add("learning", "the learning curve: the loop for N cycles in this process, over K seeds; every promoted "
              "champion against v0 on fixed simulated users (persistence, dissatisfied follow-ups, broken calls, "
              "edit and clarification rates with 95%% intervals), the slope of persistence per cycle, the last "
@@ -185,6 +192,16 @@ def main(args, cfg) -> int:
             result = {"benchmark": "learning", "cpus": os.cpu_count(),
                       **run_learning(cfg, args.cycles, seeds, args.out, args.plot, log=log,
                                      with_headroom=args.headroom)}
+        print(json.dumps(result, default=str))
+        return 0
+    if args.bench_command == "specialize":
+        import contextlib
+
+        from infra.bench.specialize import run as run_specialize
+
+        with contextlib.redirect_stdout(sys.stderr):     # libraries' prints stay off stdout
+            result = {"benchmark": "specialize", "cpus": os.cpu_count(),
+                      **run_specialize(args.config, tuple(args.overrides), args.seed, args.out, log=log)}
         print(json.dumps(result, default=str))
         return 0
     if args.bench_command == "archive":

@@ -9,25 +9,41 @@ the learning curve is measured on, so a candidate chosen on them is not measured
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Callable
 
 import polars as pl
 
+from infra.learning.checkpoints import servable
 from infra.learning.score import CURVE_METRICS, served_units
 
 
 class UsersGate:
-    def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None, workers=None):
+    """`merged`: where an adapter version is merged into its base to be served in-process (default: a temporary
+    folder per version, under the system's)."""
+
+    def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None, workers=None,
+                 merged: Path | None = None):
         self.cfg = cfg.gate.users
         self.sim = cfg.simulator.model_copy(update={"users": self.cfg.users, "seed": self.cfg.seed + seed})
         self.spec, self.log, self.jobs = cfg.rewards, log, workers or cfg.learning.serving_jobs()
-        self.units: dict[str, pl.DataFrame] = {}     # version -> its unit sums on the gate users (served once)
+        self.merged = merged or Path(tempfile.mkdtemp(prefix="rtrl-merged-"))
+        # (version, org or None) -> its unit sums on the gate users (of that org), each served once
+        self.units: dict[tuple[str, str | None], pl.DataFrame] = {}
 
-    def _units(self, registry, version: str) -> pl.DataFrame:
-        if version not in self.units:
-            self.units[version] = served_units(registry.local_path(version), version, self.sim, self.spec,
-                                               self.cfg.hours, self.jobs)[0]
-        return self.units[version]
+    def _units(self, registry, version: str, org: str | None = None) -> pl.DataFrame:
+        """`version`'s unit sums on the gate users, or on org `org`'s: from its run on every user when there was
+        one, else a run on the org's users only (an org's adapter serves only its own)."""
+        if (version, None) in self.units:
+            units = self.units[(version, None)]
+            return units if org is None else units.filter(pl.col("org_id") == org)
+        if (version, org) not in self.units:
+            folder = servable(registry, version, self.merged)
+            only = None if org is None else self.sim.users_of(org)
+            self.units[(version, org)] = served_units(folder, version, self.sim, self.spec, self.cfg.hours,
+                                                      self.jobs, only=only)[0]
+        return self.units[(version, org)]
 
     def _vs(self, base: pl.DataFrame, other: pl.DataFrame) -> dict:
         from infra.offline_ab import paired_units_difference
@@ -36,12 +52,14 @@ class UsersGate:
         metrics = dict.fromkeys([*CURVE_METRICS, *self.cfg.guardrails])
         return {m: paired_units_difference(base, other, m, alpha) for m in metrics}
 
-    def decide(self, registry, candidate: str, champion: str, anchor: str | None) -> dict:
+    def decide(self, registry, candidate: str, champion: str, anchor: str | None, org: str | None = None) -> dict:
+        """The candidate against the champion (and the anchor, unless None) on the gate users; with `org`, on that
+        org's users only (an org's adapter `<v>@<org>` against what the org is served)."""
         from evals.gate.users import PRIMARY, decide_on_users, power_report
 
-        cand = self._units(registry, candidate)
-        vs_champion = self._vs(self._units(registry, champion), cand)
-        vs_anchor = None if anchor is None else self._vs(self._units(registry, anchor), cand)
+        cand = self._units(registry, candidate, org)
+        vs_champion = self._vs(self._units(registry, champion, org), cand)
+        vs_anchor = None if anchor is None else self._vs(self._units(registry, anchor, org), cand)
         verdict = decide_on_users(vs_champion, vs_anchor, self.cfg)
         p = vs_champion[PRIMARY]
         interval = "" if p["diff"] is None else f"[{p['ci_low']:.4f}, {p['ci_high']:.4f}]"

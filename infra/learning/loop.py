@@ -65,7 +65,7 @@ def _write_partition(rows: pl.DataFrame, table: Path, version: str, window: str)
     rows.write_parquet(part / "part-0.parquet")
 
 
-def _registry(cfg, work: Path, v0: Path):
+def lineage_registry(cfg, work: Path, v0: Path):
     """A fresh MLflow registry under `work` with v0 registered as version 1, aliases champion and control."""
     from registry.client import Registry
 
@@ -78,19 +78,23 @@ def _registry(cfg, work: Path, v0: Path):
     return reg
 
 
-def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path,
-                log: Callable[[str], None] = lambda m: None) -> dict:
+def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callable[[str], None] = lambda m: None,
+                workers=None, scorer: Scorer | None = None, gate=None) -> dict:
     """`cycles` cycles of one lineage (seeded by `seed`: traffic populations, sampling, the trainer, the scoring
     users). Returns {"seed", "v0": v0's scoring metrics, "cycles": [CycleResult as dict, ...]}; each cycle is also
     written to `work`/cycles.jsonl as it ends. Every serving run of the lineage shares one set of worker
-    processes."""
+    processes (`workers`, else its own). A caller that goes on from the lineage passes its own `scorer` and `gate`
+    (`infra.learning.gate.UsersGate`) and finds every checkpoint's units in them."""
     from infra.offline_cycle import ServingWorkers
 
-    with ServingWorkers(cfg.learning.serving_jobs()) as workers:
-        return _run_lineage(cfg, v0, seed, cycles, work, log, workers)
+    if workers is None:
+        with ServingWorkers(cfg.learning.serving_jobs()) as own:
+            return _run_lineage(cfg, v0, seed, cycles, work, log, own, scorer, gate)
+    return _run_lineage(cfg, v0, seed, cycles, work, log, workers, scorer, gate)
 
 
-def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callable[[str], None], workers) -> dict:
+def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callable[[str], None], workers,
+                 scorer: Scorer | None, gate) -> dict:
     import torch
 
     from infra.learning.gate import UsersGate
@@ -103,11 +107,11 @@ def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callabl
     if lc.threads:
         torch.set_num_threads(lc.threads)
     work.mkdir(parents=True, exist_ok=True)
-    registry = _registry(cfg, work, v0)
+    registry = lineage_registry(cfg, work, v0)
     anchor = registry.version_of("control")
     trainer_cfg = cfg.trainer.model_copy(update={"seed": cfg.trainer.seed + seed})
-    scorer = Scorer(cfg, seed, log, workers=workers)
-    gate = UsersGate(cfg, seed, log, workers=workers)
+    scorer = scorer or Scorer(cfg, seed, log, workers=workers)
+    gate = gate or UsersGate(cfg, seed, log, workers=workers, merged=work / "merged")
     t0 = time.monotonic()
     base = scorer.score(v0, anchor)
     suite = _suite(cfg, v0, anchor, log)
@@ -161,7 +165,7 @@ def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callabl
                              trained.reward_mean, now, verdict, score.get("vs_v0", {}), suite,
                              {k: round(v, 1) for k, v in seconds.items()})
         log(f"[seed {seed} c{c}] {decision} v{candidate} ({', '.join(verdict['reasons']) or 'all checks passed'}); "
-            f"champion v{now}" + (f": persistence vs v0 {_pp(score['vs_v0']['edit_persistence_rate'])}"
+            f"champion v{now}" + (f": persistence vs v0 {pp(score['vs_v0']['edit_persistence_rate'])}"
                                   if score else ""))
         out["cycles"].append(_record(ledger, result))
     promoted = [c["champion"] for c in out["cycles"] if c["score"]]
@@ -180,8 +184,9 @@ def _suite(cfg, folder: Path, label: str, log: Callable[[str], None]) -> dict | 
     return suite_outcomes(cfg, folder, label, cfg.learning.suite_samples)
 
 
-def _pp(d: dict) -> str:
-    if d.get("diff") is None:
+def pp(d: dict | None) -> str:
+    """A difference with its interval in percentage points ("+1.2 pp [+0.3, +2.1]"), or "n/a"."""
+    if not d or d.get("diff") is None:
         return "n/a"
     return f"{100 * d['diff']:+.1f} pp [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}]"
 

@@ -39,9 +39,21 @@ class Scorer:
     def score(self, folder, label: str) -> dict:
         """Checkpoint `folder` (rows labelled `label`) on the users; the summary has the simulator's grades of its
         answers (`outcomes`) too."""
-        units, outcomes = served_units(folder, label, self.sim, self.spec, self.hours, self.jobs)
-        out = self._add(label, units)
-        out["summary"]["outcomes"] = outcomes
+        return self.score_parts(label, [(folder, None)])
+
+    def score_parts(self, label: str, parts: list[tuple]) -> dict:
+        """One policy made of several checkpoints, each serving some of the users: `parts` = [(folder, users),
+        ...] (users: a range of user indexes, None = all), e.g. each org's users served by the org's adapter. The
+        parts' users should not overlap and should cover the users, to be paired with the other policies."""
+        from collections import Counter
+
+        units, grades = [], Counter()
+        for folder, only in parts:
+            u, g = served_units(folder, label, self.sim, self.spec, self.hours, self.jobs, only=only)
+            units.append(u)
+            grades.update(g)
+        out = self._add(label, concat_units(units))
+        out["summary"]["outcomes"] = dict(grades)
         return out
 
     def score_scripted(self, name: str, errors) -> dict:
@@ -63,14 +75,15 @@ class Scorer:
         return differences(self.units[base], self.units[other], self.alpha)
 
 
-def served_units(folder, label: str, sim, spec, hours: float, jobs) -> tuple[pl.DataFrame, dict]:
+def served_units(folder, label: str, sim, spec, hours: float, jobs,
+                 only: range | None = None) -> tuple[pl.DataFrame, dict]:
     """A checkpoint's unit sums (`infra.offline_ab.unit_sums`, with the long loop's per-user counts when the users
-    hand tasks to the background: `with_long_loop`) on the population `sim`, and the simulator's grades of its
-    answers (outcome -> count)."""
+    hand tasks to the background: `with_long_loop`) on the population `sim` (its users `only`: default all), and
+    the simulator's grades of its answers (outcome -> count)."""
     from infra.offline_ab import unit_sums
     from infra.offline_cycle import rewards_and_outcomes, serve
 
-    served = serve(folder, label, sim, hours, SAMPLING_SEED, jobs=jobs)
+    served = serve(folder, label, sim, hours, SAMPLING_SEED, jobs=jobs, only=only)
     rows, outcomes = rewards_and_outcomes(served.events, spec)
     return with_long_loop(unit_sums(rows), outcomes), served.outcomes
 
@@ -84,10 +97,15 @@ def with_long_loop(units: pl.DataFrame, outcomes: pl.DataFrame) -> pl.DataFrame:
     tasks = task_units(outcomes).filter(pl.col("known"))
     if tasks.is_empty():
         return units
-    extra = per_user(tasks).rename({"Y": ACCEPTED, "N": JUDGED})
-    both = pl.concat([units, extra], how="diagonal_relaxed")
-    numeric = [c for c, t in both.schema.items() if t.is_numeric()]
-    return both.with_columns(pl.col(numeric).fill_null(0))
+    return concat_units([units, per_user(tasks).rename({"Y": ACCEPTED, "N": JUDGED})])
+
+
+def concat_units(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Unit-sum frames stacked (users' rows of several runs, or of two kinds): a sum one frame lacks is 0 there."""
+    if len(frames) == 1:
+        return frames[0]
+    both = pl.concat(frames, how="diagonal_relaxed")
+    return both.with_columns(pl.col([c for c, t in both.schema.items() if t.is_numeric()]).fill_null(0))
 
 
 def summary(units: pl.DataFrame) -> dict:

@@ -152,6 +152,14 @@ class SimulatorConfig(BaseModel):
         org = org_of(index, self.seed)
         return replace(org, kwonly=org.org_id in self.keyword_only_orgs) if self.keyword_only_orgs else org
 
+    def users_of(self, org_id: str) -> range:
+        """The indexes of org `org_id`'s users (user i is in org i mod `orgs`); empty for an org not simulated."""
+        from codetasks.workspace import ORG_ID
+
+        match = ORG_ID.match(org_id)
+        k = int(match.group(1)) if match else self.orgs
+        return range(k, self.users, self.orgs) if k < self.orgs else range(0)
+
     @model_validator(mode="after")
     def _snapshot_after_reverts(self):
         if self.snapshot_delay_s <= self.revert_delay_s[1]:

@@ -59,7 +59,8 @@ class Population:
         self.stats = Stats(keep_ledger)
         self.run_id = run_key(cfg.seed, clock.start)
         n = cfg.users if users is None else users
-        self.users = [SimUser(i, cfg, self.run_id, clock, policy, sink, self.stats) for i in (only or range(n))]
+        chosen = range(n) if only is None else only
+        self.users = [SimUser(i, cfg, self.run_id, clock, policy, sink, self.stats) for i in chosen]
         self.stop = threading.Event()
         self.deadline: datetime | None = None
 

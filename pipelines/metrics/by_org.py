@@ -52,16 +52,27 @@ def by_org(units: pl.DataFrame, metric: str, base: str = "treatment", arm: str =
             orgs[org]["seq_low"], orgs[org]["seq_high"] = sequential.interval(diff, var, scale, alpha)
         if diff is not None and var is not None and var > 0 and math.isfinite(var):
             weights.append((1.0 / var, diff, scale if tau is not None else None))
-    pooled = {"diff": None, "ci_low": None, "ci_high": None, "orgs": len(weights)}
+    pooled = pooled_change([(d, 1.0 / w) for w, d, _ in weights], alpha)
     if weights:
         total = sum(w for w, _, _ in weights)
-        diff = sum(w * d for w, d, _ in weights) / total
-        low, high, _ = normal_interval(diff, 1.0 / total, alpha)
-        pooled.update(diff=diff, ci_low=low, ci_high=high)
+        diff = pooled["diff"]
         if tau is not None:   # the orgs' mixing scales, weighted as their changes
             scale = sum(w * t for w, _, t in weights) / total
             pooled["seq_low"], pooled["seq_high"] = sequential.interval(diff, 1.0 / total, scale, alpha)
     return {"orgs": orgs, "pooled": pooled}
+
+
+def pooled_change(changes: list[tuple[float, float]], alpha: float = 0.05) -> dict:
+    """{diff, ci_low, ci_high, orgs}: the inverse-variance weighted mean of the changes [(diff, variance), ...]
+    (each variance > 0), d = sum(w_k d_k) / sum(w_k) with w_k = 1 / Var(d_k) and Var(d) = 1 / sum(w_k); None
+    fields when there are none."""
+    out = {"diff": None, "ci_low": None, "ci_high": None, "orgs": len(changes)}
+    if changes:
+        total = sum(1.0 / v for _, v in changes)
+        diff = sum(d / v for d, v in changes) / total
+        low, high, _ = normal_interval(diff, 1.0 / total, alpha)
+        out.update(diff=diff, ci_low=low, ci_high=high)
+    return out
 
 
 def wins(result: dict) -> int:
