@@ -20,8 +20,8 @@ from infra.learning.score import CURVE_METRICS, served_units
 
 
 class UsersGate:
-    """`merged`: where an adapter version is merged into its base to be served in-process (default: a temporary
-    folder per version, under the system's)."""
+    """Decides candidates on the lineage's held-out gate users. `merged`: the folder where an adapter version is
+    merged into its base to be served in-process (default: a new temporary folder)."""
 
     def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None, workers=None,
                  merged: Path | None = None):
