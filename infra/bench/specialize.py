@@ -6,7 +6,8 @@ house rules, the house-rules v0, background tasks) with the sizes of infra/confi
 
 One JSON object: the settings, the shared step (its gate and its champion against v0, the long loop's acceptance
 included), per org the adapter's training, gate and promotion and specialized - shared on edit persistence, the
-pooled change and the orgs won, and the seconds of each part. Progress on stderr.
+pooled change and the orgs won, the seconds of each part (`seconds`) and in all (`total_seconds`). Progress on
+stderr.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def run(config_path: str | None, overrides: tuple[str, ...], seed: int, out_dir:
     finally:
         if not out_dir:
             shutil.rmtree(work, ignore_errors=True)
-    result = {"seconds": round(time.monotonic() - t0, 1),
+    result = {"total_seconds": round(time.monotonic() - t0, 1),
               "settings": {"learning": cfg.learning.model_dump(), "gate_users": cfg.gate.users.model_dump(),
                            "specialize": cfg.specialize.model_dump(),
                            "simulator": {k: getattr(cfg.simulator, k) for k in
