@@ -117,8 +117,8 @@ def summary(units: pl.DataFrame) -> dict:
     for m in CURVE_METRICS:
         den = float(units[den_col(m)].sum())
         out[m] = round(float(units[num_col(m)].sum()) / den, 4) if den else None
-    if JUDGED in units.columns:
-        judged = float(units[JUDGED].sum())
+    judged = float(units[JUDGED].sum()) if JUDGED in units.columns else 0.0
+    if judged:
         out |= {"background_tasks": int(judged), LONG_LOOP: round(float(units[ACCEPTED].sum()) / judged, 4)}
     return out
 
