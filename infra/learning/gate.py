@@ -9,7 +9,6 @@ the learning curve is measured on, so a candidate chosen on them is not measured
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -21,14 +20,13 @@ from infra.learning.score import CURVE_METRICS, served_units
 
 class UsersGate:
     """Decides candidates on the lineage's held-out gate users. `merged`: the folder where an adapter version is
-    merged into its base to be served in-process (default: a new temporary folder)."""
+    merged into its base to be served in-process."""
 
-    def __init__(self, cfg, seed: int, log: Callable[[str], None] = lambda m: None, workers=None,
-                 merged: Path | None = None):
+    def __init__(self, cfg, seed: int, merged: Path, log: Callable[[str], None] = lambda m: None, workers=None):
         self.cfg = cfg.gate.users
         self.sim = cfg.simulator.model_copy(update={"users": self.cfg.users, "seed": self.cfg.seed + seed})
         self.spec, self.log, self.jobs = cfg.rewards, log, workers or cfg.learning.serving_jobs()
-        self.merged = merged or Path(tempfile.mkdtemp(prefix="rtrl-merged-"))
+        self.merged = merged
         # (version, org or None) -> its unit sums on the gate users (of that org), each served once
         self.units: dict[tuple[str, str | None], pl.DataFrame] = {}
 

@@ -111,7 +111,7 @@ def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callabl
     anchor = registry.version_of("control")
     trainer_cfg = cfg.trainer.model_copy(update={"seed": cfg.trainer.seed + seed})
     scorer = scorer or Scorer(cfg, seed, log, workers=workers)
-    gate = gate or UsersGate(cfg, seed, log, workers=workers, merged=work / "merged")
+    gate = gate or UsersGate(cfg, seed, work / "merged", log, workers=workers)
     t0 = time.monotonic()
     base = scorer.score(v0, anchor)
     suite = _suite(cfg, v0, anchor, log)

@@ -48,7 +48,7 @@ def run_specialization(cfg, v0: Path, seed: int, work: Path, log: Callable[[str]
 
     with ServingWorkers(cfg.learning.serving_jobs()) as workers:
         scorer = Scorer(cfg, seed, log, workers=workers)
-        gate = UsersGate(cfg, seed, log, workers=workers, merged=work / "merged")
+        gate = UsersGate(cfg, seed, work / "merged", log, workers=workers)
         t0 = time.monotonic()
         lineage = run_lineage(cfg, v0, seed, 1, work, log, workers, scorer, gate)
         seconds = {"shared": time.monotonic() - t0}
@@ -70,7 +70,7 @@ def _specialize(cfg, v0: Path, seed: int, work: Path, log: Callable[[str], None]
     seconds["adapters"] = time.monotonic() - t
     t = time.monotonic()
     parts = []
-    for org in org_ids(cfg):
+    for org in orgs:
         label = registry.version_of(f"champion@{org}")
         orgs[org]["served"] = label or shared
         parts.append((servable(registry, label, work / "merged") if label else shared_dir,
@@ -121,12 +121,12 @@ def compare(shared: pl.DataFrame, specialized: pl.DataFrame, orgs: list[str], al
     user) and pooled over the orgs (inverse-variance, `pipelines.metrics.by_org.pooled_change`); `orgs_won`: the
     orgs whose change is above zero."""
     from infra.offline_ab import paired_units_difference
-    from pipelines.metrics.by_org import pooled_change
+    from pipelines.metrics.by_org import pooled_change, wins
 
     by_org = {org: paired_units_difference(shared.filter(pl.col("org_id") == org),
                                            specialized.filter(pl.col("org_id") == org), PRIMARY, alpha)
               for org in orgs}
     known = [(c["diff"], c["se"] ** 2) for c in by_org.values() if c["diff"] is not None and c["se"]]
     return {"by_org": by_org, "pooled": pooled_change(known, alpha),
-            "orgs_won": sum(1 for c in by_org.values() if c["diff"] is not None and c["diff"] > 0)}
+            "orgs_won": wins({"orgs": by_org})}
 
