@@ -41,13 +41,15 @@ class Scorer:
         answers (`outcomes`) too."""
         return self.score_parts(label, [(folder, None)])
 
-    def score_parts(self, label: str, parts: list[tuple]) -> dict:
+    def score_parts(self, label: str, parts: list[tuple], served: pl.DataFrame | None = None) -> dict:
         """One policy made of several checkpoints, each serving some of the users: `parts` = [(folder, users),
-        ...] (users: a range of user indexes, None = all), e.g. each org's users served by the org's adapter. The
-        parts' users should not overlap and should cover the users, to be paired with the other policies."""
+        ...] (users: a range of user indexes, None = all), e.g. each org's users served by the org's adapter.
+        `served`: unit sums of the other users, taken from a run already scored (a user's story does not depend on
+        who runs beside it: `infra.offline_cycle.serve`). The parts' and `served`'s users should not overlap and
+        should cover the users, to be paired with the other policies."""
         from collections import Counter
 
-        units, grades = [], Counter()
+        units, grades = [] if served is None or served.is_empty() else [served], Counter()
         for folder, only in parts:
             u, g = served_units(folder, label, self.sim, self.spec, self.hours, self.jobs, only=only)
             units.append(u)

@@ -61,7 +61,7 @@ def _specialize(cfg, v0: Path, seed: int, work: Path, log: Callable[[str], None]
     from infra.learning.loop import lineage_registry, pp
 
     registry = lineage_registry(cfg, work, v0)
-    shared, shared_dir = registry.resolve("champion")
+    shared = registry.version_of("champion")
     trainer_cfg = cfg.trainer.model_copy(update={"seed": cfg.trainer.seed + seed})
     orgs: dict[str, dict] = {}
     t = time.monotonic()
@@ -69,13 +69,15 @@ def _specialize(cfg, v0: Path, seed: int, work: Path, log: Callable[[str], None]
         orgs[org] = adapter_step(cfg, registry, gate, org, shared, work, trainer_cfg, log)
     seconds["adapters"] = time.monotonic() - t
     t = time.monotonic()
-    parts = []
+    parts, kept = [], []
     for org in orgs:
         label = registry.version_of(f"champion@{org}")
         orgs[org]["served"] = label or shared
-        parts.append((servable(registry, label, work / "merged") if label else shared_dir,
-                      scorer.sim.users_of(org)))
-    scorer.score_parts("specialized", parts)
+        if label:
+            parts.append((servable(registry, label, work / "merged"), scorer.sim.users_of(org)))
+        else:               # the shared champion serves the org: its users' runs under it are scored already
+            kept.append(org)
+    scorer.score_parts("specialized", parts, scorer.units[shared].filter(pl.col("org_id").is_in(kept)))
     seconds["score"] = time.monotonic() - t
     out = {"seed": seed, "shared": lineage["cycles"][0], "shared_champion": shared, "v0": lineage["v0"],
            "orgs": orgs, **compare(scorer.units[shared], scorer.units["specialized"], list(orgs)),

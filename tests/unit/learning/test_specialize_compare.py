@@ -48,3 +48,16 @@ def test_an_org_served_the_shared_champion_on_both_sides_changes_nothing_and_is_
     assert out["by_org"]["o1"]["diff"] == 0 and out["by_org"]["o1"]["se"] == 0
     assert out["pooled"]["orgs"] == 1 and out["pooled"]["diff"] == pytest.approx(out["by_org"]["o0"]["diff"])
     assert out["orgs_won"] == 1
+
+
+def test_a_policy_scored_in_parts_takes_the_users_already_served_as_they_are():
+    from infra.config import load_config
+    from infra.learning.score import CURVE_METRICS, Scorer
+    from pipelines.metrics.rates import den_col, num_col
+
+    sums = {c: pl.lit(1.0) for m in CURVE_METRICS[1:] for c in (num_col(m), den_col(m))} | {"n": pl.lit(4)}
+    served = SHARED.filter(pl.col("org_id") == "o1").with_columns(**sums)
+    scorer = Scorer(load_config(None, []), seed=0)
+    out = scorer.score_parts("specialized", [], served)
+    assert scorer.units["specialized"].equals(served)
+    assert out["summary"]["users"] == 3 and out["summary"]["edit_persistence_rate"] == pytest.approx(6 / 12)
