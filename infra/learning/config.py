@@ -24,6 +24,9 @@ class LearningConfig(BaseModel):
                             "the bench adds k): never a training population's.")
     traffic_seed: int = Field(default=100_000, ge=0, description="Population seed of cycle c of seed k's "
                               "traffic: this + 1000 k + c.")
+    score_v0: bool = Field(default=True, description="Score v0 on the scoring users before the first cycle: the "
+                           "baseline of each champion's `vs_v0`. false: the first champion scored is the baseline "
+                           "(`rtrl bench specialize`, which compares the specialized policy with the shared champion).")
     suite_samples: int = Field(default=1, ge=0, le=100, description="Samples per task when each new champion (and "
                                "v0) runs the held-out gate suite in this process (its resolved rate per cycle); "
                                "0 = not run.")

@@ -113,11 +113,12 @@ def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callabl
     scorer = scorer or Scorer(cfg, seed, log, workers=workers)
     gate = gate or UsersGate(cfg, seed, work / "merged", log, workers=workers)
     t0 = time.monotonic()
-    base = scorer.score(v0, anchor)
+    base = scorer.score(v0, anchor)["summary"] if lc.score_v0 else {}
     suite = _suite(cfg, v0, anchor, log)
-    log(f"[seed {seed}] v0 scored on {lc.score_users} users: {base['summary']}; suite {suite} "
-        f"({time.monotonic() - t0:.0f}s)")
-    out = {"seed": seed, "v0": {**base["summary"], "suite": suite}, "cycles": []}
+    if base or suite:
+        log(f"[seed {seed}] v0 scored on {lc.score_users} users: {base or 'not scored'}; suite {suite} "
+            f"({time.monotonic() - t0:.0f}s)")
+    out = {"seed": seed, "v0": {**base, "suite": suite}, "cycles": []}
     ledger = work / "cycles.jsonl"
     ledger.write_text("")
     for c in range(1, cycles + 1):
@@ -166,7 +167,7 @@ def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callabl
                              {k: round(v, 1) for k, v in seconds.items()})
         log(f"[seed {seed} c{c}] {decision} v{candidate} ({', '.join(verdict['reasons']) or 'all checks passed'}); "
             f"champion v{now}" + (f": persistence vs v0 {pp(score['vs_v0']['edit_persistence_rate'])}"
-                                  if score else ""))
+                                  if "vs_v0" in score else ""))
         out["cycles"].append(_record(ledger, result))
     promoted = [c["champion"] for c in out["cycles"] if c["score"]]
     if len(set(promoted)) >= 2:
