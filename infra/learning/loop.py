@@ -116,8 +116,8 @@ def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callabl
     base = scorer.score(v0, anchor)["summary"] if lc.score_v0 else {}
     suite = _suite(cfg, v0, anchor, log)
     if base or suite:
-        log(f"[seed {seed}] v0 scored on {lc.score_users} users: {base or 'not scored'}; suite {suite} "
-            f"({time.monotonic() - t0:.0f}s)")
+        scored = f"scored on {lc.score_users} users: {base}" if base else "not scored on the scoring users"
+        log(f"[seed {seed}] v0 {scored}; suite {suite} ({time.monotonic() - t0:.0f}s)")
     out = {"seed": seed, "v0": {**base, "suite": suite}, "cycles": []}
     ledger = work / "cycles.jsonl"
     ledger.write_text("")

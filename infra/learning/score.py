@@ -45,8 +45,9 @@ class Scorer:
         """One policy made of several checkpoints, each serving some of the users: `parts` = [(folder, users),
         ...] (users: a range of user indexes, None = all), e.g. each org's users served by the org's adapter.
         `served`: unit sums of the other users, taken from a run already scored (a user's story does not depend on
-        who runs beside it: `infra.offline_cycle.serve`). The parts' and `served`'s users should not overlap and
-        should cover the users, to be paired with the other policies."""
+        who runs beside it: `infra.offline_cycle.serve`); the summary's `outcomes` count the parts' answers alone.
+        The parts' and `served`'s users should not overlap and should cover the users, to be paired with the other
+        policies."""
         from collections import Counter
 
         units, grades = [] if served is None or served.is_empty() else [served], Counter()
