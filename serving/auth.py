@@ -1,4 +1,4 @@
-"""Who is calling serving: the gateway's side of the trust boundary (DESIGN.md §8a).
+"""Who is calling serving: the gateway's side of the trust boundary (docs/security.md).
 
 `AuthMiddleware` runs before every route and stores the caller as a `Principal` in the ASGI scope
 (`principal_of(request.scope)`); what a request asserts about itself (its body's `user`, `metadata.org_id`) never

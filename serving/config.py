@@ -215,8 +215,8 @@ class ServingConfig(BaseModel):
     def _no_open_bind_beyond_loopback(self):
         if self.require_key is False and not is_loopback(self.host):
             raise ValueError(f"serving.require_key = false with host {self.host!r}: no server binds beyond loopback "
-                             "without auth (DESIGN.md §8a); give clients keys (`rtrl collector --keys-new CLIENT "
-                             "--org ORG`) or bind to 127.0.0.1")
+                             "without auth (docs/security.md, Keys and roles); give clients keys (`rtrl collector "
+                             "--keys-new CLIENT --org ORG`) or bind to 127.0.0.1")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("tls_cert_file and tls_key_file go together: set both to serve HTTPS, or neither")
         return self

@@ -1,4 +1,4 @@
-"""The trust boundary at the collector (DESIGN.md 8a): who may write what, and when, is decided by the server from
+"""The trust boundary at the collector (docs/security.md): who may write what, and when, is decided by the server from
 the API key and its own clock -- never by what the request asserts."""
 
 from __future__ import annotations
