@@ -1,1 +1,1 @@
-"""CursorBench-style evaluation gate and registry promotion. Built in issue 6; see docs/gate.md."""
+"""CursorBench-style evaluation gate and registry promotion; see docs/gate.md."""

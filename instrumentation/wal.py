@@ -3,7 +3,7 @@ emitting process right after it (SIGKILL, OOM kill) does not lose it.
 
 Why: without it `emit` only appends to the in-memory queue and the sender sends up to `linger_ms` later. Serving
 answers a request right after emitting its trajectory, so a SIGKILL of serving lost the trajectories of requests
-its clients already had answers for (issue 9: such a request is a lost reward).
+its clients already had answers for (such a request is a lost reward).
 
 How (`<spool_dir>/wal/`, beside the spool's own segments):
 - `emit` prepares the record on the caller's thread (privacy mode, redaction, serialization: what the sender

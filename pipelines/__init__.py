@@ -1,1 +1,2 @@
-"""Data pipelines: the archiver (Kafka -> Parquet event log) and, from issue 3, the Beam reward job."""
+"""Data pipelines: the archiver (Kafka -> Parquet event log), the Beam reward job and replay, the data-quality
+suites and the A/B metrics."""

@@ -1,4 +1,4 @@
-"""vLLM serving with A/B arms, logprobs and hot swap (issue 4; docs/serving.md).
+"""vLLM serving with A/B arms, logprobs and hot swap (docs/serving.md).
 
     config.py    [serving]: endpoint, arms (name, registry alias, share), sampling, engine settings
     router.py    sticky user → arm assignment (BLAKE2b of experiment + user over the cumulative shares)

@@ -52,7 +52,7 @@ log = logging.getLogger("rtrl.serving")
 MAX_BODY_BYTES = 16 * 1024 * 1024
 VERSION_LABEL = re.compile(r"^\d+(@[A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$")   # N, or N@<org> (registry.client)
 MAX_MESSAGES = 1024
-"""Input bounds (issue 9), checked before any tokenization: a body is read only up to MAX_BODY_BYTES whatever
+"""Input bounds, checked before any tokenization: a body is read only up to MAX_BODY_BYTES whatever
 Content-Length says; a conversation has at most MAX_MESSAGES messages and at most PROMPT_CHARS_PER_TOKEN x
 max_model_len characters of content (a longer one cannot fit the context window with any tokenizer whose tokens
 average fewer characters; `max_tokens` is already bounded by max_model_len in `serving.protocol`)."""

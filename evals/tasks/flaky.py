@@ -1,5 +1,5 @@
 """The flaky-task check: a task enters the gate only if its tests judge the reference solution the same way
-every time (docs/gate.md, issue 6).
+every time (docs/gate.md).
 
 Each task is graded `runs` times on its snapshot and `runs` times on the reference solution. It is quarantined when
   * any test's outcome differs between runs of the same tree (randomness, time, ordering: the test is flaky),

@@ -1,4 +1,4 @@
-"""`rtrl bench fuzz --json`: hostile input against the ingest collector and every parser (issue 9).
+"""`rtrl bench fuzz --json`: hostile input against the ingest collector and every parser.
 
 Targets (each case: one generated input; hypothesis drives the generation, schemathesis the collector's OpenAPI):
 

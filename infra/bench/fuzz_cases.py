@@ -1,4 +1,4 @@
-"""Hostile input for the fuzzers (issue 9): hypothesis strategies of malformed, oversized, wrong-type,
+"""Hostile input for the fuzzers: hypothesis strategies of malformed, oversized, wrong-type,
 unicode-edge and replayed events, tool-call texts and OpenAI tool calls.
 
 Events start from the schema fixtures (`schemas/fixtures/<type>/v<N>.json`: every type, every version ever

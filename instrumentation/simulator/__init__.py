@@ -1,4 +1,4 @@
-"""The simulated user population (the client side of the loop, issue 4): seeded workspaces and coding tasks,
+"""The simulated user population (the client side of the loop): seeded workspaces and coding tasks,
 users who react to the policy's answers, telemetry through the SDK like a real client, on a simulated clock.
 
     workspace.py    orgs with naming conventions, workspaces of small Python files, `apply_edit`

@@ -1,4 +1,4 @@
-"""Policy improvement on the simulator, offline (issue 5): checkpoint v0 serves the simulated users for one cycle,
+"""Policy improvement on the simulator, offline: checkpoint v0 serves the simulated users for one cycle,
 their reactions become reward rows (the reward job's computation), `rtrl train` turns them into a candidate, and
 the candidate makes clearly more right edits than v0 on held-out tasks (workspaces neither ever saw).
 

@@ -1,4 +1,4 @@
-"""Privacy end to end (issue 9): simulated users, half of them in privacy mode, drive the real serving gateway and
+"""Privacy end to end: simulated users, half of them in privacy mode, drive the real serving gateway and
 the real telemetry SDK to a real broker; the events are read back from Kafka, turned into reward rows by the reward
 job's computation, and selected for training by the trainer's data selection. Proven:
 

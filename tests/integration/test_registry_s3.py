@@ -2,7 +2,7 @@
 real MLflow store: a registered checkpoint's files land in the bucket and nothing under a local artifact folder,
 and come back byte for byte; promoters in separate processes, sharing no lock file, race through the lease object
 in the bucket and exactly one wins; rollback is still one call; a stale lease is taken over, a live one is not.
-Also the other configured locations of issue 39's storage part: quality reports and `rtrl replay`'s archive check
+Also the other locations that take object-store URLs: quality reports and `rtrl replay`'s archive check
 on s3:// URLs."""
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ def test_hot_swap_under_concurrent_load_fails_no_request(served, monkeypatch):
           f"old engine drained in {second.drain_s}s")
 
 
-# -- real clients: a key instead of `user`, streaming, tools, groups (issue 38) ----------------------------------
+# -- real clients: a key instead of `user`, streaming, tools, groups -----------------------------------------------
 
 CLIENT_TOOLS = [
     {"type": "function", "function": {"name": "get_ticket", "description": "Fetch a ticket of the issue tracker.",

@@ -1,4 +1,4 @@
-"""No secret in the collector's logs or answers (issue 9): during auth failures (wrong bearer key, bad signature,
+"""No secret in the collector's logs or answers: during auth failures (wrong bearer key, bad signature,
 unknown client) and a Kafka outage with a valid key, nothing logged or answered holds
 the API key, the key that was tried, or the signing key (the SHA-256 the keys file stores)."""
 

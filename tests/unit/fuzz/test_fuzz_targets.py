@@ -1,4 +1,4 @@
-"""Hostile input (issue 9), a bounded run of every `rtrl bench fuzz` target: the collector (schemathesis from its
+"""Hostile input, a bounded run of every `rtrl bench fuzz` target: the collector (schemathesis from its
 OpenAPI document; raw hostile requests), parse_wire, ParseEventsFn, the archiver's batch and the tool-call
 protocol, plus atheris (coverage-guided) on parse_wire and parse_response. Each case is accepted as a well-formed
 event or rejected/dead-lettered with a reason; a crash is any other exception, a 5xx or an undocumented answer.

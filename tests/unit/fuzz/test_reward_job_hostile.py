@@ -1,4 +1,4 @@
-"""Nothing malformed reaches a reward row (issue 9): the streaming reward job, fed real events interleaved with
+"""Nothing malformed reaches a reward row: the streaming reward job, fed real events interleaved with
 hostile messages (malformed, oversized, wrong-type, unicode-edge, privacy mode with content) and replays of the real
 ones, writes exactly the rows of the real events alone, and dead-letters every hostile message with a reason."""
 

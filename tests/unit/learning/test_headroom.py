@@ -1,4 +1,4 @@
-"""Room to learn (issue 37, point 4): scripted policies on the same simulated users. The users reward a better
+"""Room to learn: scripted policies on the same simulated users. The users reward a better
 policy: fewer broken calls and fewer wrong edits each raise edit persistence and lower dissatisfied follow-ups,
 up to the oracle."""
 

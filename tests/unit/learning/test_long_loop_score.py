@@ -1,4 +1,4 @@
-"""The learning loop's long-loop point (issue 42, point 3): with background tasks on, a drained offline run judges
+"""The learning loop's long loop: with background tasks on, a drained offline run judges
 every task it started, and each checkpoint's acceptance rate is scored per user beside the reward-row metrics."""
 
 from datetime import timedelta

@@ -1,4 +1,4 @@
-"""`rtrl bench specialize`'s arithmetic (issue 42, point 1): each org's users are found by index, and specialized -
+"""`rtrl bench specialize`'s arithmetic: each org's users are found by index, and specialized -
 shared is taken org by org on the same users, then pooled by inverse variance."""
 
 import math

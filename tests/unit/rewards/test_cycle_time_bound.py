@@ -1,5 +1,5 @@
 """No single event can move a cycle's cut-off (as_of, the range's event-time watermark) beyond its receipt time plus
-the skew (issue 38). Reproduced there: one event dated 2099 made a cycle's as_of 2099-12-31; the next cycle, with a
+the skew. The failure this guards against: one event dated 2099 made a cycle's as_of 2099-12-31; the next cycle, with a
 genuine trajectory, suggestion and edit, reported late_requests 1, late_events 2, rows 0, and so did every cycle
 after it.
 

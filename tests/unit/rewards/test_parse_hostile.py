@@ -1,4 +1,4 @@
-"""Regressions found by `rtrl bench fuzz` (issue 9): inputs for which `ParseEventsFn` could not even make its dead
+"""Regressions found by `rtrl bench fuzz`: inputs for which `ParseEventsFn` could not even make its dead
 letter (text with lone surrogates, a decoded JSON value that is no object) now go to the dead-letter output."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Regressions found by `rtrl bench fuzz` (issue 9): inputs that used to raise something other than SchemaError
+"""Regressions found by `rtrl bench fuzz`: inputs that used to raise something other than SchemaError
 (crashing the archiver on every restart, the reward job, or the collector with a 500) or that validated but could
 not be stored or trained on. Each is now refused with the field and the reason."""
 

@@ -1,4 +1,4 @@
-"""Kafka client settings in one place (issue 39): every producer, consumer and admin client of rtrl, and Beam's
+"""Kafka client settings in one place: every producer, consumer and admin client of rtrl, and Beam's
 KafkaIO config, gets its bootstrap and security settings from `schemas.kafka_clients`; the SASL password never
 shows in config, reprs, logs or errors."""
 

@@ -1,4 +1,4 @@
-"""Regressions found by `rtrl bench fuzz` (issue 9): model output and endpoint answers that used to raise from the
+"""Regressions found by `rtrl bench fuzz`: model output and endpoint answers that used to raise from the
 tool-call protocol's parsers (a 500 in serving, a crashed simulated user) now become broken calls with a reason."""
 
 from __future__ import annotations

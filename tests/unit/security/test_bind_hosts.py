@@ -1,4 +1,4 @@
-"""Every server rtrl starts listens on loopback unless configured otherwise (issue 9): the checked-in
+"""Every server rtrl starts listens on loopback unless configured otherwise: the checked-in
 configuration and the code defaults both, for every `host`/`*_host` key of every section (broker, MLflow UI,
 collector, serving, orchestrator UI, dashboard)."""
 

@@ -1,4 +1,4 @@
-"""Input bounds and secrets at the serving gateway (issue 9): oversized bodies are refused while reading (also when
+"""Input bounds and secrets at the serving gateway: oversized bodies are refused while reading (also when
 Content-Length lies or the body is chunked), conversations that cannot fit the model are refused before they are
 tokenized, and a request whose prompt or completion holds a secret is served but logged without token ids."""
 
