@@ -74,46 +74,54 @@ def add_parser(subparsers) -> None:
     evr.add_argument("--out", required=True, metavar="FILE", help="episodes as JSON lines")
 
 
-def gate(args, cfg) -> int:
+def gate_version(cfg, candidate: str, champion: str | None = None, *, log=_log, **options) -> dict:
+    """Gate `candidate` (an org's `VERSION@ORG` on the held-out suite and its org's own, evals.org_gate) against
+    `champion` (default: what the candidate's lineage is served now) and tag the decision on it: the gate's summary,
+    with `decision`. `options` go to the gate run (suite, max_tasks, samples, workers, out_dir, track). LookupError
+    for an unknown version or no champion, TaskError for a bad suite; EndpointError when the run broke. The cycle's
+    evaluate and specialize steps call this."""
     _quiet_vllm()
-    from evals.endpoints import EndpointError
+    if "@" in candidate:
+        from evals.org_gate import run_org_gate
+
+        if options.get("suite") or options.get("out_dir"):
+            raise ValueError("an org's version runs the held-out suite and its org's own: no suite or out_dir")
+        run, org_run, passed = run_org_gate(cfg, candidate, champion, log=log, **options)
+        return {**run.summary(), "org_suite": org_run.summary(), "decision": "promote" if passed else "keep_champion"}
     from evals.gate_run import run_gate
+
+    return run_gate(cfg, candidate, champion, log=log, **options).summary()
+
+
+def gate(args, cfg) -> int:
+    from evals.endpoints import EndpointError
     from evals.tasks.spec import TaskError
 
     if args.via_serving:
         cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"via_serving": True})})
-    org_run, passed = None, None
+    options = {"max_tasks": args.tasks, "samples": args.samples, "workers": args.workers, "track": not args.no_mlflow}
+    if args.suite:
+        options["suite"] = args.suite
+    if args.out:
+        options["out_dir"] = args.out
     try:
-        if "@" in args.candidate:
-            from evals.org_gate import run_org_gate
-
-            if args.suite or args.out:
-                print("rtrl gate: an org's version runs the held-out suite and its org's own: no --suite or --out",
-                      file=sys.stderr)
-                return EXIT_USAGE
-            run, org_run, passed = run_org_gate(cfg, args.candidate, args.champion, max_tasks=args.tasks,
-                                                samples=args.samples, workers=args.workers,
-                                                track=not args.no_mlflow, log=_log)
-        else:
-            run = run_gate(cfg, args.candidate, args.champion, suite=args.suite, max_tasks=args.tasks,
-                           samples=args.samples, workers=args.workers, out_dir=args.out, track=not args.no_mlflow,
-                           log=_log)
+        summary = gate_version(cfg, args.candidate, args.champion, **options)
+    except ValueError as e:
+        print(f"rtrl gate: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except (LookupError, TaskError) as e:
         print(f"rtrl gate: {e}", file=sys.stderr)
         return EXIT_USAGE
     except EndpointError as e:
         print(f"rtrl gate: {e}", file=sys.stderr)
         return EXIT_ERROR
-    out = {"gate": run.summary()}
-    may = run.result.promote if org_run is None else passed
-    if org_run is not None:
-        out["gate"]["org_suite"] = org_run.summary()
-        out["gate"]["decision"] = "promote" if passed else "keep_champion"
+    out = {"gate": summary}
+    may = summary["decision"] == "promote"
     if args.promote and may:
         from registry.client import parse_label
         from registry.promotion import PromotionRefused, lock_path_for, promote
 
-        version, org = parse_label(run.candidate_version)
+        version, org = parse_label(summary["candidate_version"])
         registry = run_registry(cfg) if org is None else run_registry(cfg).for_org(org)
         try:
             res = promote(registry, version, lock_path_for(cfg.mlflow_tracking_uri(), cfg.state_path))

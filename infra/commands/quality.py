@@ -52,6 +52,17 @@ def add_parser(subparsers) -> None:
                    help="write report.md, report.html, report.json here (default <state_dir>/quality/<timestamp>)")
 
 
+def check_table(cfg, table: str, window: str | None, report_dir) -> tuple[list, dict]:
+    """The reward-table suite over `table` (one window's rows with `window`), its report written to `report_dir`:
+    (the suite results, the report's paths). The cycle's validate step calls this; OSError and friends propagate."""
+    from pipelines.quality import check_rewards, read_reward_table, write_report
+
+    qcfg, spec = _sections(cfg)
+    results = [check_rewards(read_reward_table(table, window), spec, cfg=qcfg)]
+    meta = {"rewards": str(table), "spec_version": spec.version(), **({"window": window} if window else {})}
+    return results, write_report(results, report_dir, meta)
+
+
 def main(args, cfg) -> int:
     rewards_path = getattr(args, "rewards", None)
     events_root = getattr(args, "events", None)

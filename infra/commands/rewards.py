@@ -3,7 +3,9 @@ job; `rtrl replay` (the archived event log, infra/commands/replay.py) shares thi
 
 `rtrl rewards` and `rtrl replay` show a progress line on stderr while the job runs and print a JSON summary on
 stdout: events read, dead letters by reason, duplicates dropped, rows emitted and requests still pending (not mature
-yet), unknown labels, late requests and late events dropped.
+yet), unknown labels, late requests and late events dropped, and the long loop's: outcome rows emitted (of which
+unknown), requests of background tasks whose outcome row is still pending, late task outcomes dropped (also
+counted in late events).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def _time(text: str, name: str) -> datetime:
 
 
 SUMMARY_COUNTERS = ("events_read", "duplicates_dropped", "rows_emitted", "requests_pending", "unknown_labels",
-                    "late_requests", "late_events")
+                    "late_requests", "late_events", "outcome_rows", "outcome_unknown", "outcomes_pending",
+                    "late_outcomes")
 
 
 def summarize(counters: dict[str, int]) -> dict:
@@ -86,32 +89,38 @@ def add_parser(subparsers) -> None:
                       "(added to [beam] options and [beam] stream)")
 
 
-def cycle(args, cfg) -> int:
-
-    from infra.progress import ProgressLine
+def cycle_rewards(cfg, cycle_id: str, out=None, shards: int | None = None, idle_s: float = 2.0,
+                  beam_args: list[str] | None = None, log=lambda msg: None) -> dict:
+    """A cycle's reward job (pipelines.rewards.cycle_job.run_cycle) with the config's state, table and Beam options:
+    its summary (the `rewards` object `rtrl rewards --cycle` prints). ValueError when the cycle's range cannot be
+    read again (another cluster, another reward spec). The cycle's distill step calls this too."""
     from pipelines.rewards import progress
     from pipelines.rewards.cycle_job import CycleStore, run_cycle
-
     from schemas import storage
 
     root = cfg.rewards_root()
-    out = storage.normalize(args.out) if args.out else cfg.reward_table()
+    out = storage.normalize(out) if out else cfg.reward_table()
     t0 = time.perf_counter()
     progress.reset()
+    m = run_cycle(cycle_id, cfg.kafka, root, out, cfg.rewards, shards=shards, idle_s=idle_s,
+                  beam_args=cfg.beam.for_job("cycle", beam_args or []), log=log)
+    return {"cycle": m.cycle_id, "seq": m.seq, "status": m.status, "after": m.after, "as_of": m.as_of,
+            "records_in_range": m.range["records"], "rows": sum(n for _, n in m.partitions), "out": str(out),
+            "dead_letter_file": str(CycleStore(root).dead_letter_path(m.cycle_id)),
+            "seconds": round(time.perf_counter() - t0, 2), **summarize(m.counters)}
+
+
+def cycle(args, cfg) -> int:
+    from infra.progress import ProgressLine
+
     try:
         with ProgressLine(lambda s: _line(f"rewards {args.cycle}", s)):
-            m = run_cycle(args.cycle, cfg.kafka, root, out, cfg.rewards, shards=args.shards,
-                          idle_s=args.idle, beam_args=cfg.beam.for_job("cycle", args.beam_args),
-                          log=lambda msg: print(msg, file=sys.stderr, flush=True))
+            summary = cycle_rewards(cfg, args.cycle, args.out, args.shards, args.idle, args.beam_args,
+                                    log=lambda msg: print(msg, file=sys.stderr, flush=True))
     except ValueError as e:
         print(f"rtrl rewards: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"rewards": {"cycle": m.cycle_id, "seq": m.seq, "status": m.status, "after": m.after,
-                                  "as_of": m.as_of, "records_in_range": m.range["records"],
-                                  "rows": sum(n for _, n in m.partitions), "out": str(out),
-                                  "dead_letter_file": str(CycleStore(root).dead_letter_path(m.cycle_id)),
-                                  "seconds": round(time.perf_counter() - t0, 2), **summarize(m.counters)}},
-                     indent=2))
+    print(json.dumps({"rewards": summary}, indent=2))
     return 0
 
 

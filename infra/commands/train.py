@@ -24,6 +24,8 @@ def add_parser(subparsers) -> None:
                    "cycle's data, so no row is trained on twice")
     p.add_argument("--ranks", type=int, metavar="N", help="data-parallel ranks, one process each under torchrun "
                    "(default trainer.ranks)")
+    p.add_argument("--result", metavar="FILE", help="also write the JSON summary to FILE (rank 0, atomically): how "
+                   "the cycle's train step reads a run on several ranks")
     p.add_argument("--org", metavar="ORG", help="train ORG's specialized adapter instead of the shared lineage: a "
                    "LoRA adapter ([specialize] rank and minimum rows) over the shared champion, on ORG's rows alone, "
                    "registered in ORG's lineage (<model>.org-ORG)")
@@ -35,48 +37,56 @@ def _launch_args(args, ranks: int) -> list[str]:
 
     own = ["train", "--cycle", args.cycle]
     for flag, value in (("--rewards", args.rewards), ("--as-of", args.as_of), ("--window", args.window),
-                        ("--org", args.org)):
+                        ("--org", args.org), ("--result", args.result)):
         if value:
             own += [flag, value]
     return rtrl_args(*own, config=args.config, overrides=[*args.overrides, f"trainer.ranks={ranks}"])
 
 
-def main(args, cfg) -> int:
+def train_cycle(cfg, cycle_id: str, *, window: str | None = None, as_of: str | None = None, org: str | None = None,
+                rewards=None, log=lambda msg: None, on_step=None) -> dict:
+    """A cycle's training on this process's rank (trainer.run.run_training): the champion (an org's adapter over
+    it with `org`) on the rows of `window`, registered as a candidate; the result as a dict. SelectionError when
+    the rows cannot train (too few usable, immature), LookupError for an unknown org or reward table. The cycle's
+    train and specialize steps call this."""
     from dataclasses import asdict
 
     from infra.commands.rewards import _time
-    from infra.progress import ProgressLine
-    from registry.client import Registry
+    from registry.client import Registry, check_org
     from trainer.run import run_training
-    from trainer.selection import SelectionError
 
     from schemas import storage
+
+    rewards = storage.normalize(rewards) if rewards else cfg.reward_table()
+    if not storage.exists(rewards):
+        raise LookupError(f"reward table {rewards} does not exist (run `rtrl rewards --cycle ID` first)")
+    trainer_cfg = cfg.trainer
+    if org is not None:
+        try:
+            check_org(org)
+        except ValueError as e:
+            raise LookupError(f"--org: {e}") from None
+        trainer_cfg = cfg.specialize.trainer(cfg.trainer)
+    result = run_training(trainer_cfg, Registry.from_config(cfg), rewards, cycle_id,
+                          cfg.state_path / "train" / (f"org-{org}" if org else ""),
+                          _time(as_of, "as-of") if as_of else None, log=log, on_step=on_step, window=window,
+                          org=org)
+    return asdict(result)
+
+
+def main(args, cfg) -> int:
+    import os
+
+    from infra.progress import ProgressLine
     from trainer.launch import needs_launch, relaunch
+    from trainer.selection import SelectionError
 
     ranks = cfg.trainer.ranks if args.ranks is None else args.ranks
     if ranks < 1:
         print("rtrl train: --ranks must be at least 1", file=sys.stderr)
         return 2
-    rewards = storage.normalize(args.rewards) if args.rewards else cfg.reward_table()
-    if not storage.exists(rewards):
-        print(f"rtrl train: reward table {rewards} does not exist (run `rtrl rewards --cycle ID` first)",
-              file=sys.stderr)
-        return 2
-    as_of = _time(args.as_of, "as-of") if args.as_of else None
-    trainer_cfg = cfg.trainer
-    if args.org is not None:
-        from registry.client import check_org
-
-        try:
-            check_org(args.org)
-        except ValueError as e:
-            print(f"rtrl train: --org: {e}", file=sys.stderr)
-            return 2
-        trainer_cfg = cfg.specialize.trainer(cfg.trainer)
     if needs_launch(ranks):
         relaunch(ranks, _launch_args(args, ranks))      # does not return: this process becomes torchrun
-    import os
-
     main_rank = os.environ.get("RANK", "0") == "0"      # the other ranks print neither progress nor the summary
     state = {"step": 0, "loss": 0.0, "reward": 0.0}
 
@@ -87,13 +97,19 @@ def main(args, cfg) -> int:
                                   f"reward {state['reward']:+.3f} · {s:.0f}s")
     try:  # stdout carries only the JSON summary: library chatter (DeepSpeed's op builds) goes to stderr
         with line if main_rank else contextlib.nullcontext(), contextlib.redirect_stdout(sys.stderr):
-            result = run_training(trainer_cfg, Registry.from_config(cfg), rewards, args.cycle,
-                                  cfg.state_path / "train" / (f"org-{args.org}" if args.org else ""), as_of,
-                                  log=lambda msg: print(msg, file=sys.stderr, flush=True), on_step=on_step,
-                                  window=args.window, org=args.org)
+            result = train_cycle(cfg, args.cycle, window=args.window, as_of=args.as_of, org=args.org,
+                                 rewards=args.rewards, log=lambda msg: print(msg, file=sys.stderr, flush=True),
+                                 on_step=on_step)
     except (SelectionError, LookupError) as e:
         print(f"rtrl train: {e}", file=sys.stderr)
         return 2
     if main_rank:
-        print(json.dumps({"train": asdict(result)}, default=str))
+        text = json.dumps(result, default=str)
+        if args.result:
+            out = Path(args.result)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_name(out.name + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(out)
+        print(json.dumps({"train": result}, default=str))
     return 0

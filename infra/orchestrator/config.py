@@ -80,9 +80,9 @@ class DemoConfig(BaseModel):
     pace: float = Field(default=0.16667, gt=0, le=100, description="Each simulated user's request rate relative "
                         "to the simulator's: its think and session-gap times are divided by this, so more users "
                         "(more A/B units per arm) make the same load on serving.")
-    warm_steps: bool = Field(default=True, description="Run the steps' `rtrl` commands as children of a warm "
-                             "runner that has the heavy libraries imported (infra.orchestrator.warm_runner) "
-                             "instead of a new interpreter each.")
+    preload_steps: bool = Field(default=True, description="Import the cycle steps' libraries (torch, Beam, MLflow, "
+                                "DeepSpeed, ...) in a background thread while the stack, serving and the users start: "
+                                "the steps run in the demo's process, and the first would otherwise wait for them.")
     new_split: bool = Field(default=True, description="Salt the A/B split anew for every demo "
                             "(`<serving.experiment>-<8 hex digits>`, kept for --resume), so that the arms' users "
                             "differ from one demo to the next; false = serving.experiment as configured.")

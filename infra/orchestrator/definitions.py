@@ -54,8 +54,7 @@ ASSETS = {  # step -> (asset name, what the asset is)
 
 class RtrlResource(dg.ConfigurableResource):
     """The rtrl configuration the steps run with (the same file and overrides as the `rtrl` command). A subclass
-    may start the steps' commands another way (`cli`) or give a new cycle overrides of its own (`new_cycle_settings`)
-    when it wraps these definitions."""
+    may give a new cycle overrides of its own (`new_cycle_settings`) when it wraps these definitions."""
 
     config_path: str = ""
     overrides: list[str] = []
@@ -63,8 +62,9 @@ class RtrlResource(dg.ConfigurableResource):
     def load(self):
         return load_config(self.config_path or None, self.overrides)
 
-    def cli(self, cfg, cycle_id: str) -> RtrlCli:
-        return RtrlCli(self.config_path or None, list(self.overrides), step_log_dir(cfg, cycle_id),
+    def cli(self, cfg, name: str) -> RtrlCli:
+        """`rtrl` commands as processes of their own (the replay jobs)."""
+        return RtrlCli(self.config_path or None, list(self.overrides), step_log_dir(cfg, name),
                        cfg.orchestrator.step_timeout_s)
 
     def new_cycle_settings(self, run: dg.DagsterRun) -> list[str]:
@@ -141,7 +141,7 @@ def _step_asset(step: str):
         if rec.settings:
             rtrl = rtrl.with_settings(rec.settings)
             cfg = rtrl.load()
-        ctx = CycleContext(cfg, rtrl.cli(cfg, cycle_id), rec, log)
+        ctx = CycleContext(cfg, rec, log, rtrl.config_path or None, list(rtrl.overrides))
         with heartbeat(context, step, cfg.orchestrator.heartbeat_s):
             result = run_step(ctx, ledger, step)
         if step == STEPS[-1]:
@@ -157,8 +157,9 @@ cycle_assets = [_step_asset(step) for step in STEPS]
 # and its train..deploy run when it is resumed (the cadence resumes a cycle whose runner is gone)
 MEASURE_STEPS = ("collect", "distill", "validate", "measure")
 MEASURE_SELECTION = [dg.AssetKey(ASSETS[s][0]) for s in MEASURE_STEPS]
-# each step in a process of its own, one at a time: the steps share the cycle's ledger record (each saves it after
-# its step), and measure and train, both after validate, would otherwise run at once and one's entry be lost
+# each step in a process of its own (the step's function runs there: infra.orchestrator.steps), one at a time: the
+# steps share the cycle's ledger record (each saves it after its step), and measure and train, both after validate,
+# would otherwise run at once and one's entry be lost. `rtrl demo` executes the same job in its own process.
 STEP_EXECUTOR = dg.multiprocess_executor.configured({"max_concurrent": 1})
 cycle_job = dg.define_asset_job(CYCLE_JOB, selection=[ASSETS[s][0] for s in STEPS], partitions_def=cycles,
                                 executor_def=STEP_EXECUTOR,

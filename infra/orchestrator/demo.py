@@ -50,8 +50,6 @@ from infra.orchestrator.clock import AcceleratedClock, clock_path
 from infra.orchestrator.config import DemoConfig
 from infra.orchestrator.ledger import BLOCKED, DONE, CycleRecord, Ledger, next_cycle_id
 from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
-from infra.orchestrator.warm_process import warm_spawner
-from infra.orchestrator.warm_runner import socket_path, start_background
 from trainer.bootstrap.bootstrap import policy_cache, stale_reason
 
 DEMO_CONFIG = CONFIGS_DIR / "demo.toml"   # the demo's overlay on the default config
@@ -146,8 +144,9 @@ class Demo:
         self.overrides = [*layered, *render_overrides(run_time_settings(self.base, self.state, self.experiment))]
         self.cfg = load_config(config_path, self.overrides)
         self.log = log
+        # the demo's own processes (archiver, bootstrap, users, UIs); the cycle's steps run in this process
         self.cli = RtrlCli(config_path, self.overrides, self.state / "orchestrator" / "logs" / "demo",
-                           self.cfg.orchestrator.step_timeout_s, spawn=warm_spawner(socket_path(self.state)))
+                           self.cfg.orchestrator.step_timeout_s)
         self.t0 = time.monotonic()
         self.interrupted = False
         self._dagster = None      # (instance, cycle job, definitions module, resource): `dagster()`
@@ -159,11 +158,13 @@ class Demo:
             shutil.rmtree(self.state)
         self.state.mkdir(parents=True, exist_ok=True)
 
-    def start_warm_runner(self) -> None:
-        """The steps' warm runner, first: it imports while the stack starts; until it listens, commands start
-        new interpreters."""
-        if self.cfg.demo.warm_steps and start_background(self.state) is not None:
-            self.log(f"[steps] warm runner starting (log: {self.state / 'logs' / 'steps.log'})")
+    def preload_steps(self) -> None:
+        """The steps run in this process: their libraries are imported in a background thread, first, while the
+        stack, serving and the users start (`demo.preload_steps`)."""
+        if self.cfg.demo.preload_steps:
+            from infra.orchestrator.preload import preload_in_background
+
+            preload_in_background(self.log)
 
     def start_stack(self) -> None:
         from infra.stack.stack import Stack
@@ -190,7 +191,7 @@ class Demo:
         stale = stale_reason(self.v0_cache, self.cfg.policy)
         if not stale:
             # the cached v0: a copy and a registration (MLflow is imported here already), in this process, so that
-            # serving starts loading now and not after the warm runner's ~20 s of imports
+            # serving starts loading now and not after another interpreter's imports
             from trainer.bootstrap.bootstrap import bootstrap
 
             self.log(f"[v0] registering the cached default policy {self.v0_cache}")
@@ -263,7 +264,7 @@ class Demo:
     # --- the loop --------------------------------------------------------------------------------------------
     def dagster(self):
         """(the demo's Dagster instance, the cycle job, the definitions module, the demo's resource), set up once:
-        production's cycle with the demo's warm runner and budget (infra.orchestrator.demo_definitions)."""
+        production's cycle with the demo's budget (infra.orchestrator.demo_definitions)."""
         if self._dagster is None:
             from infra.orchestrator.instance import dagster_home
 
@@ -447,7 +448,7 @@ class Demo:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")   # the gate's private engine runs in this process
         self.prepare_state(resume=False)
         try:
-            self.start_warm_runner()
+            self.preload_steps()
             Stack(self.cfg).up(log=lambda m: self.log(f"[stack] {m}"))
             v0 = self.ensure_v0()
             self.ensure_suite()
@@ -493,7 +494,7 @@ class Demo:
 
         old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            self.start_warm_runner()
+            self.preload_steps()
             self.start_stack()
             v0 = self.ensure_v0()
             self.log(f"[v0] champion = control = version {v0} ({self.elapsed():.0f}s)")

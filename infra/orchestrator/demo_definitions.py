@@ -3,10 +3,9 @@
     defs = demo_definitions(config_path, overrides)        # `rtrl demo` runs its cycle job in process
     tags = {SETTINGS_TAG: json.dumps(["trainer.max_rows=512"])}  # a new cycle's overrides (infra.orchestrator.budget)
 
-The resource differs from production's in two ways, both the demo's own: the steps' commands start as children of
-the demo's warm step runner when it answers (infra.orchestrator.warm_runner), and a new cycle takes the overrides
-its run is tagged with (the time budget's fewer rows and gate samples), which its ledger record keeps for a resumed
-run. The assets, the cycle job and the cadence are production's.
+The resource differs from production's in one way, the demo's own: a new cycle takes the overrides its run is tagged
+with (the time budget's fewer rows and gate samples), which its ledger record keeps for a resumed run. The assets, the
+cycle job, the step functions and the cadence are production's; the demo executes the job in its own process.
 """
 # no `from __future__ import annotations`: Dagster reads the resource's annotations at definition time
 import json
@@ -14,21 +13,12 @@ import json
 import dagster as dg
 
 from infra.orchestrator import definitions as production
-from infra.orchestrator.rtrl_cli import RtrlCli
-from infra.orchestrator.warm_process import warm_spawner
-from infra.orchestrator.warm_runner import socket_path
 
 SETTINGS_TAG = "rtrl/settings"   # a run tag: JSON list of `--set` overrides for a new cycle (CycleRecord.settings)
 
 
 class DemoRtrlResource(production.RtrlResource):
-    """The demo's configuration, with the steps forked from its warm runner and a new cycle's settings from its run's
-    SETTINGS_TAG."""
-
-    def cli(self, cfg, cycle_id: str) -> RtrlCli:
-        cli = super().cli(cfg, cycle_id)
-        cli.spawn = warm_spawner(socket_path(cfg.state_path))
-        return cli
+    """The demo's configuration, with a new cycle's settings from its run's SETTINGS_TAG."""
 
     def new_cycle_settings(self, run: dg.DagsterRun) -> list[str]:
         return json.loads(run.tags.get(SETTINGS_TAG) or "[]")

@@ -1,11 +1,11 @@
-"""Running `rtrl` subcommands as the cycle's steps: a subprocess each (its own memory, its own crash), with the
-orchestrator's config file and overrides, stderr to a per-step log file, the JSON summary from the last stdout line.
-With `spawn=` a function that may start the command another way (the demo's: a child of its warm step runner,
-infra.orchestrator.warm_process), it is asked first; when it returns None, a new interpreter as before.
+"""Running `rtrl` subcommands as processes of their own, with the orchestrator's config file and overrides, stderr
+to a log file, the JSON summary from the last stdout line: what the demo starts beside the cycle (the archiver,
+the users, the UIs) and the replay jobs. The cycle's steps are library functions (infra.orchestrator.steps): they
+run in the executor's process and read no command's stdout.
 
     cli = RtrlCli(config_path, overrides, log_dir)
-    out = cli.run("rewards", "--cycle", "c3", step="distill")      # -> {"rewards": {...}}, exit 0
-    out = cli.run("gate", "7", ok_codes=(0, 3))                     # exit 3 = "keep the champion" is an answer
+    code, out = cli.run("replay", "--events", ..., step="replay")   # -> {"replay": {...}}, exit 0
+    cli.run("archive", "--detach", step="archive", expect_json=False)
 """
 
 from __future__ import annotations
@@ -16,19 +16,12 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from infra.argv import rtrl_args, rtrl_argv
+from infra.orchestrator.errors import StepFailed  # noqa: F401 -- raised here, imported from here by callers
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class StepFailed(RuntimeError):
-    """A step's command failed: exit code, the command, and the tail of its log."""
-
-    def __init__(self, message: str, code: int | None = None):
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass
@@ -38,9 +31,6 @@ class RtrlCli:
     log_dir: Path = Path(".")
     timeout_s: float = 3600.0
     env: dict[str, str] = field(default_factory=dict)
-    # spawn(rtrl_args, env, cwd) -> a Popen-like process (text stdout/stderr, wait, terminate, kill, returncode), or
-    # None to start a new interpreter
-    spawn: Callable[[list[str], dict[str, str], Path], Any] | None = None
 
     def argv(self, *args: str) -> list[str]:
         return rtrl_argv(*args, config=self.config, overrides=self.overrides)
@@ -97,9 +87,6 @@ class RtrlCli:
                              f"stdout ended: {lines[-3:] if lines else 'nothing'}") from None
 
     def _start(self, args: tuple[str, ...], env: dict[str, str]):
-        """The command's process: what `spawn` starts, else a new interpreter."""
-        if self.spawn is not None and (proc := self.spawn(self.cli_args(*args), env, REPO)) is not None:
-            return proc
         return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=REPO, env=env, errors="replace")
 

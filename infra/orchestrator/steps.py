@@ -1,25 +1,32 @@
-"""One cycle's steps, each idempotent by cycle id (docs/orchestrator.md):
+"""One cycle's steps, each a library function of the cycle's context that returns its typed result
+(infra.orchestrator.results) and is idempotent by cycle id (docs/orchestrator.md):
 
     collect   fix the Kafka offset range since the last cycle (the reward job's manifest) and the champion that
               served it
-    distill   the Beam reward job over that range (`rtrl rewards --cycle ID`): reward rows, window = the cycle id
-    validate  the data-quality suite over the cycle's rows (`rtrl quality`); a failure blocks the cycle
+    distill   the Beam reward job over that range (pipelines.rewards.cycle_job.run_cycle): reward rows, window = the
+              cycle id
+    validate  the data-quality suite over the cycle's rows (pipelines.quality); a failure blocks the cycle
     measure   the cycle's A/B metrics, treatment vs control (pipelines.metrics) -> <state_dir>/ab (the dashboard)
-    train     the champion on the cycle's rows (`rtrl train --cycle ID --window ID`): a candidate version; on
-              `trainer.ranks` ranks (the command starts them under torchrun; rank 0 registers the one candidate)
-    evaluate  the gate, candidate vs the champion it was trained from (`rtrl gate`)
+    train     the champion on the cycle's rows (trainer.run.run_training): a candidate version; on `trainer.ranks`
+              ranks under torchrun (rank 0 registers the one candidate and writes the result file this step reads)
+    evaluate  the gate, candidate vs the champion it was trained from (evals.gate_run.run_gate)
     promote   compare-and-swap `champion` to the candidate when the gate passed
     specialize  with `specialize.enabled`, per org (`specialize.orgs`, else every org in the cycle's rows): its
-              adapter on its rows over the shared champion (`rtrl train --org`), its gate (`rtrl gate V@ORG`: the
-              held-out suite and its own; `specialize.parallel_gates` orgs at once) and the compare-and-swap of
+              adapter on its rows over the shared champion, its gate (the held-out suite and its own,
+              evals.org_gate; `specialize.parallel_gates` orgs at once) and the compare-and-swap of
               `champion@ORG`; an org with too few usable rows is skipped this cycle
     deploy    serving reports the new champion on its treatment arm (blue/green hot swap; a switch without a load
               when the gate staged the candidate there), or, when the champion stayed, that serving still serves it
 
+The steps run in the executor's process: the only processes a cycle starts are the ones where isolation is the
+point (torchrun's ranks, vLLM engines, the sandbox). Two executors run these same functions through `run_step`: the
+in-process one (`run_cycle`: `rtrl cycle`, `rtrl bench live`'s scoring, the tests) and the Dagster job
+(infra.orchestrator.definitions: the service, and `rtrl demo`, which executes that job in its own process).
+
 `run_cycle(ctx)` runs the steps in order and records each in the ledger; a cycle that crashed is resumed by
 running the same cycle id again. Why a rerun never doubles work or data, per step: the reward job keeps its own
 manifest per cycle id (a started range is read again, a done one is not run again); rows are partitioned by
-window = cycle id and written by overwrite; `rtrl train` finds the candidate already registered for the cycle;
+window = cycle id and written by overwrite; training finds the candidate already registered for the cycle;
 the gate's decision is read back from the candidate's gate.* tags when it ran against the same champion; the
 promotion is a compare-and-swap (already champion = done); deploy only observes.
 
@@ -29,15 +36,21 @@ before the ledger records it — the worst moment, so the resumed run must rely 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from infra.orchestrator.errors import StepFailed
 from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, CycleRecord, Ledger
-from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
+from infra.orchestrator.results import (RESULTS, CollectResult, DeployResult, DistillResult, GateResult,
+                                        MeasureResult, OrgResult, PromoteResult, SpecializeResult, StepResult,
+                                        TrainStepResult, ValidateResult)
 
 STEPS = ("collect", "distill", "validate", "measure", "train", "evaluate", "promote", "specialize", "deploy")
 FAIL_AFTER_ENV = "RTRL_FAIL_AFTER_STEP"
@@ -54,9 +67,11 @@ class CycleBlocked(StepFailed):
 @dataclass
 class CycleContext:
     cfg: object                       # infra.config.RtrlConfig
-    cli: RtrlCli
     record: CycleRecord
     log: Callable[[str], None] = print
+    # the configuration's source, for the processes a step starts (torchrun's ranks read the same config)
+    config_path: str | None = None
+    overrides: list[str] = field(default_factory=list)
 
     @property
     def cycle_id(self) -> str:
@@ -67,19 +82,16 @@ class CycleContext:
 
         return Registry.from_config(self.cfg)
 
+    def result(self, step: str):
+        """An earlier step's result of this cycle, typed (infra.orchestrator.results)."""
+        return RESULTS[step].model_validate(self.record.result(step))
 
-PROGRESS_PREFIXES = ("[gate] ", "train ", "rewards ")
-
-
-def _progress(ctx: CycleContext) -> Callable[[str], None]:
-    """Echo a step command's own progress lines (the rest stays in its log file)."""
-    def echo(line: str) -> None:
-        if line.startswith(PROGRESS_PREFIXES):
-            ctx.log(f"[cycle {ctx.cycle_id}]   {line}")
-    return echo
+    def say(self, line: str) -> None:
+        """A step's progress line, tagged with the cycle."""
+        self.log(f"[cycle {self.cycle_id}]   {line}")
 
 
-def collect(ctx: CycleContext) -> dict:
+def collect(ctx: CycleContext) -> CollectResult:
     from pipelines.rewards.cycle_job import CycleStore, plan
 
     champion = ctx.registry().version_of("champion")
@@ -87,100 +99,155 @@ def collect(ctx: CycleContext) -> dict:
         raise StepFailed("alias champion is not set: run `rtrl bootstrap` first")
     m = plan(CycleStore(ctx.cfg.rewards_root()), ctx.cycle_id, ctx.cfg.kafka, ctx.cfg.rewards,
              ctx.cfg.orchestrator.range_idle_s, ctx.log)
-    return {"champion": champion, "records": m.range["records"], "reward_cycle_seq": m.seq, "after": m.after,
-            "as_of": m.as_of}
+    return CollectResult(champion=champion, records=m.range["records"], reward_cycle_seq=m.seq, after=m.after,
+                         as_of=m.as_of)
 
 
-def distill(ctx: CycleContext) -> dict:
-    _, out = ctx.cli.run("rewards", "--cycle", ctx.cycle_id, step="distill", echo=_progress(ctx))
-    r = out["rewards"]
-    return {k: r[k] for k in ("rows", "records_in_range", "as_of", "after", "dead_letters", "duplicates_dropped",
-                              "unknown_labels", "late_events", "requests_pending", "out") if k in r}
+def distill(ctx: CycleContext) -> DistillResult:
+    """The reward job over the cycle's range, in this process (`rtrl rewards --cycle ID` runs the same)."""
+    from infra.commands.rewards import cycle_rewards
+
+    try:
+        r = cycle_rewards(ctx.cfg, ctx.cycle_id, log=ctx.say)
+    except ValueError as e:     # a range fixed against another cluster or another reward spec
+        raise StepFailed(f"rewards: {e}", 2) from None
+    return DistillResult(rows=r["rows"], records_in_range=r["records_in_range"], as_of=r["as_of"],
+                         after=r["after"], out=r["out"], dead_letters=r["dead_letters"],
+                         duplicates_dropped=r["duplicates_dropped"], unknown_labels=r["unknown_labels"],
+                         late_events=r["late_events"], requests_pending=r["requests_pending"],
+                         counters={k: v for k, v in r.items() if isinstance(v, int) and not isinstance(v, bool)},
+                         seconds=r["seconds"])
 
 
-def validate(ctx: CycleContext) -> dict:
-    table = ctx.record.result("distill").get("out") or str(ctx.cfg.reward_table())
+def validate(ctx: CycleContext) -> ValidateResult:
+    from infra.commands.quality import check_table
+
+    table = ctx.result("distill").out or str(ctx.cfg.reward_table())
     report = ctx.cfg.state_path / "quality" / ctx.cycle_id
-    code, _ = ctx.cli.run("quality", "--rewards", table, "--window", ctx.cycle_id, "--report", str(report),
-                          step="validate", ok_codes=(0, 3), expect_json=False)
-    suites = json.loads((report / "report.json").read_text()).get("suites", [])
-    failed = {x.get("name", "?"): sum(not r.get("success", True) for r in x.get("results", []))
-              for x in suites if not x.get("success", True)}      # suite -> rules that failed
-    if code == 3:
+    results, paths = check_table(ctx.cfg, table, ctx.cycle_id, report)
+    failed = {r.name: sum(not x.success for x in r.results) for r in results if not r.success}  # suite -> rules
+    if failed:
         raise CycleBlocked(f"data quality failed for cycle {ctx.cycle_id}: {failed}; training on it is blocked "
-                           f"(report: {report / 'report.html'})", code)
-    return {"passed": True, "report": str(report / "report.html"), "suites": len(suites)}
+                           f"(report: {paths['html']})", 3)
+    return ValidateResult(passed=True, report=str(paths["html"]), suites=len(results))
 
 
-def measure(ctx: CycleContext) -> dict:
+def measure(ctx: CycleContext) -> MeasureResult:
     from pipelines.metrics import MetricsStore, compute_cycle_metrics, scan_cycle
 
-    table = ctx.record.result("distill").get("out") or str(ctx.cfg.reward_table())
+    table = ctx.result("distill").out or str(ctx.cfg.reward_table())
     try:
         rows = scan_cycle(table, ctx.cycle_id)
     except FileNotFoundError as e:
-        return {"measured": False, "reason": str(e)}
+        return MeasureResult(measured=False, reason=str(e))
     store = MetricsStore.for_state_dir(ctx.cfg.state_path)
-    res = compute_cycle_metrics(rows, ctx.cycle_id, as_of=ctx.record.result("collect").get("as_of"),
-                                config=ctx.cfg.ab, store=store)
+    res = compute_cycle_metrics(rows, ctx.cycle_id, as_of=ctx.result("collect").as_of, config=ctx.cfg.ab,
+                                store=store)
     store.write(ctx.cycle_id, res)
-    out = {"measured": True, "rows": res.counts.get("rows_used"), "versions": res.versions,
-           "srm_flagged": bool(res.srm.get("flagged"))}
+    out = {}
     for name in ("edit_persistence_rate", "dissatisfied_followup_rate"):
         m = res.metric(name)
         out[name] = {"control": m.control, "treatment": m.treatment, "change": m.change, "low": m.low,
                      "high": m.high}
-    return out
+    return MeasureResult(measured=True, rows=res.counts.get("rows_used"),
+                         versions={a: [str(v) for v in vs] for a, vs in (res.versions or {}).items()},
+                         srm_flagged=bool(res.srm.get("flagged")), **out)
 
 
-def train(ctx: CycleContext) -> dict:
-    args = ["train", "--cycle", ctx.cycle_id, "--window", ctx.cycle_id]
-    as_of = ctx.record.result("collect").get("as_of")
-    if as_of:
-        args += ["--as-of", as_of]
+def _train(ctx: CycleContext, step: str, org: str | None = None) -> dict:
+    """`trainer.run.run_training` on the cycle's rows (an org's adapter with `org`): in this process on one rank,
+    under torchrun on `trainer.ranks` ranks (rank 0 writes the result file read here). The result as a dict."""
+    from infra.commands.train import train_cycle
+    from trainer.launch import needs_launch
+    from trainer.selection import SelectionError
+
+    as_of = ctx.result("collect").as_of
+    if needs_launch(ctx.cfg.trainer.ranks):
+        return _train_ranks(ctx, step, org, as_of)
     try:
-        _, out = ctx.cli.run(*args, step="train", echo=_progress(ctx))
-    except StepFailed as e:
-        if e.code == 2:   # selection refused the data (too few usable rows, immature rows): not a crash
-            raise CycleBlocked(str(e), 2) from None
-        raise
-    t = out["train"]
-    return {k: t.get(k) for k in ("candidate", "parent", "counts", "steps", "tokens", "reward_mean", "seconds",
-                                  "loop_seconds", "already_done")}
+        return train_cycle(ctx.cfg, ctx.cycle_id, window=ctx.cycle_id, as_of=as_of, org=org, log=ctx.say)
+    except (SelectionError, LookupError) as e:   # too few usable rows, immature rows: not a crash
+        raise CycleBlocked(f"train: {e}", 2) from None
 
 
-def evaluate(ctx: CycleContext) -> dict:
-    candidate, parent = ctx.record.result("train")["candidate"], ctx.record.result("train")["parent"]
+def _train_ranks(ctx: CycleContext, step: str, org: str | None, as_of: str | None) -> dict:
+    """`rtrl train` under torchrun (one process per rank): its log in the cycle's log folder, its result from the
+    file rank 0 writes."""
+    from infra.argv import rtrl_args
+    from trainer.launch import launch_argv, launch_env
+
+    logs = step_log_dir(ctx.cfg, ctx.cycle_id)
+    logs.mkdir(parents=True, exist_ok=True)
+    result_file = logs / f"{step}.result.json"
+    result_file.unlink(missing_ok=True)
+    ranks = ctx.cfg.trainer.ranks
+    args = ["train", "--cycle", ctx.cycle_id, "--window", ctx.cycle_id, "--result", str(result_file),
+            *(["--as-of", as_of] if as_of else []), *(["--org", org] if org else [])]
+    argv = launch_argv(ranks, rtrl_args(*args, config=ctx.config_path,
+                                        overrides=[*ctx.overrides, f"trainer.ranks={ranks}"]))
+    ctx.say(f"train on {ranks} ranks under torchrun (log: {logs / (step + '.log')})")
+    with open(logs / f"{step}.log", "a", encoding="utf-8") as log_file:
+        try:
+            code = subprocess.run(argv, stdout=log_file, stderr=subprocess.STDOUT, env=launch_env(ranks),
+                                  cwd=Path(__file__).resolve().parents[2],
+                                  timeout=ctx.cfg.orchestrator.step_timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            raise StepFailed(f"training on {ranks} ranks ran past orchestrator.step_timeout_s") from None
+    tail = (logs / f"{step}.log").read_text(encoding="utf-8", errors="replace")[-1500:]
+    if code == 2:
+        raise CycleBlocked(f"train: {tail.strip().splitlines()[-1] if tail.strip() else 'refused'}", 2)
+    if code != 0 or not result_file.is_file():
+        raise StepFailed(f"training on {ranks} ranks exited {code} (log: {logs / (step + '.log')}):\n{tail}", code)
+    return json.loads(result_file.read_text())
+
+
+def train(ctx: CycleContext) -> TrainStepResult:
+    t = _train(ctx, "train")
+    return TrainStepResult.model_validate(t)
+
+
+def _gate(ctx: CycleContext, candidate: str, champion: str | None) -> GateResult:
+    """The gate in this process (its engines and sandboxes are processes of their own)."""
+    from infra.commands.gate import gate_version
+
+    try:
+        summary = gate_version(ctx.cfg, candidate, champion, log=ctx.say)
+    except (LookupError, ValueError) as e:    # an unknown version, no champion, a bad suite folder
+        raise StepFailed(f"gate: {e}", 2) from None
+    return GateResult.model_validate(summary)
+
+
+def evaluate(ctx: CycleContext) -> GateResult:
+    trained = ctx.result("train")
+    candidate, parent = str(trained.candidate), str(trained.parent)
     tags = ctx.registry().info(candidate).tags
-    if tags.get("gate.decision") and tags.get("gate.champion_version") == str(parent):
+    if tags.get("gate.decision") and tags.get("gate.champion_version") == parent:
         ctx.log(f"[cycle {ctx.cycle_id}] evaluate: version {candidate} was already gated against {parent}: "
                 f"{tags['gate.decision']}")
-        return {"decision": tags["gate.decision"], "reasons": [r for r in tags.get("gate.reasons", "").split(",")
-                                                               if r],
-                "interval": tags.get("gate.interval"), "mlflow_run_id": tags.get("gate.run_id"),
-                "candidate_version": candidate, "champion_version": str(parent), "reused": True}
-    _, out = ctx.cli.run("gate", str(candidate), "--champion", str(parent), step="evaluate", ok_codes=(0, 3),
-                         echo=_progress(ctx))
-    return out["gate"]
+        return GateResult(decision=tags["gate.decision"],
+                          reasons=[r for r in tags.get("gate.reasons", "").split(",") if r],
+                          interval=tags.get("gate.interval"), mlflow_run_id=tags.get("gate.run_id"),
+                          candidate_version=candidate, champion_version=parent, reused=True)
+    return _gate(ctx, candidate, parent)
 
 
-def promote(ctx: CycleContext) -> dict:
+def promote(ctx: CycleContext) -> PromoteResult:
     from registry.promotion import PromotionRefused, lock_path_for
     from registry.promotion import promote as cas_promote
 
-    gate = ctx.record.result("evaluate")
-    candidate = str(ctx.record.result("train")["candidate"])
+    gate = ctx.result("evaluate")
+    candidate = str(ctx.result("train").candidate)
     registry = ctx.registry()
-    if gate.get("decision") != "promote":
-        return {"promoted": False, "champion": registry.version_of("champion"),
-                "reason": f"gate: {gate.get('decision')} ({', '.join(gate.get('reasons') or []) or 'no reason'})"}
+    if gate.decision != "promote":
+        return PromoteResult(promoted=False, champion=registry.version_of("champion"),
+                             reason=f"gate: {gate.decision} ({', '.join(gate.reasons) or 'no reason'})")
     if registry.version_of("champion") == candidate:
-        return {"promoted": True, "champion": candidate, "already": True}
+        return PromoteResult(promoted=True, champion=candidate, already=True)
     try:
         res = cas_promote(registry, candidate, lock_path_for(ctx.cfg.mlflow_tracking_uri(), ctx.cfg.state_path))
     except PromotionRefused as e:
-        return {"promoted": False, "champion": registry.version_of("champion"), "reason": f"refused: {e}"}
-    return {"promoted": True, "champion": res.champion, "previous": res.previous}
+        return PromoteResult(promoted=False, champion=registry.version_of("champion"), reason=f"refused: {e}")
+    return PromoteResult(promoted=True, champion=res.champion, previous=res.previous)
 
 
 def cycle_orgs(ctx: CycleContext) -> list[str]:
@@ -204,74 +271,67 @@ def _gated(ctx: CycleContext, label: str, against: str | None) -> dict | None:
     return None
 
 
-def train_org(ctx: CycleContext, org: str) -> dict:
+def train_org(ctx: CycleContext, org: str) -> OrgResult:
     """One org's adapter trained (idempotent: a resumed cycle finds its candidate); `trained` False when the org
     has too few usable rows this cycle."""
-    args = ["train", "--cycle", ctx.cycle_id, "--window", ctx.cycle_id, "--org", org]
-    as_of = ctx.record.result("collect").get("as_of")
-    if as_of:
-        args += ["--as-of", as_of]
     try:
-        _, out = ctx.cli.run(*args, step=f"specialize-{org}", echo=_progress(ctx))
-    except StepFailed as e:
-        if e.code == 2:   # too few usable rows (or immature ones): this org waits for the next cycle
-            return {"trained": False, "reason": str(e).splitlines()[-1][:300]}
-        raise
-    t = out["train"]
-    return {"trained": True, "candidate": f"{t['candidate']}@{org}", "parent": t.get("parent"),
-            "rows": (t.get("counts") or {})}
+        t = _train(ctx, f"specialize-{org}", org=org)
+    except CycleBlocked as e:   # too few usable rows (or immature ones): this org waits for the next cycle
+        return OrgResult(trained=False, reason=str(e).splitlines()[-1][:300])
+    return OrgResult(trained=True, candidate=f"{t['candidate']}@{org}", parent=t.get("parent"),
+                     rows=t.get("counts") or {})
 
 
-def gate_org(ctx: CycleContext, org: str, trained: dict) -> dict:
+def gate_org(ctx: CycleContext, org: str, trained: OrgResult) -> dict:
     """The gate of an org's trained candidate against what the org is served now (read back on a resumed cycle):
     {decision, interval}, or {"already": True} when its lineage's champion is the candidate already."""
     from registry.client import parse_label
 
-    label = trained["candidate"]
+    label = trained.candidate
     registry = ctx.registry()
     if registry.for_org(org).version_of("champion") == parse_label(label)[0]:   # a resumed cycle promoted it
         return {"decision": "promote", "already": True}
     gate = _gated(ctx, label, registry.version_of(f"champion@{org}") or registry.version_of("champion"))
     if gate is None:
-        _, gout = ctx.cli.run("gate", label, step=f"specialize-{org}", ok_codes=(0, 3), echo=_progress(ctx))
-        gate = {"decision": gout["gate"]["decision"], "interval": gout["gate"].get("interval")}
+        g = _gate(ctx, label, None)
+        gate = {"decision": g.decision, "interval": g.interval}
     return gate
 
 
-def promote_org(ctx: CycleContext, org: str, trained: dict, gate: dict) -> dict:
+def promote_org(ctx: CycleContext, org: str, trained: OrgResult, gate: dict) -> OrgResult:
     """The compare-and-swap of champion@org for a candidate its gate passed."""
     from registry.client import parse_label
     from registry.promotion import PromotionRefused, lock_path_for
     from registry.promotion import promote as cas_promote
 
-    label = trained["candidate"]
+    label = trained.candidate
     if gate.get("already"):
-        return trained | {"gate": "promote", "promoted": True, "champion": label, "already": True}
+        return trained.model_copy(update={"gate": "promote", "promoted": True, "champion": label, "already": True})
     registry = ctx.registry()
-    result = trained | {"gate": gate.get("decision"), "interval": gate.get("interval")}
+    result = trained.model_copy(update={"gate": gate.get("decision"), "interval": gate.get("interval")})
     if gate.get("decision") != "promote":
-        return result | {"promoted": False, "champion": registry.version_of(f"champion@{org}")}
+        return result.model_copy(update={"promoted": False, "champion": registry.version_of(f"champion@{org}")})
     try:
         cas_promote(registry.for_org(org), parse_label(label)[0],
                     lock_path_for(ctx.cfg.mlflow_tracking_uri(), ctx.cfg.state_path))
     except PromotionRefused as e:
-        return result | {"promoted": False, "reason": f"refused: {e}"}
-    return result | {"promoted": True, "champion": label}
+        return result.model_copy(update={"promoted": False, "reason": f"refused: {e}"})
+    return result.model_copy(update={"promoted": True, "champion": label})
 
 
-def specialize(ctx: CycleContext) -> dict:
+def specialize(ctx: CycleContext) -> SpecializeResult:
     """Per org: train (one at a time: each trainer takes the trainer's cores), then gate the trained candidates,
     `specialize.parallel_gates` at once, then promote each that passed."""
     from concurrent.futures import ThreadPoolExecutor
 
     if not ctx.cfg.specialize.enabled:
-        return {"enabled": False}
+        return SpecializeResult(enabled=False)
     trained = {org: train_org(ctx, org) for org in cycle_orgs(ctx)}
-    ready = [org for org, t in trained.items() if t["trained"]]
+    ready = [org for org, t in trained.items() if t.trained]
     with ThreadPoolExecutor(max_workers=ctx.cfg.specialize.parallel_gates) as pool:
         gates = dict(zip(ready, pool.map(lambda org: gate_org(ctx, org, trained[org]), ready)))
-    return {"enabled": True, "orgs": {org: promote_org(ctx, org, t, gates[org]) if org in gates else t
-                                      for org, t in trained.items()}}
+    return SpecializeResult(enabled=True, orgs={org: promote_org(ctx, org, t, gates[org]) if org in gates else t
+                                                for org, t in trained.items()})
 
 
 def serving_status(cfg, timeout_s: float = 5.0) -> dict | None:
@@ -289,21 +349,20 @@ def arms_on(status: dict | None, alias: str) -> dict[str, str]:
     return {a: str(v.get("version")) for a, v in arms.items() if v.get("alias") == alias}
 
 
-def deploy(ctx: CycleContext) -> dict:
-    champion = str(ctx.record.result("promote").get("champion"))
+def deploy(ctx: CycleContext) -> DeployResult:
+    champion = str(ctx.result("promote").champion)
     status = serving_status(ctx.cfg)
     if status is None:
-        return {"deployed": False, "champion": champion,
-                "reason": "serving is not running; it serves the champion alias when started"}
+        return DeployResult(deployed=False, champion=champion,
+                            reason="serving is not running; it serves the champion alias when started")
     deadline = time.monotonic() + ctx.cfg.orchestrator.deploy_timeout_s
     t0 = time.monotonic()
     while True:
         arms = arms_on(status, "champion")
         if arms and all(v == champion for v in arms.values()):
-            out = {"deployed": True, "champion": champion, "arms": arms, "waited_s": round(time.monotonic() - t0, 1)}
             swap = [s for s in status.get("swaps", []) if str(s.get("to_version")) == champion]
-            if swap:
-                out["swap_load_s"] = swap[-1].get("load_s")
+            out = DeployResult(deployed=True, champion=champion, arms=arms, waited_s=round(time.monotonic() - t0, 1),
+                               swap_load_s=swap[-1].get("load_s") if swap else None)
             if champion in status.get("staged", []):   # the gate staged it; the alias holds it now
                 from evals.endpoints import EndpointError, unstage
 
@@ -319,21 +378,24 @@ def deploy(ctx: CycleContext) -> dict:
         status = serving_status(ctx.cfg) or status
 
 
-STEP_FUNCS: dict[str, Callable[[CycleContext], dict]] = {
+STEP_FUNCS: dict[str, Callable[[CycleContext], StepResult]] = {
     "collect": collect, "distill": distill, "validate": validate, "measure": measure, "train": train,
-    "evaluate": evaluate,
-    "promote": promote, "specialize": specialize, "deploy": deploy}
+    "evaluate": evaluate, "promote": promote, "specialize": specialize, "deploy": deploy}
 
 
 def run_step(ctx: CycleContext, ledger: Ledger, name: str) -> dict:
-    """Run one step unless the ledger has it done; record it. Exceptions mark the cycle failed and propagate."""
+    """Run one step unless the ledger has it done; record its result (and the function that made it). Exceptions
+    mark the cycle failed (blocked for CycleBlocked) and propagate. Every executor runs steps through here."""
     rec = ctx.record
     if rec.done(name):
         return rec.result(name)
     ctx.log(f"[cycle {rec.cycle_id}] {name} ...")
     t0 = time.monotonic()
+    func = STEP_FUNCS[name]
     try:
-        result = STEP_FUNCS[name](ctx)
+        # stdout is the caller's (the demo's table, a command's JSON): library chatter goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            result = func(ctx).record()
         if os.environ.get(FAIL_AFTER_ENV) == name:
             raise InjectedFailure(f"injected failure after step {name} ({FAIL_AFTER_ENV})")
     except BaseException as e:
@@ -342,7 +404,8 @@ def run_step(ctx: CycleContext, ledger: Ledger, name: str) -> dict:
         ledger.save(rec)
         raise
     seconds = round(time.monotonic() - t0, 2)
-    rec.steps[name] = {"status": DONE, "result": result, "seconds": seconds}
+    rec.steps[name] = {"status": DONE, "result": result, "seconds": seconds,
+                       "function": f"{func.__module__}.{func.__qualname__}", "pid": os.getpid()}
     ledger.save(rec)
     ctx.log(f"[cycle {rec.cycle_id}] {name} done in {seconds:.1f}s: {_brief(name, result)}")
     return result
@@ -362,13 +425,16 @@ def _brief(name: str, r: dict) -> str:
                          f"{' promoted' if x.get('promoted') else ''}".strip() for o, x in orgs.items()) or \
             ("off" if not r.get("enabled") else "no org")
     keys = {"collect": ("champion", "records", "as_of"), "distill": ("rows", "dead_letters", "unknown_labels"),
-            "validate": ("passed",), "measure": ("measured", "rows", "versions"), "train": ("candidate", "parent", "reward_mean", "steps"),
-            "evaluate": ("decision", "interval", "reasons"), "promote": ("promoted", "champion", "reason"),
+            "validate": ("passed",), "measure": ("measured", "rows", "versions"),
+            "train": ("candidate", "parent", "reward_mean", "steps"), "evaluate": ("decision", "interval", "reasons"),
+            "promote": ("promoted", "champion", "reason"),
             "deploy": ("deployed", "champion", "waited_s", "swap_load_s", "reason")}[name]
-    return ", ".join(f"{k}={r.get(k)}" for k in keys if k in r)
+    return ", ".join(f"{k}={r.get(k)}" for k in keys if r.get(k) not in (None, ""))
 
 
 def run_cycle(ctx: CycleContext, ledger: Ledger) -> CycleRecord:
+    """The in-process executor: every step of the cycle in order, in this process (a resumed cycle skips the steps
+    its ledger record has done)."""
     if ctx.record.status in (DONE, BLOCKED):
         ctx.log(f"[cycle {ctx.cycle_id}] already {ctx.record.status}; nothing to do")
         return ctx.record
@@ -377,12 +443,14 @@ def run_cycle(ctx: CycleContext, ledger: Ledger) -> CycleRecord:
     return finish(ctx, ledger)
 
 
-def context_for(cfg, cli: RtrlCli, cycle_id: str, now, log: Callable[[str], None] = print,
-                ledger: Ledger | None = None) -> tuple[CycleContext, Ledger]:
+def context_for(cfg, cycle_id: str, now, log: Callable[[str], None] = print, ledger: Ledger | None = None,
+                config_path: str | None = None, overrides: list[str] = ()) -> tuple[CycleContext, Ledger]:
+    """A cycle's context and its ledger (the cycle's record begun, or the one a crashed run left)."""
     ledger = ledger or Ledger.for_config(cfg)
     rec = ledger.begin(cycle_id, now, time.time())
-    return CycleContext(cfg, cli, rec, log), ledger
+    return CycleContext(cfg, rec, log, config_path, list(overrides)), ledger
 
 
 def step_log_dir(cfg, cycle_id: str) -> Path:
+    """Where the processes a cycle's steps start (torchrun's ranks) write their logs."""
     return cfg.state_path / "orchestrator" / "logs" / cycle_id

@@ -27,8 +27,6 @@ from infra.orchestrator.clock import AcceleratedClock, clock_path
 from infra.orchestrator.demo import core_settings
 from infra.orchestrator.ledger import DONE, Ledger
 from infra.orchestrator.rtrl_cli import RtrlCli
-from infra.orchestrator.warm_process import warm_spawner
-from infra.orchestrator.warm_runner import socket_path, start_background
 from registry.client import Registry
 from schemas.reward_table import read_reward_table
 from tests.conftest import free_port, free_port_pair
@@ -74,10 +72,10 @@ class Loop:
         return out["simulate"]
 
     def cycle(self, cycle_id: str, extra: list[str] = ()) -> steps.CycleRecord:
+        """The in-process executor: every step in this process."""
         cfg = load_config(None, [*self.overrides, *extra])
-        cli = RtrlCli(None, [*self.overrides, *extra], steps.step_log_dir(cfg, cycle_id), 900,
-                      spawn=warm_spawner(socket_path(self.state)))   # as `rtrl demo`: steps fork from the warm runner
-        ctx, ledger = steps.context_for(cfg, cli, cycle_id, self.clock.now(), log=lambda m: print(m, flush=True))
+        ctx, ledger = steps.context_for(cfg, cycle_id, self.clock.now(), log=lambda m: print(m, flush=True),
+                                        overrides=[*self.overrides, *extra])
         return steps.run_cycle(ctx, ledger)
 
     def health(self) -> dict:
@@ -92,7 +90,6 @@ def loop(bootstrapped, tmp_path_factory):
     from infra.stack.stack import Stack
 
     stack = Stack(lp.cfg)
-    start_background(lp.state)
     stack.up(log=lambda *_: None)
     try:
         lp.rtrl("bootstrap", step="bootstrap")
@@ -163,9 +160,9 @@ def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_on
     assert health["staged"] == []
     assert (health["spares"]["reloads"], health["spares"]["kept_retired"]) == (1, 0), health["spares"]
     assert (loop.state / "ab" / "cycles" / "c1" / "result.json").exists()
-    runner_log = (loop.state / "logs" / "steps.log").read_text()
-    for command in ("rewards --cycle c1", "quality", "train --cycle c1", "gate"):
-        assert f" {command}" in runner_log, f"`rtrl {command}` was forked from the warm runner"
+    for step in steps.STEPS:   # the in-process executor ran every step's library function in this process
+        assert rec.steps[step]["function"] == f"infra.orchestrator.steps.{step}", step
+        assert rec.steps[step]["pid"] == os.getpid(), step
 
 
 @pytest.mark.full   # a whole second cycle; the default tier's gate rejection is tests/integration/test_gate_end_to_end

@@ -31,13 +31,11 @@ ALLOWED_EDGES: dict[tuple[str, str], str] = {
     ("evals/endpoints.py", "serving"): "the gate serves a version through serving's own gateway (the real path)",
 }
 
-# Modules of the demo (its orchestration, budget and warm step runner): nothing but the demo's own command imports
-# them, and `rtrl bench services`, a benchmark that sets the demo's loop up (v0, serving, users) in the services
-# topology.
-DEMO_MODULES = ("infra.orchestrator.demo", "infra.orchestrator.budget", "infra.orchestrator.warm_runner",
-                "infra.orchestrator.warm_process")
-DEMO_IMPORTERS = {"infra/commands/demo.py", "infra/orchestrator/demo.py", "infra/orchestrator/warm_process.py",
-                  "infra/orchestrator/demo_definitions.py", "infra/bench/services.py"}
+# Modules of the demo (its orchestration and time budget): nothing but the demo's own command imports them, and
+# `rtrl bench services`, a benchmark that sets the demo's loop up (v0, serving, users) in the services topology.
+DEMO_MODULES = ("infra.orchestrator.demo", "infra.orchestrator.budget")
+DEMO_IMPORTERS = {"infra/commands/demo.py", "infra/orchestrator/demo.py", "infra/orchestrator/demo_definitions.py",
+                  "infra/bench/services.py"}
 
 
 @lru_cache(maxsize=None)

@@ -10,6 +10,7 @@ import pytest
 
 from infra.orchestrator import steps
 from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, RUNNING, Ledger
+from infra.orchestrator.results import StepResult
 from infra.orchestrator.steps import CycleBlocked, CycleContext, InjectedFailure, run_cycle, run_step
 
 NOW = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -20,10 +21,13 @@ def counted(monkeypatch):
     """Every step replaced by one that counts its runs and returns its name (the runner is under test here)."""
     calls: dict[str, int] = {}
 
+    class Ran(StepResult):
+        ran: str
+
     def make(name):
         def fn(ctx):
             calls[name] = calls.get(name, 0) + 1
-            return {"ran": name}
+            return Ran(ran=name)
         return fn
 
     monkeypatch.setattr(steps, "STEP_FUNCS", {n: make(n) for n in steps.STEPS})
@@ -33,7 +37,7 @@ def counted(monkeypatch):
 def ctx_for(tmp_path, cycle_id="c1"):
     ledger = Ledger(tmp_path)
     rec = ledger.begin(cycle_id, NOW, 0.0)
-    return CycleContext(SimpleNamespace(state_path=tmp_path), cli=None, record=rec, log=lambda m: None), ledger
+    return CycleContext(SimpleNamespace(state_path=tmp_path), record=rec, log=lambda m: None), ledger
 
 
 def test_a_new_cycle_gets_the_next_sequence_number_and_records_its_runner(tmp_path):

@@ -1,6 +1,6 @@
-"""The cycle's specialize step (infra/orchestrator/steps.py) over a real registry and a stand-in for the `rtrl`
-commands it runs: per org, train, gate and the compare-and-swap of champion@org; an org with too few rows is
-skipped; a resumed cycle reuses the gate result; off by default."""
+"""The cycle's specialize step (infra/orchestrator/steps.py) over a real registry and stand-ins for the training and
+the gate it calls (`train_cycle`, `gate_version`): per org, train, gate and the compare-and-swap of champion@org; an
+org with too few rows is skipped; a resumed cycle reuses the gate result; off by default."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from infra.orchestrator import steps
 from infra.orchestrator.ledger import CycleRecord
-from infra.orchestrator.rtrl_cli import StepFailed
+from trainer.selection import SelectionError
 from registry.client import Registry
 from tests.conftest import make_config
 
@@ -16,51 +16,58 @@ pytestmark = pytest.mark.slow   # an MLflow store
 
 
 class Commands:
-    """`rtrl train --org` registers an adapter version in the org's lineage; `rtrl gate V@ORG` tags it."""
+    """Training an org registers an adapter version in the org's lineage; gating `V@ORG` tags it."""
 
     def __init__(self, registry: Registry, tmp_path, decisions: dict[str, str], too_few: set[str]):
         self.registry, self.tmp, self.decisions, self.too_few = registry, tmp_path, decisions, too_few
         self.calls: list[tuple] = []
         self.trained: dict[str, str] = {}
 
-    def run(self, *args, step, ok_codes=(0,), echo=None):
-        self.calls.append(args)
-        if args[0] == "train":
-            org = args[args.index("--org") + 1]
-            if org in self.too_few:
-                raise StepFailed("rtrl train exited 2:\nonly 3 usable reward row(s)", 2)
-            if org not in self.trained:     # a cycle's candidate is registered once (rtrl train finds it again)
-                d = self.tmp / f"adapter-{org}"
-                d.mkdir()
-                (d / "adapter_config.json").write_text("{}")
-                self.trained[org] = self.registry.for_org(org).register(
-                    d, tags={"lora_base": self.registry.version_of("champion")})
-            return 0, {"train": {"candidate": self.trained[org], "parent": self.registry.version_of("champion"),
-                                 "counts": {}}}
-        label = args[1]
+    def train(self, cfg, cycle_id, *, window=None, as_of=None, org=None, log=None, **_):
+        self.calls.append(("train", org))
+        if org in self.too_few:
+            raise SelectionError("only 3 usable reward row(s)")
+        if org not in self.trained:     # a cycle's candidate is registered once (training finds it again)
+            d = self.tmp / f"adapter-{org}"
+            d.mkdir()
+            (d / "adapter_config.json").write_text("{}")
+            self.trained[org] = self.registry.for_org(org).register(
+                d, tags={"lora_base": self.registry.version_of("champion")})
+        return {"candidate": self.trained[org], "parent": self.registry.version_of("champion"), "counts": {}}
+
+    def gate(self, cfg, label, champion=None, *, log=None, **_):
+        self.calls.append(("gate", label))
         org = label.partition("@")[2]
         decision = self.decisions[org]
         self.registry.set_version_tags(label, {"gate.decision": decision, "gate.org_suite.decision": decision,
                                                "gate.champion_version": self.registry.version_of("champion")})
-        return (0 if decision == "promote" else 3), {"gate": {"decision": decision, "interval": "[+0.01, +0.04]"}}
+        return {"decision": decision, "interval": "[+0.01, +0.04]"}
+
+    def install(self, monkeypatch):
+        import infra.commands.gate
+        import infra.commands.train
+
+        monkeypatch.setattr(infra.commands.train, "train_cycle", self.train)
+        monkeypatch.setattr(infra.commands.gate, "gate_version", self.gate)
+        return self
 
 
-def _ctx(tmp_path, commands, **specialize):
+def _ctx(tmp_path, **specialize):
     cfg = make_config(tmp_path / "state", *(f"specialize.{k}={v}" for k, v in specialize.items()))
     rec = CycleRecord("c1", 1, "2026-11-01T00:00:00+00:00", 0.0)
-    rec.steps["collect"] = {"status": "done", "result": {}}
-    return steps.CycleContext(cfg, commands, rec, log=lambda m: None)
+    rec.steps["collect"] = {"status": "done", "result": {"champion": "1"}}
+    return steps.CycleContext(cfg, rec, log=lambda m: None)
 
 
-def test_each_org_gets_its_adapter_trained_gated_and_promoted_and_a_small_org_waits(tmp_path):
+def test_each_org_gets_its_adapter_trained_gated_and_promoted_and_a_small_org_waits(tmp_path, monkeypatch):
     reg = Registry.from_config(make_config(tmp_path / "state"))
     d = tmp_path / "v1"
     d.mkdir()
     (d / "config.json").write_text("{}")
     reg.set_alias("champion", reg.register(d))
-    commands = Commands(reg, tmp_path, {"o0": "promote", "o1": "keep_champion"}, too_few={"o2"})
-    ctx = _ctx(tmp_path, commands, enabled="true", orgs='["o0", "o1", "o2"]')
-    out = steps.specialize(ctx)
+    commands = Commands(reg, tmp_path, {"o0": "promote", "o1": "keep_champion"}, too_few={"o2"}).install(monkeypatch)
+    ctx = _ctx(tmp_path, enabled="true", orgs='["o0", "o1", "o2"]')
+    out = steps.specialize(ctx).record()
     assert out["orgs"]["o0"] == out["orgs"]["o0"] | {"trained": True, "candidate": "1@o0", "gate": "promote",
                                                       "promoted": True, "champion": "1@o0"}
     assert out["orgs"]["o1"]["promoted"] is False and out["orgs"]["o1"]["champion"] is None
@@ -74,4 +81,4 @@ def test_each_org_gets_its_adapter_trained_gated_and_promoted_and_a_small_org_wa
 
 
 def test_the_step_is_off_by_default(tmp_path):
-    assert steps.specialize(_ctx(tmp_path, None)) == {"enabled": False}
+    assert steps.specialize(_ctx(tmp_path)).record() == {"enabled": False, "orgs": {}}
