@@ -11,7 +11,7 @@ import sys
 
 # Each command's module adds its command(s), their arguments and handlers (`add_parser`). Importing one stays cheap
 # (stdlib at module level; torch, vllm, beam, dagster load inside the handlers): tests/unit/infra/test_cli.py checks.
-from infra.commands import (ab, archive, bench, bootstrap, chaos, collector, config, dashboard, demo, gate,
+from infra.commands import (ab, archive, bench, bootstrap, chaos, collector, config, cycle, dashboard, demo, gate,
                             mlflow_server, offline_ab, orchestrator, promote, quality, replay, rewards, schemas, serve,
                             simulate, stack, train)
 
@@ -30,6 +30,7 @@ EPILOG = """examples:
   rtrl serve --detach          the OpenAI-compatible gateway (A/B arms, hot swap) in the background
   rtrl gate 3                  evaluate version 3 against the champion (held-out suite, report, MLflow)
   rtrl promote 3               make version 3 champion if its gate passed against the current champion
+  rtrl cycle                   one cycle in this process (the next, or the unfinished one), all its steps
   rtrl demo --cycles 3 --summary out.json   the whole loop from nothing, 3 cycles, A/B summary
   rtrl orchestrator            Dagster UI + daemon: cycles every 5 hours, replay jobs
   rtrl chaos --faults 20 --json   kill and restart the loop's parts; every served request rewarded exactly once?
@@ -41,7 +42,7 @@ EPILOG = """examples:
 
 # in the order `rtrl --help` lists their commands
 COMMANDS = (stack, config, schemas, collector, archive, serve, quality, rewards, train, replay, simulate, offline_ab,
-            bootstrap, gate, promote, ab, dashboard, demo, orchestrator, mlflow_server, chaos, bench)
+            bootstrap, gate, promote, cycle, ab, dashboard, demo, orchestrator, mlflow_server, chaos, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
