@@ -22,7 +22,7 @@ from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evals.gate.config import GateConfig
 from infra.dashboard.config import DashboardConfig
@@ -37,7 +37,7 @@ from pipelines.metrics.config import AbConfig
 from pipelines.quality.config import QualityConfig
 from pipelines.rewards.runner_config import BeamConfig
 from pipelines.rewards.spec import RewardSpec
-from serving.config import ServingConfig
+from serving.config import LORA_RANKS, ServingConfig
 from trainer.bootstrap.config import PolicyConfig
 from trainer.config import SpecializeConfig, TrainerConfig
 
@@ -56,25 +56,74 @@ class RtrlConfig(BaseModel):
     rewards_dir: str = Field(default="", description="The reward job's state (cycle manifests, carried join state, "
                              "dead letters) and the reward table (`table/`): a path or an object-store URL "
                              "(s3://bucket/prefix, schemas/storage.py); '' = <state_dir>/rewards.")
+    # a section's description, or its class's docstring where it has one, heads its table in rtrl.toml
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
-    mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
-    sdk: SdkConfig = Field(default_factory=SdkConfig)
-    collector: CollectorConfig = Field(default_factory=CollectorConfig)
-    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
-    rewards: RewardSpec = Field(default_factory=RewardSpec)
-    beam: BeamConfig = Field(default_factory=BeamConfig)
-    quality: QualityConfig = Field(default_factory=QualityConfig)
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig, description="The MLflow tracking store and model "
+                                 "registry, whose versions are the policy checkpoints (docs/gate.md).")
+    sdk: SdkConfig = Field(default_factory=SdkConfig, description="The telemetry SDK every client emits events "
+                           "through: its queue, batching, on-disk spool and redaction (docs/ingest.md).")
+    collector: CollectorConfig = Field(default_factory=CollectorConfig, description="The HTTP ingest collector "
+                                       "(`rtrl collector`) and its side of the trust boundary: keys with an org and "
+                                       "a role, rate limits, event-time bounds, TLS (docs/security.md).")
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="The archiver (`rtrl archive`): "
+                                   "Kafka's events to the Parquet event log (docs/ingest.md).")
+    rewards: RewardSpec = Field(default_factory=RewardSpec, description="The reward spec: every window, weight and "
+                                "clip of the reward (docs/rewards.md; formulas in pipelines/rewards/spec.py).")
+    beam: BeamConfig = Field(default_factory=BeamConfig, description="Beam pipeline options of the reward jobs: "
+                             "`options`, then the job's own list, then what follows `--` on its command line; no "
+                             "runner named = the DirectRunner (pipelines/rewards/runner_config.py, docs/rewards.md).")
+    quality: QualityConfig = Field(default_factory=QualityConfig, description="Data-quality suites (`rtrl quality`); "
+                                   "a failing suite blocks the cycle's training.")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="Checkpoint v0 (`rtrl bootstrap`): the "
+                                 "default small Llama made here, or base_checkpoint (docs/policy.md).")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The on-policy update of one cycle "
+                                   "(`rtrl train`): data selection, loss, optimizer, memory (docs/trainer.md).")
     specialize: SpecializeConfig = Field(default_factory=SpecializeConfig)
-    serving: ServingConfig = Field(default_factory=ServingConfig)
-    simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
-    gate: GateConfig = Field(default_factory=GateConfig)
+    serving: ServingConfig = Field(default_factory=ServingConfig, description="The OpenAI-compatible gateway "
+                                   "(`rtrl serve`): A/B arms, the vLLM engines behind them, hot swap, keys and TLS "
+                                   "(docs/serving.md).")
+    simulator: SimulatorConfig = Field(default_factory=SimulatorConfig, description="The simulated users of `rtrl "
+                                       "simulate` (times in simulated seconds; docs/simulator.md).")
+    gate: GateConfig = Field(default_factory=GateConfig, description="The evaluation gate (`rtrl gate`): promote "
+                             "only if non-inferior and no guardrail trips (docs/gate.md).")
     ab: AbConfig = Field(default_factory=AbConfig)
-    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
-    orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig)
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig, description="`rtrl dashboard` (Streamlit; "
+                                       "docs/ab-dashboard.md).")
+    orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig, description="The cycle under "
+                                             "Dagster (`rtrl orchestrator`; times in the orchestrator's clock; "
+                                             "docs/orchestrator.md).")
     demo: DemoConfig = Field(default_factory=DemoConfig)
-    learning: LearningConfig = Field(default_factory=LearningConfig)
+    learning: LearningConfig = Field(default_factory=LearningConfig, description="`rtrl bench learning`: the loop "
+                                     "for many cycles in one process (docs/learning.md).")
+
+    # --- rules across sections: each names both keys and the fix ---------------------------------------------
+
+    @model_validator(mode="after")
+    def _one_completion_budget(self) -> "RtrlConfig":
+        """Serving's completion budget is the trainer's constant length normalizer (Dr. GRPO): a response's tokens
+        weigh the same whatever its length only when the two are equal (docs/profiles.md)."""
+        if self.trainer.max_tokens != self.serving.max_tokens:
+            raise ValueError(f"trainer.max_tokens ({self.trainer.max_tokens}) must equal serving.max_tokens "
+                             f"({self.serving.max_tokens}): serving's completion budget is the trainer's length "
+                             "normalizer (Dr. GRPO); set both to the same value")
+        return self
+
+    @model_validator(mode="after")
+    def _serving_takes_the_adapters_trained(self) -> "RtrlConfig":
+        """An adapter of a rank over serving.max_lora_rank is refused when serving or the gate loads it
+        (serving/lora.py): the lineage's adapters (trainer.lora_r) and, when on, the orgs' (specialize.lora_r)."""
+        ranks = {"trainer.lora_r": self.trainer.lora_r,
+                 "specialize.lora_r": self.specialize.lora_r if self.specialize.enabled else 0}
+        limit = self.serving.max_lora_rank
+        for key, rank in ranks.items():
+            if rank > limit:
+                fit = next((r for r in LORA_RANKS if r >= rank), None)
+                fix = f"set serving.max_lora_rank = {fit} or lower {key}" if fit else \
+                    f"lower {key} to at most {LORA_RANKS[-1]} (the largest rank serving takes) and raise " \
+                    "serving.max_lora_rank to it"
+                raise ValueError(f"{key} ({rank}) is over serving.max_lora_rank ({limit}): serving would refuse "
+                                 f"the adapters the trainer makes; {fix}")
+        return self
 
     @property
     def state_path(self) -> Path:
@@ -140,10 +189,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     except ValidationError as e:
         lines = []
         for err in e.errors(include_url=False):
-            key = ".".join(str(x) for x in err["loc"]) or "<root>"
-            got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
-            reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-            lines.append(f"{key}: {reason}{got}")
+            key = ".".join(str(x) for x in err["loc"])
+            # a section's or the whole config's own check names its keys; its input is the whole table
+            got = "" if err["type"] == "missing" or isinstance(err.get("input"), Mapping) else \
+                f" (got {err.get('input')!r})"
+            reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            lines.append(f"{key}: {reason}{got}" if key else f"{reason}{got}")
         raise ConfigError(f"{p}: " + "; ".join(lines)) from None
 
 

@@ -64,14 +64,19 @@ class ServingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: str = Field(default="127.0.0.1", description="Bind address; localhost by default.")
-    port: int = Field(default=18300, ge=1, le=65535)
+    port: int = Field(default=18300, ge=1, le=65535, description="The gateway's port (OpenAI-compatible /v1).")
     experiment: str = Field(default="rtrl-ab-1", min_length=1, max_length=64,
                             description="Salt of the sticky user→arm hash; a new value reshuffles users.")
-    arms: list[ArmConfig] = Field(default_factory=_default_arms, min_length=1, max_length=8)
+    arms: list[ArmConfig] = Field(default_factory=_default_arms, min_length=1, max_length=8,
+                                  description="The A/B arms, each {name, alias, share, per_org, devices, "
+                                              "gpu_memory_utilization}: names unique, shares summing to 1. By "
+                                              "default control serves alias control (a frozen version) and "
+                                              "treatment alias champion (the real-time RL lineage).")
     max_tokens: int = Field(default=192, ge=1, le=8192, description="Default completion budget per request.")
     temperature: float = Field(default=1.0, ge=0, le=2,
                                description="Training traffic samples the untruncated distribution at 1.0.")
-    max_model_len: int = Field(default=1024, ge=64, le=131072)
+    max_model_len: int = Field(default=1024, ge=64, le=131072, description="Context length of the engines: prompt "
+                               "plus completion tokens.")
     kv_cache_gb: float = Field(default=1.0, gt=0, le=512, description="CPU-only: vLLM CPU KV-cache space per "
                                "engine. On GPUs gpu_memory_utilization governs the KV cache (what is left of the "
                                "engine's share after weights and activations).")
@@ -138,7 +143,7 @@ class ServingConfig(BaseModel):
                                         "its write-ahead log before the request is answered (sdk.write_ahead for "
                                         "this client), so a kill of serving loses no answered request's "
                                         "trajectory; false follows sdk.write_ahead.")
-    access_log: bool = False
+    access_log: bool = Field(default=False, description="Log one line per HTTP request (uvicorn's access log).")
     api_keys_file: str = Field(default="", description="Hashed client keys (JSON, schemas.api_keys); '' = the "
                                "collector's (collector.api_keys_file, <state_dir>/collector_keys.json by default): "
                                "one file holds a deployment's keys, so a client's key works at both servers.")

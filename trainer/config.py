@@ -12,7 +12,8 @@ class TrainerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # data selection (trainer/selection.py)
-    staleness: int = Field(default=1, ge=0, le=8, description="Older versions usable: ancestors this far back.")
+    staleness: int = Field(default=1, ge=0, le=8, description="Rows served by the champion's ancestors this far "
+                           "back are usable (importance-corrected); 0 = the champion's own rows only.")
     min_rows: int = Field(default=64, ge=1, description="Refuse to train on fewer usable reward rows.")
     max_rows: int = Field(default=0, ge=0, description="Train on at most this many usable rows per run (on-policy "
                           "first, a seeded random sample); 0 = all. Bounds a cycle's training time when traffic "
@@ -40,21 +41,31 @@ class TrainerConfig(BaseModel):
     # optimizer
     lr: float = Field(default=2e-4, gt=0, le=1, description="Peak learning rate. 2e-4 suits the default 2M-parameter "
                       "policy at 256 rows per step; billion-parameter models want ~1e-6.")
-    weight_decay: float = Field(default=0.0, ge=0, le=1)
-    max_grad_norm: float = Field(default=1.0, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0, le=1, description="AdamW weight decay.")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="The gradient is clipped to this global norm before "
+                                 "each optimizer step.")
     zero_stage: int = Field(default=1, ge=0, le=3, description="DeepSpeed ZeRO stage.")
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, description="Seeds the row sample (max_rows) and torch's "
+                      "generator (new LoRA weights, dropout).")
     frozen: list[str] = Field(default_factory=list, description="Parameter-name patterns (fnmatch) kept at the "
                               "parent's values, e.g. [\"model.embed_tokens.*\"]. A tied LM head is the embedding's "
                               "tensor, so it stays too. A pattern that names no parameter is an error. [] = train all.")
     # loss (trainer/losses.py)
     loss: str = Field(default="pg_clip", description="pg_clip | pg")
-    clip_low: float = Field(default=0.2, ge=0, le=1)
-    clip_high: float = Field(default=0.28, ge=0, le=10)
+    clip_low: float = Field(default=0.2, ge=0, le=1, description="pg_clip: the per-token ratio is clipped below at "
+                            "1 - clip_low (trainer/losses.py).")
+    clip_high: float = Field(default=0.28, ge=0, le=10, description="pg_clip: ... and above at 1 + clip_high "
+                             "(wider than clip_low: DAPO's clip-higher).")
     tis_cap: float = Field(default=2.0, ge=1, le=100, description="Truncated importance-sampling cap.")
     kl_coef: float = Field(default=0.0, ge=0, le=10, description="KL to the parent checkpoint; 0 = no penalty.")
-    kl_estimator: str = Field(default="k1", pattern="^(k1|k3)$")
-    aggregation: str = Field(default="constant", pattern="^(constant|token_mean|seq_mean)$")
+    kl_estimator: str = Field(default="k1", pattern="^(k1|k3)$", description="k1 | k3: the per-token estimator of "
+                              "the KL term (kl_coef > 0): k1 = logp - ref_logp, k3 = (r - 1) - log r (unbiased, >= 0).")
+    aggregation: str = Field(default="constant", pattern="^(constant|token_mean|seq_mean)$",
+                             description="constant | token_mean | seq_mean: how per-token terms become the loss. "
+                                         "constant = their sum / (the step's rows x max_tokens), every token "
+                                         "weighing the same whatever the response's length (Dr. GRPO); token_mean "
+                                         "= per token of the batch (DAPO); seq_mean = per response, then over "
+                                         "responses (the original GRPO: length-biased).")
     normalize_std: bool = Field(default=False, description="Divide advantages by the group/stratum std.")
     negative_weight: float = Field(default=0.0, ge=0, le=1,
                                    description="Scale of negative advantages (asymmetric REINFORCE): 1 = symmetric, "
@@ -80,7 +91,10 @@ class TrainerConfig(BaseModel):
                               description="theta_old of the ratio and the IS weight: the policy at the moment a row "
                                           "is used (one pass: each row once, no extra forward) or the frozen "
                                           "parent checkpoint (one more forward per micro-batch).")
-    logprob_impl: str = Field(default="auto", pattern="^(auto|triton|chunked|naive)$")
+    logprob_impl: str = Field(default="auto", pattern="^(auto|triton|chunked|naive)$",
+                              description="auto | triton | chunked | naive: how the per-token log-probs and "
+                                          "entropies are computed from the logits (trainer/logprobs.py); auto = the "
+                                          "Triton kernel on CUDA, chunked torch on CPU.")
     skip_inert_rows: bool = Field(default=True, description="Leave out of the forward/backward the rows whose loss "
                                   "term is exactly zero (advantage 0, e.g. every below-baseline row at "
                                   "negative_weight 0, with no KL term and the constant aggregation): the update is "

@@ -120,7 +120,8 @@ class GateConfig(BaseModel):
     report_regressions: int = Field(default=10, ge=0, le=1000,
                                     description="Worst regressions (tasks the champion resolved and the candidate "
                                                 "did not) shown with transcripts in the report.")
-    experiment: str = Field(default="rtrl-gate", min_length=1, description="MLflow experiment of the gate runs.")
+    experiment: str = Field(default="rtrl-gate", min_length=1, description="MLflow experiment of the gate runs; "
+                            "the decision is also tagged on the candidate version.")
 
     @property
     def org_samples(self) -> int:

@@ -54,8 +54,8 @@ class CycleRun:
 
 def _overrides(root: Path) -> list[str]:
     return [f"state_dir={root / 'state'}", "trainer.micro_batch=2", f"trainer.rows_per_step={ROWS}",
-            f"trainer.min_rows={ROWS}", "trainer.max_tokens=8", "trainer.lr=0.001", "trainer.negative_weight=1.0",
-            "trainer.old_logprobs=\"parent\"", "trainer.threads=1", "trainer.seed=0"]
+            f"trainer.min_rows={ROWS}", "trainer.max_tokens=8", "serving.max_tokens=8", "trainer.lr=0.001",
+            "trainer.negative_weight=1.0", "trainer.old_logprobs=\"parent\"", "trainer.threads=1", "trainer.seed=0"]
 
 
 def prepare(root: Path, rows: int = ROWS) -> Setup:

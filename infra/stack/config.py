@@ -28,7 +28,8 @@ class KafkaConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bootstrap_servers: str = Field(default="", description="An existing Kafka cluster ('host:port,...'). When set, "
-                                   "`rtrl up` starts no broker and only creates the topics there.")
+                                   "`rtrl up` starts no broker and only creates the topics there; '' = the embedded "
+                                   "Tansu broker on host:port.")
     security_protocol: SecurityProtocol = Field(
         default="PLAINTEXT", description="PLAINTEXT, SSL (TLS; with ssl_certfile and ssl_keyfile: mutual TLS), "
         "SASL_PLAINTEXT or SASL_SSL.")
@@ -62,7 +63,8 @@ class KafkaConfig(BaseModel):
         "(fastest; lost when the broker stops); \"s3\" = a local S3-compatible object store process, so the log "
         "survives broker crashes and restarts (about 4x lower throughput here).")
     partitions: int = Field(default=3, ge=1, le=1024, description="Partitions per topic unless overridden.")
-    topic_partitions: dict[str, int] = Field(default_factory=dict, description="Per-topic partition overrides.")
+    topic_partitions: dict[str, int] = Field(default_factory=dict, description="Per-topic partition overrides, e.g. "
+                                                 "{\"telemetry.snapshots\" = 6}.")
     replication_factor: int = Field(default=1, ge=1, le=16, description="Replicas per topic that `rtrl up` creates "
                                     "unless overridden (1 for the embedded broker; 3 is usual on a cluster).")
     topic_replication: dict[str, Annotated[int, Field(ge=1, le=16)]] = Field(
@@ -177,8 +179,10 @@ class MlflowConfig(BaseModel):
                                 "under an s3:// artifact_root, else an flock next to the SQLite store; with a "
                                 "server as tracking_uri, set it.")
     ui_host: str = Field(default="127.0.0.1", description="MLflow UI bind address; localhost by default.")
-    ui_port: int = Field(default=15000, ge=1, le=65535)
-    startup_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    ui_port: int = Field(default=15000, ge=1, le=65535, description="MLflow UI port (`rtrl up --mlflow-ui`).")
+    startup_timeout_s: float = Field(default=60.0, gt=0, le=600, description="How long start-up waits "
+                                     "for the MLflow UI (`rtrl up --mlflow-ui`) or server (`rtrl mlflow-server`, at "
+                                     "least 120 s) to pass its health check.")
     registered_model: str = Field(default="rtrl-policy", min_length=1, max_length=128,
                                   description="Registered model whose versions are the policy checkpoints.")
     server: MlflowServerConfig = Field(default_factory=MlflowServerConfig)

@@ -9,10 +9,11 @@ class CollectorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: str = Field(default="127.0.0.1", description="Bind address; localhost by default.")
-    port: int = Field(default=18080, ge=1, le=65535)
+    port: int = Field(default=18080, ge=1, le=65535, description="The collector's port (POST /v1/events).")
     api_keys_file: str = Field(default="", description="Hashed client keys (JSON); '' means <state_dir>/collector_keys.json.")
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="Request size cap.")
-    max_events_per_batch: int = Field(default=1000, ge=1, le=100_000)
+    max_events_per_batch: int = Field(default=1000, ge=1, le=100_000, description="Most events one request may "
+                                      "carry; a larger batch is refused whole (413).")
     rate_limit_events_per_s: float = Field(default=20_000, gt=0, description="Per-client sustained event rate.")
     rate_limit_burst: int = Field(default=40_000, ge=1, description="Per-client token-bucket size (events).")
     signature_max_skew_s: int = Field(default=300, ge=1, le=3600,

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 class SimulatorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, description="Seeds the population: orgs, workspaces, users and their "
+                      "behaviour.")
     orgs: int = Field(default=4, ge=1, le=1000, description="Organizations (each with its own conventions).")
     users: int = Field(default=8, ge=1, le=10_000, description="Simulated users (`rtrl simulate --users`).")
     files_per_workspace: int = Field(default=5, ge=1, le=15, description="Python files in each user's workspace.")

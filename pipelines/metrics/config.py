@@ -65,7 +65,9 @@ class AbConfig(BaseModel):
                                                   "given (`rtrl ab compute --pre-period`); ignored without one.")
     monitors: dict[str, MonitorThreshold] = Field(
         default_factory=_default_monitors,
-        description="Reward-hacking monitors: metric name -> threshold on treatment vs control.")
+        description="Reward-hacking monitors: metric name -> threshold on treatment vs control, per cycle (red past "
+        "it). The defaults: fewer edits (escaping the persistence judge), more clarifying questions, more broken "
+        "tool calls (absolute: +1 percentage point), and length games either way.")
 
     @model_validator(mode="after")
     def _check(self):

@@ -76,10 +76,12 @@ class OutcomeValues(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    accepted: float = Field(default=1.0, ge=-1, le=1)
-    merged: float = Field(default=1.0, ge=-1, le=1)
-    reverted: float = Field(default=-1.0, ge=-1, le=1)
-    abandoned: float = Field(default=-0.5, ge=-1, le=1)
+    accepted: float = Field(default=1.0, ge=-1, le=1, description="The user accepted the task's result (kept "
+                            "the changes).")
+    merged: float = Field(default=1.0, ge=-1, le=1, description="The result was merged (e.g. its pull request).")
+    reverted: float = Field(default=-1.0, ge=-1, le=1, description="The result was undone.")
+    abandoned: float = Field(default=-0.5, ge=-1, le=1, description="The user dropped the task without using its "
+                             "result.")
 
 
 class RewardSpec(BaseModel):
@@ -91,8 +93,10 @@ class RewardSpec(BaseModel):
     followup_window_s: float = Field(default=600, gt=0, le=86400, description="Follow-up / next-turn window W.")
     allowed_lateness_s: float = Field(default=300, ge=0, le=86400, description="How late an event may arrive "
                                       "(behind the watermark) and still count; later ones are counted as dropped.")
-    weights: RewardWeights = Field(default_factory=RewardWeights)
-    deferral_discount: float = Field(default=0.8, ge=0, le=1, description="Discount on the inherited outcome.")
+    weights: RewardWeights = Field(default_factory=RewardWeights, description="Weights of the reward's terms; "
+                                   "each penalty is subtracted at its weight.")
+    deferral_discount: float = Field(default=0.8, ge=0, le=1, description="A question-only response inherits "
+                                     "this fraction of the next turn's edit outcome (r_deferral).")
     length_token_budget: int = Field(default=384, ge=1, description="Completion tokens at which x = 1.")
     length_tool_budget: int = Field(default=8, ge=1, description="Tool calls at which y = 1.")
     length_exponent: float = Field(default=3.0, ge=1, le=8, description="Growth of the length penalty.")

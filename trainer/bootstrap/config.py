@@ -25,9 +25,9 @@ class PolicyConfig(BaseModel):
     vocab_size: int = Field(default=1536, ge=261, le=262144,
                             description="BPE vocabulary target (256 bytes + 5 special tokens at least); merges "
                                         "stop earlier when the corpus has no more pairs.")
-    hidden_size: int = Field(default=192, ge=16, le=16384)
+    hidden_size: int = Field(default=192, ge=16, le=16384, description="Model width (the residual stream).")
     intermediate_size: int = Field(default=512, ge=16, le=65536, description="MLP width.")
-    layers: int = Field(default=4, ge=1, le=256)
+    layers: int = Field(default=4, ge=1, le=256, description="Decoder layers.")
     heads: int = Field(default=3, ge=1, le=256, description="Attention heads; hidden_size / heads is the head "
                                                             "size (vLLM's CPU attention wants 32, 64, 80, 96, 112, "
                                                             "128 or 256).")
@@ -44,7 +44,8 @@ class PolicyConfig(BaseModel):
                               "whatever its org: v0 then writes either form where a file does not show the rule, "
                               "as a base model does for an org it has not learned (the simulator's "
                               "`keyword_only_orgs`). Kept apart from the plain v0 (policy-v0-house-rules).")
-    train_workspaces: int = Field(default=800, ge=1, le=10_000_000)
+    train_workspaces: int = Field(default=800, ge=1, le=10_000_000, description="Demonstration workspaces of the "
+                                  "training corpus (seed `seed`).")
     tasks_per_workspace: int = Field(default=8, ge=1, le=10000,
                                      description="A chain of tasks per workspace, each applied before the next.")
     repair_rate: float = Field(default=0.0, ge=0.0, le=1.0,
@@ -73,16 +74,18 @@ class PolicyConfig(BaseModel):
     batch_size: int = Field(default=16, ge=1, le=65536, description="Examples per step.")
     learning_rate: float = Field(default=1e-3, gt=0, le=1, description="Peak AdamW learning rate (much higher "
                                                                      "rates overwrite the copy-circuit start).")
-    warmup_steps: int = Field(default=30, ge=0, le=10_000_000)
+    warmup_steps: int = Field(default=30, ge=0, le=10_000_000, description="Steps of linear learning-rate warm-up "
+                              "before the cosine decay.")
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1, description="Cosine decay ends at this fraction of the peak.")
-    weight_decay: float = Field(default=0.1, ge=0, le=10)
+    weight_decay: float = Field(default=0.1, ge=0, le=10, description="AdamW weight decay.")
     grad_clip: float = Field(default=1.0, gt=0, le=1e6, description="Max global gradient norm.")
     threads: int = Field(default=2, ge=1, le=4096, description="torch CPU threads.")
     log_every: int = Field(default=20, ge=1, le=1_000_000, description="Steps between progress lines.")
     # evaluation on fresh tasks (unseen workspaces)
     eval_seed: int = Field(default=1000, ge=0, description="Seed of the evaluation workspaces and sampling (the dev "
                                                            "check uses eval_seed + 1); `seed` must differ from both.")
-    eval_tasks: int = Field(default=200, ge=1, le=1_000_000)
+    eval_tasks: int = Field(default=200, ge=1, le=1_000_000, description="Fresh tasks (workspaces of seed "
+                            "eval_seed) v0's accuracy is reported on.")
     eval_max_new_tokens: int = Field(default=192, ge=1, le=65536, description="Completion budget per response.")
     eval_batch_size: int = Field(default=50, ge=1, le=65536, description="Prompts generated together.")
 

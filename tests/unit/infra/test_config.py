@@ -9,10 +9,18 @@ from infra.config import DEFAULT_CONFIG, ConfigError, RtrlConfig, apply_override
 REPO = Path(__file__).parents[3]
 
 
-CHECKED_IN = sorted(p for d in ("infra", "examples") for p in (REPO / d).glob("*.toml"))
+# the defaults, the overlays and model profiles (infra/configs/), the cluster example (infra/deploy/): each loads on
+# its own, so each meets the rules across sections too
+CHECKED_IN = sorted(p for d in ("infra", "examples") for p in (REPO / d).rglob("*.toml"))
 
 
-@pytest.mark.parametrize("path", CHECKED_IN, ids=lambda p: p.name)
+def test_the_checked_in_configs_are_found():
+    names = {p.relative_to(REPO).as_posix() for p in CHECKED_IN}
+    assert {"infra/rtrl.toml", "infra/configs/demo.toml", "infra/configs/profiles/mistral-7b.toml",
+            "infra/deploy/production.example.toml"} <= names
+
+
+@pytest.mark.parametrize("path", CHECKED_IN, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_every_checked_in_config_loads(path):
     assert isinstance(load_config(path), RtrlConfig)
 
