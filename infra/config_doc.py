@@ -105,6 +105,8 @@ def _table(model: type[BaseModel], value: BaseModel, path: list[str]) -> list[st
 def _key_line(name: str, field: FieldInfo, value: Any) -> list[str]:
     if value is None:
         return [f"# {_key(name)} = <{_type_name(field.annotation)}>"]
+    if field.annotation is float and type(value) is int:
+        value = float(value)             # a float field's int default (`8 * 3600`) is written as the float it loads as
     plain = _plain(value)
     line = f"{_key(name)} = {toml_value(plain)}"
     if len(line) <= WIDTH or not isinstance(plain, list) or not plain:
