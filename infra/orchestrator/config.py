@@ -20,6 +20,13 @@ class OrchestratorConfig(BaseModel):
     min_mature_rows: int = Field(default=200, ge=1, le=100_000_000,
                                  description="A cycle starts only when at least this many served requests since "
                                              "the last cycle are mature (their reward rows can no longer change).")
+    source: Literal["kafka", "files"] = Field(
+        default="kafka", description="Where a cycle's traffic comes from: the Kafka offset range since the last cycle "
+        "(production), or `<traffic_dir>/<cycle id>.jsonl`, wire-format events of users drained before the cycle "
+        "(the in-process executor of the learning loop and the tests: no offset range, no carry, every request "
+        "mature).")
+    traffic_dir: str = Field(default="", description="With source = \"files\": the folder of the cycles' traffic "
+                             "files (a path or object-store URL); '' = <state_dir>/traffic.")
     range_idle_s: float = Field(default=2.0, gt=0, le=600, description="The collect step reads the Kafka range on "
                                 "past the log end it saw until every partition is quiet this long (at most 3x this "
                                 "while traffic goes on): the rest of the last record batch (pipelines.rewards."

@@ -91,12 +91,32 @@ class CycleContext:
         self.log(f"[cycle {self.cycle_id}]   {line}")
 
 
-def collect(ctx: CycleContext) -> CollectResult:
-    from pipelines.rewards.cycle_job import CycleStore, plan
+def traffic_file(cfg, cycle_id: str):
+    """With `orchestrator.source = "files"`: the cycle's traffic, `<traffic_dir>/<cycle id>.jsonl`."""
+    from schemas import storage
 
+    root = cfg.orchestrator.traffic_dir or str(cfg.state_path / "traffic")
+    return storage.join(storage.normalize(root), f"{cycle_id}.jsonl")
+
+
+def collect(ctx: CycleContext) -> CollectResult:
+    """The cycle's input fixed: the Kafka offset range since the last cycle (the reward job's manifest), or the
+    cycle's traffic file; and the champion that served it."""
     champion = ctx.registry().version_of("champion")
     if champion is None:
         raise StepFailed("alias champion is not set: run `rtrl bootstrap` first")
+    if ctx.cfg.orchestrator.source == "files":
+        from pipelines.rewards.files_job import drained_as_of
+        from schemas import storage
+
+        path = traffic_file(ctx.cfg, ctx.cycle_id)
+        if not storage.exists(path):
+            raise StepFailed(f"no traffic for cycle {ctx.cycle_id}: {path} does not exist")
+        as_of = drained_as_of([str(path)], ctx.cfg.rewards)
+        records = storage.read_bytes(path).count(b"\n")
+        return CollectResult(champion=champion, records=records, as_of=as_of.isoformat() if as_of else None)
+    from pipelines.rewards.cycle_job import CycleStore, plan
+
     m = plan(CycleStore(ctx.cfg.rewards_root()), ctx.cycle_id, ctx.cfg.kafka, ctx.cfg.rewards,
              ctx.cfg.orchestrator.range_idle_s, ctx.log)
     return CollectResult(champion=champion, records=m.range["records"], reward_cycle_seq=m.seq, after=m.after,
@@ -104,19 +124,43 @@ def collect(ctx: CycleContext) -> CollectResult:
 
 
 def distill(ctx: CycleContext) -> DistillResult:
-    """The reward job over the cycle's range, in this process (`rtrl rewards --cycle ID` runs the same)."""
+    """The reward job over the cycle's input, in this process: the Kafka range (what `rtrl rewards --cycle ID`
+    runs) or the traffic file (pipelines.rewards.files_job), through the same join and sink."""
+    if ctx.cfg.orchestrator.source == "files":
+        return _distill_files(ctx)
     from infra.commands.rewards import cycle_rewards
 
     try:
-        r = cycle_rewards(ctx.cfg, ctx.cycle_id, log=ctx.say)
+        r = cycle_rewards(ctx.cfg, ctx.cycle_id, idle_s=ctx.cfg.orchestrator.range_idle_s, log=ctx.say)
     except ValueError as e:     # a range fixed against another cluster or another reward spec
         raise StepFailed(f"rewards: {e}", 2) from None
+    return _distilled(r)
+
+
+def _distilled(r: dict) -> DistillResult:
     return DistillResult(rows=r["rows"], records_in_range=r["records_in_range"], as_of=r["as_of"],
                          after=r["after"], out=r["out"], dead_letters=r["dead_letters"],
                          duplicates_dropped=r["duplicates_dropped"], unknown_labels=r["unknown_labels"],
                          late_events=r["late_events"], requests_pending=r["requests_pending"],
                          counters={k: v for k, v in r.items() if isinstance(v, int) and not isinstance(v, bool)},
                          seconds=r["seconds"])
+
+
+def _distill_files(ctx: CycleContext) -> DistillResult:
+    from infra.commands.rewards import summarize
+    from pipelines.rewards.cycle_job import CycleStore
+    from pipelines.rewards.files_job import run_files
+
+    t0 = time.perf_counter()
+    store = CycleStore(ctx.cfg.rewards_root())
+    table = ctx.cfg.reward_table()
+    summary = run_files(ctx.cycle_id, [str(traffic_file(ctx.cfg, ctx.cycle_id))], table, ctx.cfg.rewards,
+                        result=store.result_path(ctx.cycle_id), dead_letters=store.dead_letter_path(ctx.cycle_id),
+                        beam_args=ctx.cfg.beam.for_job("cycle", []))
+    collected = ctx.result("collect")
+    return _distilled({"rows": sum(n for _, n in summary["partitions"]), "records_in_range": collected.records,
+                       "as_of": collected.as_of, "after": None, "out": str(table),
+                       "seconds": round(time.perf_counter() - t0, 2), **summarize(summary["counters"])})
 
 
 def validate(ctx: CycleContext) -> ValidateResult:
