@@ -84,6 +84,8 @@ def replay(args, cfg) -> int:
         return 2
     print(json.dumps({"replay": {"out": summary.out, "window": summary.window, "rows": summary.rows,
                                  "partitions": [{"file": f, "rows": n} for f, n in summary.partitions],
+                                 "outcome_partitions": [{"file": f, "rows": n}
+                                                        for f, n in summary.outcome_partitions],
                                  "seconds": round(time.perf_counter() - t0, 2), **summarize(summary.counters),
                                  "lateness_judged_by": {
                                      "live_cycle": summary.counters.get("late_rule_live_cycle", 0),

@@ -60,5 +60,5 @@ def replay_range(cfg, cli: RtrlCli, start: str, end: str, out: str | None = None
     _, summary = cli.run("replay", "--events", str(archive), "--start", s.isoformat(), "--end", e.isoformat(),
                          "--out", str(target), step=f"replay-{s.strftime('%Y%m%dT%H%M%S')}")
     r = summary["replay"]
-    return {"out": str(target), "rows": r.get("rows"), "events_read": r.get("events_read"),
-            "dead_letters": r.get("dead_letters"), "seconds": r.get("seconds")}
+    return {"out": str(target), "rows": r.get("rows"), "outcome_rows": r.get("outcome_rows"),
+            "events_read": r.get("events_read"), "dead_letters": r.get("dead_letters"), "seconds": r.get("seconds")}

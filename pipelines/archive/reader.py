@@ -122,12 +122,22 @@ def read_times(root: str | Path, entry: FileEntry, start: datetime | None = None
                end: datetime | None = None) -> pl.DataFrame:
     """`event_time` and `received_time` of one committed data file's rows with start <= event_time < end: two
     columns read, not the file (a file from before `received_time` existed reads it as null)."""
+    df = read_columns(root, entry, ["received_time"], start, end)
+    return df.with_columns(pl.col("received_time").cast(pl.Datetime("us", "UTC")))
+
+
+def read_columns(root: str | Path, entry: FileEntry, columns: list[str], start: datetime | None = None,
+                 end: datetime | None = None) -> pl.DataFrame:
+    """`event_time` and `columns` of one committed data file's rows with start <= event_time < end, at the current
+    schema version: those columns read, not the file (unless the file predates one of them: then the whole file
+    is read and upgraded, and the column takes its default)."""
     root = storage.normalize(root)
+    names = ["event_time", *(c for c in columns if c != "event_time")]
     try:
-        df = pl.from_arrow(_read(root, entry, ["event_time", "received_time"]))
+        df = pl.from_arrow(_read(root, entry, names))
     except (KeyError, pa.ArrowInvalid):
-        df = read_file(root, entry).select("event_time", "received_time")
-    df = df.with_columns(pl.col("event_time", "received_time").cast(pl.Datetime("us", "UTC")))
+        df = read_file(root, entry).select(names)
+    df = df.with_columns(pl.col("event_time").cast(pl.Datetime("us", "UTC")))
     if start is not None:
         df = df.filter(pl.col("event_time") >= start)
     if end is not None:

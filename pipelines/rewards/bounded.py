@@ -66,6 +66,14 @@ def pending_outcomes(frames: dict[str, pl.DataFrame], spec: RewardSpec, as_of: d
     return int((rows["mature_time"] > as_of).sum())
 
 
+def kept_requests(frames: dict[str, pl.DataFrame], keep: Callable[[pl.DataFrame], pl.DataFrame]) \
+        -> dict[str, pl.DataFrame]:
+    """`frames` with only the trajectories whose rows `keep` writes (a replay's range): what its pending counts
+    count."""
+    traj = frames["trajectory"]
+    return frames | {"trajectory": keep(traj.with_columns(request_time=pl.col("event_time"))).drop("request_time")}
+
+
 def by_shard(item, shards: int):
     """A source item -> (group key, value): event batches by shard, counts and dead letters by kind."""
     if isinstance(item, EventBatch):
@@ -95,20 +103,23 @@ class ShardJoin:
         counts = {"duplicates_dropped": total - sum(f.height for f in frames.values())}
         if self.after is None or self.as_of > self.after:
             out = assemble_rewards(frames, self.spec, get_classifier(self.spec.classifier), self.as_of, self.after)
-            counts["rows_emitted"] = out.rows.height
-            counts["unknown_labels"] = out.counts.get("unknown_labels", 0)
             rows = out.rows if self.keep is None else self.keep(out.rows)
+            # the counters count the rows written (a replay reads past its range, whose rows it does not write)
+            counts["rows_emitted"] = rows.height
+            counts["unknown_labels"] = int((rows["persistence_label"] == "unknown").sum())
             for (version,), part in sorted(rows.partition_by("policy_version", as_dict=True).items()):
                 yield ROWS, (version, part)
-            outcomes, outcome_counts = assemble_outcomes(frames, self.spec, self.as_of, self.after)
-            counts |= outcome_counts
+            outcomes, _ = assemble_outcomes(frames, self.spec, self.as_of, self.after)
             outcomes = outcomes if self.keep is None else self.keep(outcomes)
+            counts["outcome_rows"] = outcomes.height
+            counts["outcome_unknown"] = int((outcomes["outcome_label"] == "unknown").sum())
             for (version,), part in sorted(outcomes.partition_by("policy_version", as_dict=True).items()):
                 yield OUTCOMES, (version, part)
             frames = prune(frames, self.as_of, self.spec)
-        pending = maturities(frames["trajectory"], self.spec) > self.as_of
+        held = frames if self.keep is None else kept_requests(frames, self.keep)
+        pending = maturities(held["trajectory"], self.spec) > self.as_of
         counts["requests_pending"] = int(pending.fill_null(False).sum())
-        counts["outcomes_pending"] = pending_outcomes(frames, self.spec, self.as_of)
+        counts["outcomes_pending"] = pending_outcomes(held, self.spec, self.as_of)
         for t in sorted(frames) if self.carry else ():
             if frames[t].height:
                 yield CARRY, EventBatch(t, frames[t], carried=True)

@@ -27,7 +27,7 @@ from pipelines.archive.deadletter import DeadLetter
 from pipelines.archive.messages import SourceMessage
 from pipelines.rewards import progress
 from pipelines.rewards.batches import EventBatch
-from pipelines.rewards.lateness import late_counter
+from pipelines.rewards.lateness import late_counts
 from pipelines.rewards.parse import parse_one
 from schemas.kafka_clients import KafkaTarget, bootstrap_of, kafka_client_args
 
@@ -276,7 +276,8 @@ class ReadRangeItemsFn(ReadKafkaRangeFn):
                 continue
             add("events_parsed")
             if self.after is not None and out.event_time < self.after:
-                add(late_counter(out.event_type))
+                for name, n in late_counts(out.event_type, 1).items():
+                    add(name, n)
                 continue
             events = pending.setdefault(out.event_type, [])
             events.append(out)

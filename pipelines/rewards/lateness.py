@@ -1,5 +1,7 @@
-"""Late data, one rule for every job: an event whose time is before the cut-off in force when it reached the job
-is late -- dropped and counted (`late_requests` for trajectories, `late_events` for every other type).
+"""Late data, one rule for every job and every event type: an event whose time is before the cut-off in force when
+it reached the job is late -- dropped and counted (`late_requests` for trajectories, `late_events` for every other
+type; a late `task_outcome` also counts in `late_outcomes`). A `task_outcome` meets the same cut-off as any other
+event: `outcome_lateness_s` delays its outcome rows, it does not let it arrive later.
 
 The cut-off is the last firing: the time up to which rows are already out. A cycle's firing is its `as_of`, the
 range's watermark (its newest event time, bounded by receipt + skew) minus the allowed lateness; so an event is
@@ -33,7 +35,7 @@ from pipelines.rewards.batches import EventBatch
 from schemas import storage
 from schemas.storage import Location
 
-LATE_REQUESTS, LATE_EVENTS = "late_requests", "late_events"
+LATE_REQUESTS, LATE_EVENTS, LATE_OUTCOMES = "late_requests", "late_events", "late_outcomes"
 _TIME = pl.Datetime("us", "UTC")
 
 
@@ -41,9 +43,19 @@ def late_counter(event_type: str) -> str:
     return LATE_REQUESTS if event_type == "trajectory" else LATE_EVENTS
 
 
+def late_counts(event_type: str, n: int) -> dict[str, int]:
+    """What `n` late events of `event_type` add to the counters: `late_requests` (trajectories) or `late_events`
+    (every other type), and for `task_outcome` also `late_outcomes` (a part of `late_events`)."""
+    counts = {late_counter(event_type): n}
+    if event_type == "task_outcome":
+        counts[LATE_OUTCOMES] = n
+    return counts
+
+
 def count_late(event_type: str, n: int) -> None:
     if n:
-        Metrics.counter("rewards", late_counter(event_type)).inc(n)
+        for name, k in late_counts(event_type, n).items():
+            Metrics.counter("rewards", name).inc(k)
 
 
 class DropLateFn(beam.DoFn):

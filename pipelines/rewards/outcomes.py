@@ -107,7 +107,8 @@ def assemble_outcomes(frames: dict[str, pl.DataFrame], spec: RewardSpec, fire_at
 
 def keep_mask(frame: pl.DataFrame, event_type: str, fire_at: datetime, spec: RewardSpec) -> pl.Series | None:
     """Which buffered events the long-loop join still needs after a firing at `fire_at` (None: none of this
-    type): background tasks' trajectories and their outcomes, for the long horizon plus the outcome lateness."""
+    type): background tasks' trajectories and their outcomes, for `spec.outcome_keep_s()` -- until no row whose
+    outcome or chain they decide can still be pending."""
     if event_type not in ("trajectory", "task_outcome") or frame.is_empty():
         return None
     cut = fire_at - timedelta(seconds=spec.outcome_keep_s())

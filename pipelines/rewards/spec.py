@@ -33,7 +33,9 @@ Task outcomes (long loops; pipelines/rewards/outcomes.py, one outcome row per re
                       -clip, +clip) (the rating term only when o has one); no such o -> outcome unknown, r_outcome 0.
                       Every request of the task before o shares o's reward (the chain).
                       Outcome maturity: o.time + outcome_lateness_s when known, else t + long_horizon_s +
-                      outcome_lateness_s; never before r's reward row matures (below).
+                      outcome_lateness_s; never before r's reward row matures (below). A task_outcome is late
+                      like any other event (behind the cut-off, allowed_lateness_s; pipelines/rewards/lateness.py):
+                      outcome_lateness_s delays the rows, it does not admit later outcomes.
 Maturity: mature_time = t + max(followup_window_s, apply_window_s + horizon_s)
                         (+ followup_window_s again for question responses, whose next turn must mature)
                         + allowed_lateness_s. A row is emitted once the watermark passes mature_time.
@@ -109,9 +111,11 @@ class RewardSpec(BaseModel):
     long_horizon_s: float = Field(default=8 * 3600, gt=0, le=30 * 86400, description="How long after a request "
                                   "of a background task its task_outcome may arrive and still be the request's "
                                   "outcome; none by then: the outcome is unknown.")
-    outcome_lateness_s: float = Field(default=600, ge=0, le=86400, description="How late a task_outcome may arrive "
-                                      "(behind the watermark) and still count: outcome rows are emitted this long "
-                                      "after the outcome (or after the long horizon).")
+    outcome_lateness_s: float = Field(default=600, ge=0, le=86400, description="How long an outcome row waits "
+                                      "after its outcome (or after the long horizon, when none came) before it is "
+                                      "emitted. It does not let a task_outcome arrive later than any other event: a "
+                                      "task_outcome is late by the one cut-off rule of every event "
+                                      "(allowed_lateness_s, pipelines/rewards/lateness.py).")
     outcome_values: OutcomeValues = Field(default_factory=OutcomeValues)
 
     def version(self) -> str:
@@ -122,8 +126,11 @@ class RewardSpec(BaseModel):
 
     def outcome_keep_s(self) -> float:
         """How long the join keeps a background task's trajectories and outcomes: until every outcome row that can
-        need them has been emitted."""
-        return self.long_horizon_s + self.outcome_lateness_s
+        need them has been emitted. A request r' of a task counts in the chain of every request r its outcome o
+        decides (t' >= o - long_horizon_s), and r's row matures by max(o + outcome_lateness_s, r's reward row)
+        <= o + max(outcome_lateness_s, the question maturity delay): so r' is kept that long past the long
+        horizon, and so is o (o >= t')."""
+        return self.long_horizon_s + max(self.outcome_lateness_s, self.maturity_delay_s(question=True))
 
     def maturity_delay_s(self, question: bool = False) -> float:
         base = max(self.followup_window_s, self.apply_window_s + self.horizon_s)

@@ -102,6 +102,12 @@ def test_privacy_mode_requests_get_no_outcome_row():
     assert set(rows) == {"r"} and rows["r"]["chain_requests"] == 1
 
 
+def test_a_privacy_mode_outcome_decides_the_tasks_requests_like_any_other():
+    """A task_outcome carries no content: privacy is decided by each request's own trajectory (docs/rewards.md)."""
+    events = [trajectory("r", 0, task_id="t"), task_outcome("t", 60, "merged", privacy_mode=True)]
+    assert outcomes(events)["r"]["outcome"] == "merged"
+
+
 def test_rows_come_out_once_their_outcome_has_matured():
     events = [trajectory("known", 0, task_id="a"), task_outcome("a", 3600, "merged"),
               trajectory("unknown", 0, task_id="b")]
@@ -117,5 +123,9 @@ def test_the_long_horizon_and_lateness_are_configuration():
     events = [trajectory("r1", 0, task_id="t"), task_outcome("t", 3601, "merged")]
     r = outcomes(events, spec=spec)["r1"]
     assert r["outcome_label"] == "unknown" and r["mature_time"] == at(3600 + 60)
-    assert spec.outcome_keep_s() == 3660 and spec.version() != SPEC.version()
-    assert SPEC.outcome_keep_s() == timedelta(hours=8, minutes=10).total_seconds()
+    assert spec.version() != SPEC.version()
+    # a task's events are kept past the long horizon until no row of its chain can be pending: the outcome
+    # lateness, or a question's reward-row maturity (1800 + 600 + 600 + 300 s) when that is longer
+    assert spec.outcome_keep_s() == 3600 + 3300
+    assert SPEC.outcome_keep_s() == timedelta(hours=8, minutes=55).total_seconds()
+    assert RewardSpec(outcome_lateness_s=7200).outcome_keep_s() == 8 * 3600 + 7200
