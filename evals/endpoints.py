@@ -3,7 +3,7 @@
     with serve_version(cfg, registry, "7", arm="candidate") as url:      # http://127.0.0.1:<port>/v1
         episodes = run_suite(tasks, OpenAIPolicy(url), arm="candidate", ...)
 
-    stage(cfg, "7", cpu_cores="1")                          # on the running `rtrl serve` (gate.via_serving)
+    stage(cfg, "7", cpu_cores="1")                          # on the running `rtrl serve` (gate.tasks.via_serving)
     url, model = staged_model(cfg, "7")
     episodes = run_suite(tasks, OpenAIPolicy(url, model=model, **serving_chat_options(cfg)), ...)
     unstage(cfg, "7")
@@ -62,7 +62,7 @@ def serve_version(cfg, registry, version: str, *, arm: str, log_level: str = "wa
     alias = f"eval-{arm}"
     scfg = cfg.serving.model_copy(update={
         "host": "127.0.0.1", "port": 0, "telemetry": False, "registry_poll_s": 3600.0,   # port 0: ephemeral
-        "cpu_cores": cfg.gate.engine_cpu_cores or cfg.serving.cpu_cores,
+        "cpu_cores": cfg.gate.tasks.engine_cpu_cores or cfg.serving.cpu_cores,
         "spare_engines": 0,                       # one version, never swapped: no warm spares to fill
         "require_key": None, "tls_cert_file": "", "tls_key_file": "",   # a private loopback endpoint: plain, open
         "arms": [ArmConfig(name=arm, alias=alias, share=1.0)]})

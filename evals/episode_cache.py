@@ -1,4 +1,4 @@
-"""Episodes of a checkpoint kept for later gates (`gate.reuse_episodes`).
+"""Episodes of a checkpoint kept for later gates (`gate.tasks.reuse_episodes`).
 
 Each cycle's gate runs the champion on the same tasks with the same seeds, and the champion was the previous
 gate's candidate: its episodes are already measured. With the cache on, a gate stores its arms' episodes (when none
@@ -14,9 +14,9 @@ per suite, and two registries' version 2 never share episodes. A version without
 The key covers what decides an episode besides the weights: the suite folder, the sampling seed and serving's
 temperature, completion budget and context length, and the Episode record's fields (a field added later would read
 as its default from an older entry, so such entries are not reused). Entries are per (task, sample), so a gate on a
-part of the suite (an org's candidates run the first `gate.org_max_tasks` tasks) reads the part it needs from a file
+part of the suite (an org's candidates run the first `gate.tasks.org_max_tasks` tasks) reads the part it needs from a file
 a whole-suite gate wrote. Anything else that changes episodes (the harness or grading code, a task's content under
-the same id) needs a new suite folder or `gate.reuse_episodes = false`.
+the same id) needs a new suite folder or `gate.tasks.reuse_episodes = false`.
 
 Samples per task are not in the key: sample k of a task has the same seeds whatever the count (`harness.turn_seed`),
 so a file of 4 samples per task serves a gate of 2 (its samples 0 and 1), and a gate that runs more samples adds

@@ -4,13 +4,13 @@
     run.result.decision                            # "promote" | "keep_champion"
 
 Steps (docs/gate.md):
-  1. the suite: `gate.suite_dir`, or the generated held-out suite (`gate.suite_tasks` tasks, `gate.suite_seed`),
+  1. the suite: `gate.tasks.suite_dir`, or the generated held-out suite (`gate.tasks.suite_tasks` tasks, `gate.tasks.suite_seed`),
      made once under the state dir;
-  2. the flaky-task check grades every task's snapshot and reference solution `gate.flaky_runs` times and
+  2. the flaky-task check grades every task's snapshot and reference solution `gate.tasks.flaky_runs` times and
      quarantines tasks whose outcome changes (or that are mis-specified);
   3. each arm's version is served on a private endpoint (`evals.endpoints.serve_version`: vLLM, no telemetry)
-     and runs every kept task K times (`gate.samples_per_task`) with the same seeds as the other arm; with
-     `gate.via_serving` both versions are instead staged on the running gateway (`evals.endpoints.stage`) and
+     and runs every kept task K times (`gate.tasks.samples_per_task`) with the same seeds as the other arm; with
+     `gate.tasks.via_serving` both versions are instead staged on the running gateway (`evals.endpoints.stage`) and
      the arms run at once on its engines (nothing to load for the champion; a promoted candidate stays staged,
      so serving switches to it without loading it again);
   4. `evals.gate.decide` → the report (JSON, Markdown, HTML) and episodes.jsonl in the run's folder → an MLflow
@@ -36,12 +36,12 @@ COMPLETE = ".complete"
 
 def default_suite_dir(cfg) -> Path:
     """Where the generated held-out suite of `cfg.gate` (suite_tasks, suite_seed) lives (`suites_root`)."""
-    return suites_root(cfg) / f"default-n{cfg.gate.suite_tasks}-seed{cfg.gate.suite_seed}"
+    return suites_root(cfg) / f"default-n{cfg.gate.tasks.suite_tasks}-seed{cfg.gate.tasks.suite_seed}"
 
 
 def suites_root(cfg) -> Path:
-    """Where generated suites are made: gate.suites_root, else <state_dir>/eval-suites."""
-    return Path(cfg.gate.suites_root).expanduser().resolve() if cfg.gate.suites_root else \
+    """Where generated suites are made: gate.tasks.suites_root, else <state_dir>/eval-suites."""
+    return Path(cfg.gate.tasks.suites_root).expanduser().resolve() if cfg.gate.tasks.suites_root else \
         cfg.state_path / "eval-suites"
 
 
@@ -49,7 +49,7 @@ def default_suite(cfg, log: Callable[[str], None] = lambda m: None) -> Path:
     """The generated held-out suite's folder (made on first use; a half-written one is made again)."""
     from evals.tasks.generate import generate_suite
 
-    g = cfg.gate
+    g = cfg.gate.tasks
     d = default_suite_dir(cfg)
     if not (d / COMPLETE).exists():
         log(f"[gate] generating the held-out suite: {g.suite_tasks} tasks (seed {g.suite_seed}) in {d}")
@@ -61,7 +61,7 @@ def default_suite(cfg, log: Callable[[str], None] = lambda m: None) -> Path:
 def suite_of(cfg, suite: str | Path | None = None, log: Callable[[str], None] = lambda m: None) -> tuple[Path,
                                                                                                          list[Task]]:
     d = Path(suite).expanduser().resolve() if suite else (
-        Path(cfg.gate.suite_dir).expanduser().resolve() if cfg.gate.suite_dir else default_suite(cfg, log))
+        Path(cfg.gate.tasks.suite_dir).expanduser().resolve() if cfg.gate.tasks.suite_dir else default_suite(cfg, log))
     return d, load_suite(d)
 
 
@@ -71,7 +71,7 @@ FLAKY_CACHE = ".flaky-cache.json"
 def quarantine(tasks: list[Task], runs: int, log: Callable[[str], None] = lambda m: None,
                cache_dir: Path | None = None) -> dict[str, str]:
     """{task id: reason} of the tasks the flaky check keeps out; with `cache_dir`, verdicts of unchanged tasks
-    are read from its FLAKY_CACHE (gate.flaky_cache)."""
+    are read from its FLAKY_CACHE (gate.tasks.flaky_cache)."""
     from evals.tasks.flaky import check_flaky, check_flaky_cached
 
     t0 = time.monotonic()
@@ -135,7 +135,7 @@ def run_arm(cfg, registry, version: str, arm: str, tasks: list[Task], suite_dir:
     t0 = time.monotonic()
     with serve_version(cfg, registry, version, arm=arm) as url:
         log(f"[gate] {arm}: version {version} served at {url} (loaded in {time.monotonic() - t0:.1f}s)")
-        return _episodes(tasks, url, "", arm, version, suite_dir, samples, workers, cfg.gate.seed, log)
+        return _episodes(tasks, url, "", arm, version, suite_dir, samples, workers, cfg.gate.tasks.seed, log)
 
 
 def run_arms(cfg, registry, versions: dict[str, str], tasks: list[Task], suite_dir: Path, samples: int,
@@ -154,14 +154,14 @@ def run_arms(cfg, registry, versions: dict[str, str], tasks: list[Task], suite_d
 def run_arms_on_serving(cfg, versions: dict[str, str], tasks: list[Task], suite_dir: Path, samples: int,
                         workers: int, timings: dict[str, float], log: Callable[[str], None]) -> list[Episode]:
     """Both arms at once on the running gateway, each version staged there (the candidate's engine on
-    gate.engine_cpu_cores, the champion's usually already serving the treatment arm)."""
+    gate.tasks.engine_cpu_cores, the champion's usually already serving the treatment arm)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from evals.endpoints import serving_chat_options, stage, staged_model
 
     for arm, version in versions.items():
         t1 = time.monotonic()
-        load_s = stage(cfg, version, cfg.gate.engine_cpu_cores if arm == "candidate" else "")
+        load_s = stage(cfg, version, cfg.gate.tasks.engine_cpu_cores if arm == "candidate" else "")
         timings[f"{arm}_stage"] = time.monotonic() - t1
         log(f"[gate] {arm}: version {version} staged on serving" + (f" (loaded in {load_s:.1f}s)" if load_s
                                                                      else " (already loaded)"))
@@ -169,7 +169,7 @@ def run_arms_on_serving(cfg, versions: dict[str, str], tasks: list[Task], suite_
     t0 = time.monotonic()
     with ThreadPoolExecutor(len(versions), thread_name_prefix="gate-arm") as pool:
         futures = {arm: pool.submit(_episodes, tasks, *staged_model(cfg, v), arm, v, suite_dir, samples, workers,
-                                    cfg.gate.seed, log, options) for arm, v in versions.items()}
+                                    cfg.gate.tasks.seed, log, options) for arm, v in versions.items()}
         episodes: list[Episode] = []
         for arm, fut in futures.items():
             eps, running = fut.result()
@@ -198,14 +198,14 @@ def gate_tasks(cfg, suite: str | Path | None = None, max_tasks: int | None = Non
     suite_dir, tasks = suite_of(cfg, suite, log)
     if max_tasks is not None:
         tasks = tasks[:max_tasks]
-    bad = quarantine(tasks, cfg.gate.flaky_runs, log, suite_dir if cfg.gate.flaky_cache else None)
+    bad = quarantine(tasks, cfg.gate.tasks.flaky_runs, log, suite_dir if cfg.gate.tasks.flaky_cache else None)
     return suite_dir, [t for t in tasks if t.id not in bad], bad
 
 
 def _episode_cache(cfg, suite_dir: Path, tasks: list[Task]):
     from evals.episode_cache import EpisodeCache, cache_key, cache_root
 
-    return EpisodeCache(cache_root(suite_dir), cache_key(suite_dir, cfg.gate.seed, cfg.serving), [t.id for t in tasks])
+    return EpisodeCache(cache_root(suite_dir), cache_key(suite_dir, cfg.gate.tasks.seed, cfg.serving), [t.id for t in tasks])
 
 
 def episode_cache_of(cfg, log: Callable[[str], None] = lambda m: None, suite: str | Path | None = None):
@@ -218,7 +218,7 @@ def episode_cache_of(cfg, log: Callable[[str], None] = lambda m: None, suite: st
 def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] | None = None,
                   suite: str | Path | None = None, samples: int | None = None) -> Path | None:
     """Run `version` alone on `suite` (default: the gate's suite; a private engine) with `samples` per task
-    (default gate.samples_per_task) and keep its episodes in the episode cache, so that a later gate whose champion
+    (default gate.tasks.samples_per_task) and keep its episodes in the episode cache, so that a later gate whose champion
     or anchor has the same bytes runs only the candidate (`rtrl demo --prepare` does it for v0); nothing runs when
     they are kept already. The cache file, or None: a version without a digest, or an infrastructure failure
     (nothing kept)."""
@@ -231,19 +231,19 @@ def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] |
         log(f"[gate] version {version} has no content digest (registered before versions carried one): not kept")
         return None
     cache, suite_dir, kept = episode_cache_of(cfg, log, suite)
-    k = samples or cfg.gate.samples_per_task
+    k = samples or cfg.gate.tasks.samples_per_task
     if cache.covers(digest, k):
         log(f"[gate] version {version}: episodes of the same checkpoint kept already ({cache.path(digest)})")
         return cache.path(digest)
-    episodes, _ = run_arm(cfg, registry, version, "champion", kept, suite_dir, k, cfg.gate.workers, log)
+    episodes, _ = run_arm(cfg, registry, version, "champion", kept, suite_dir, k, cfg.gate.tasks.workers, log)
     return cache.store(digest, episodes)
 
 
 def reused_champion(cfg, suite_dir: Path, tasks: list[Task], samples: int, champion: str | None,
                     log: Callable[[str], None]):
-    """(the episode cache or None when gate.reuse_episodes is off, the champion's kept episodes or None);
+    """(the episode cache or None when gate.tasks.reuse_episodes is off, the champion's kept episodes or None);
     `champion` is its content digest (None: a version without one, never reused)."""
-    if not cfg.gate.reuse_episodes:
+    if not cfg.gate.tasks.reuse_episodes:
         return None, None
     cache = _episode_cache(cfg, suite_dir, tasks)
     reused = cache.load(champion, "champion", samples) if champion else None
@@ -294,12 +294,13 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     from registry.client import Registry
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    g = cfg.gate
+    g = cfg.gate.tasks
     registry = registry or Registry.from_config(cfg)
     champion = champion or registry.version_of("champion")
     if champion is None:
         raise LookupError("alias champion is not set: run `rtrl bootstrap` or pass --champion VERSION")
-    anchor = registry.version_of(g.anchor_alias) if g.anchor_alias else None
+    alias = cfg.gate.anchor_alias
+    anchor = registry.version_of(alias) if alias else None
     digests = {}
     for arm, v in (("candidate", candidate), ("champion", champion), ("anchor", anchor)):  # unknown ones fail first
         if v is None:
@@ -315,7 +316,7 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
     log(f"[gate] candidate v{candidate} vs champion v{champion}: {len(kept)} tasks x {k} samples per arm")
     cache, reused = reused_champion(cfg, suite_dir, kept, k, digests["champion"], log)
     versions = {"candidate": candidate} if reused else {"candidate": candidate, "champion": champion}
-    # The anchor never changes within a lineage: its episodes are kept whether or not gate.reuse_episodes is on,
+    # The anchor never changes within a lineage: its episodes are kept whether or not gate.tasks.reuse_episodes is on,
     # so that it runs once (or never, when it was the champion of an earlier gate).
     anchor_cache = None if anchor is None else (cache or _episode_cache(cfg, suite_dir, kept))
     anchor_eps = None            # the anchor's episodes when kept from an earlier gate
@@ -323,7 +324,7 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
         anchor_eps = anchor_cache.load(digests["anchor"], "anchor", k) if digests["anchor"] else None
         if anchor_eps is None:
             versions["anchor"] = anchor
-        log(f"[gate] anchor ({g.anchor_alias}): version {anchor}" + (", episodes kept from an earlier gate"
+        log(f"[gate] anchor ({alias}): version {anchor}" + (", episodes kept from an earlier gate"
                                                                       if anchor_eps else ", run as a third arm"))
     if g.via_serving:
         try:
@@ -356,7 +357,8 @@ def run_gate(cfg, candidate: str, champion: str | None = None, *, suite: str | P
             "tasks": len(kept), "samples_per_task": k, "quarantined": bad,
             "champion_episodes": reused[0].notes["reused_from"] if reused else "run by this gate"}
     report = write_report(result, episodes, out, meta)
-    run_id = log_to_mlflow(result, out, registry, candidate, champion) if track else None
+    run_id = log_to_mlflow(result, out, registry, candidate, champion, experiment=cfg.gate.experiment) \
+        if track else None
     timings["total"] = time.monotonic() - t0
     run = GateRun(result, candidate, champion, out, report, run_id, suite_dir, len(kept), bad, episodes, timings, k)
     log(f"[gate] {result.decision}: resolved {run.summary()['resolved_candidate']} vs "

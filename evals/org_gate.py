@@ -7,10 +7,10 @@ The champion it is compared with is what the org's users are served now: the org
 else the shared champion. The first gate tags the candidate as any gate does (gate.*, read by `rtrl promote`); the
 second adds `gate.org_suite.*`, and when it fails turns `gate.decision` into keep_champion with its reasons.
 
-The org's suite: `<gate.org_suites_dir>/<org>/` when set; else, for the simulator's orgs (`o<N>`), tasks generated
+The org's suite: `<gate.tasks.org_suites_dir>/<org>/` when set; else, for the simulator's orgs (`o<N>`), tasks generated
 in that org's workspaces with its id, naming convention and house rule (`generate_suite(org=...)` with
 `simulator.org`'s Org; seeds training never draws), its requests phrased as the org's users phrase them, made
-once under `gate.suites_root` (default: the state dir's eval-suites/). The held-out suite's phrasings are held out
+once under `gate.tasks.suites_root` (default: the state dir's eval-suites/). The held-out suite's phrasings are held out
 from training, and the default v0 resolves none of its renames, new parameters or constant changes: that suite
 alone could not see an org's rule being learned.
 """
@@ -30,15 +30,15 @@ def org_suite(cfg, org: str, log: Callable[[str], None] = lambda m: None) -> Pat
     """The folder of `org`'s own suite (see the module docstring). LookupError when there is none."""
     from evals.tasks.generate import generate_suite
 
-    g = cfg.gate
+    g = cfg.gate.tasks
     if g.org_suites_dir:
         d = Path(g.org_suites_dir).expanduser().resolve() / org
         if not d.is_dir():
-            raise LookupError(f"org {org} has no suite in gate.org_suites_dir ({d} is missing)")
+            raise LookupError(f"org {org} has no suite in gate.tasks.org_suites_dir ({d} is missing)")
         return d
     m = ORG_ID.match(org)
     if m is None:
-        raise LookupError(f"org {org} has no suite: set gate.org_suites_dir to a folder with a suite per org")
+        raise LookupError(f"org {org} has no suite: set gate.tasks.org_suites_dir to a folder with a suite per org")
     conventions = cfg.simulator.org(int(m.group(1)))
     rule = {True: "-kwonly", False: "-positional", None: ""}[conventions.kwonly]
     d = suites_root(cfg) / f"org-{org}-{conventions.style}{rule}-traffic-n{g.org_suite_tasks}-seed{g.suite_seed}"
@@ -53,7 +53,7 @@ def run_org_gate(cfg, candidate: str, champion: str | None = None, *, registry=N
                  log: Callable[[str], None] | None = None, **options) -> tuple[GateRun, GateRun, bool]:
     """Gate the org version `candidate` (`<v>@<org>`) on both suites; (the held-out run, the org-suite run, whether
     it may be promoted). `options` go to both `run_gate` calls (samples, workers, ...); `max_tasks` (default
-    gate.org_max_tasks) to the held-out one, samples default to `GateConfig.org_samples`."""
+    gate.tasks.org_max_tasks) to the held-out one, samples default to `GateConfig.org_samples`."""
     from registry.client import Registry, parse_label
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -63,7 +63,7 @@ def run_org_gate(cfg, candidate: str, champion: str | None = None, *, registry=N
     registry = registry or Registry.from_config(cfg)
     champion = champion or registry.version_of(f"champion@{org}") or registry.version_of("champion")
     suite = org_suite(cfg, org, log)
-    g = cfg.gate
+    g = cfg.gate.tasks
     max_tasks = options.pop("max_tasks", None) or g.org_max_tasks or None
     options["samples"] = options.get("samples") or g.org_samples
     run = run_gate(cfg, candidate, champion, registry=registry, track=track, log=log, max_tasks=max_tasks,
@@ -72,7 +72,7 @@ def run_org_gate(cfg, candidate: str, champion: str | None = None, *, registry=N
     org_run = run_gate(cfg, candidate, champion, suite=suite, registry=registry, track=False, log=log,
                        out_dir=run.out_dir / "org-suite", **options)
     passed = bool(run.result.promote and org_run.result.promote)
-    if cfg.gate.via_serving and run.result.promote and not passed:   # the held-out run left it staged for a
+    if cfg.gate.tasks.via_serving and run.result.promote and not passed:   # the held-out run left it staged for a
         unstage_after(cfg, {"candidate": candidate}, False, log)       # promotion that will not come
     if track:
         tags = {"gate.org_suite.decision": org_run.result.decision,

@@ -1,13 +1,19 @@
 """`[gate]`: how a candidate checkpoint is compared with the champion before it may be promoted (docs/gate.md).
 
-Every threshold of the decision lives here; `evals/gate/decision.py` reads nothing else. Differences are
-candidate − champion in absolute rate points (0.05 = five percentage points) except the token guardrail, which is
-relative (0.10 = ten per cent more median completion tokens).
+The gate is a list of suites (`gate.suites`), each with its own metric, margins and size, each configured in its
+own section: `[gate.tasks]` the sandboxed held-out tasks (resolved rate, `evals/gate/decision.py` reads nothing
+else), `[gate.users]` held-out simulated users (edit persistence, `evals/gate/users.py`). A candidate is promoted
+only when every suite shows it non-inferior to the champion it was trained from and to the lineage's anchor
+(`gate.anchor_alias`). In `[gate.tasks]` differences are candidate − champion in absolute rate points (0.05 = five
+percentage points) except the token guardrail, which is relative (0.10 = ten per cent more median completion
+tokens).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evals.gate.users import UsersGateConfig
 
@@ -16,7 +22,7 @@ GUARDRAILS = ("broken_tool_calls", "edit_rate", "needless_questions", "median_co
 
 class GuardrailMargins(BaseModel):
     """How much worse a guardrail metric may be shown to be before it blocks promotion. A guardrail trips only
-    when the data show, at `gate.confidence`, that the candidate is worse by more than its margin."""
+    when the data show, at `gate.tasks.confidence`, that the candidate is worse by more than its margin."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -36,7 +42,13 @@ class GuardrailMargins(BaseModel):
         description="Median completion tokens per episode: relative increase tolerated (0.10 = +10%).")
 
 
-class GateConfig(BaseModel):
+SUITES = ("tasks", "users")
+
+
+class TasksGateConfig(BaseModel):
+    """`[gate.tasks]`: the suite of sandboxed held-out tasks (CursorBench-style): the candidate and the champion (and
+    the anchor) run the same tasks with the same seeds; its metric is the resolved rate, paired by task."""
+
     model_config = ConfigDict(extra="forbid")
 
     # primary test: one-sided paired non-inferiority on resolved rate
@@ -53,13 +65,7 @@ class GateConfig(BaseModel):
                                              "also be shown above anchor − anchor_margin. Spent once over the "
                                              "lineage, not per cycle: losses that each pass against the parent "
                                              "cannot add up past it.")
-    anchor_alias: str = Field(default="control", description="Registry alias of the lineage's fixed anchor (v0: "
-                              "alias control in the embedded default): `rtrl gate` adds it as a third arm (its "
-                              "episodes reused when kept, e.g. by `rtrl demo --prepare`) and the candidate must be "
-                              "non-inferior to it at anchor_margin too. '' or an alias that is not set: no anchor.")
     guardrails: GuardrailMargins = Field(default_factory=GuardrailMargins)
-    users: UsersGateConfig = Field(default_factory=UsersGateConfig, description="The gate on held-out simulated "
-                                   "users (evals/gate/users.py), which `rtrl bench learning`'s loop decides with.")
     # fail-closed conditions
     max_infra_failure_rate: float = Field(
         default=0.10, ge=0, le=1,
@@ -116,14 +122,43 @@ class GateConfig(BaseModel):
     bootstrap_resamples: int = Field(default=2000, ge=100, le=100_000,
                                      description="Task-level bootstrap resamples of the median-token guardrail.")
     seed: int = Field(default=0, ge=0, description="Seed of the bootstrap (the decision is reproducible).")
-    # report and tracking
+    # report
     report_regressions: int = Field(default=10, ge=0, le=1000,
                                     description="Worst regressions (tasks the champion resolved and the candidate "
                                                 "did not) shown with transcripts in the report.")
-    experiment: str = Field(default="rtrl-gate", min_length=1, description="MLflow experiment of the gate runs; "
-                            "the decision is also tagged on the candidate version.")
 
     @property
     def org_samples(self) -> int:
         """Samples per task of an org's specialized candidate: org_samples_per_task, else samples_per_task."""
         return self.org_samples_per_task or self.samples_per_task
+
+
+class GateConfig(BaseModel):
+    """`[gate]`: the suites a candidate must pass and what they share."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    suites: list[Literal["tasks", "users"]] = Field(
+        default_factory=lambda: list(SUITES), min_length=1,
+        description="The suites a candidate must pass, in the order they run (an earlier suite that keeps the "
+                    "champion ends the gate): \"tasks\" the sandboxed held-out tasks ([gate.tasks]), \"users\" "
+                    "held-out simulated users ([gate.users]). Each must show the candidate non-inferior to the "
+                    "champion it was trained from and to the anchor.")
+    anchor_alias: str = Field(default="control", description="Registry alias of the lineage's fixed anchor (v0: "
+                              "alias control in the embedded default): every suite also compares the candidate with "
+                              "it, at the suite's anchor_margin (the tasks suite runs it as a third arm, its "
+                              "episodes reused when kept, e.g. by `rtrl demo --prepare`). '' or an alias that is not "
+                              "set: no anchor.")
+    experiment: str = Field(default="rtrl-gate", min_length=1, description="MLflow experiment of the gate runs; "
+                            "the decision is also tagged on the candidate version.")
+    tasks: TasksGateConfig = Field(default_factory=TasksGateConfig, description="The suite of sandboxed held-out "
+                                   "tasks (evals/gate/decision.py).")
+    users: UsersGateConfig = Field(default_factory=UsersGateConfig, description="The suite of held-out simulated "
+                                   "users (evals/gate/users.py).")
+
+    @field_validator("suites")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"a suite is listed twice: {v}")
+        return v

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from evals.gate.config import GateConfig
+from evals.gate.config import TasksGateConfig
 from evals.gate.guardrails import GuardrailResult, evaluate_guardrails
 from evals.gate.pairs import Pairs, pair_episodes
 from evals.gate.power import estimate_design, ni_power, tasks_needed
@@ -166,7 +166,7 @@ def _finite(x: Any) -> Any:
     return x
 
 
-def _primary(pairs: Pairs, cfg: GateConfig) -> PrimaryResult:
+def _primary(pairs: Pairs, cfg: TasksGateConfig) -> PrimaryResult:
     d = paired_difference(pairs.column("candidate", "resolved"), pairs.column("champion", "resolved"),
                           pairs.cluster, cfg.confidence)
     m = mcnemar_exact(d.a_only, d.b_only)
@@ -177,7 +177,7 @@ def _primary(pairs: Pairs, cfg: GateConfig) -> PrimaryResult:
                          f"cluster-robust paired difference (task clusters), t on {d.df} df, Agresti-Min floor")
 
 
-def _categories(pairs: Pairs, cfg: GateConfig) -> list[CategoryResult]:
+def _categories(pairs: Pairs, cfg: TasksGateConfig) -> list[CategoryResult]:
     cats = np.array([c.category or h.category for c, h in zip(pairs.candidate, pairs.champion)], dtype=object)
     a, b = pairs.column("candidate", "resolved"), pairs.column("champion", "resolved")
     out = []
@@ -206,7 +206,7 @@ def _regressions(pairs: Pairs) -> list[Regression]:
     return sorted(out, key=lambda r: (-r.net, -len(r.lost), r.task_id))
 
 
-def _design(pairs: Pairs, cfg: GateConfig) -> Design:
+def _design(pairs: Pairs, cfg: TasksGateConfig) -> Design:
     d = pairs.column("candidate", "resolved") - pairs.column("champion", "resolved")
     disc, icc = estimate_design(d, pairs.cluster)
     k = max(1, round(pairs.n / pairs.n_tasks))
@@ -215,12 +215,12 @@ def _design(pairs: Pairs, cfg: GateConfig) -> Design:
     return Design(disc, icc, k, power, cfg.target_power, need)
 
 
-def decide(episodes: Iterable[Episode], cfg: GateConfig | None = None, candidate: str = "candidate",
+def decide(episodes: Iterable[Episode], cfg: TasksGateConfig | None = None, candidate: str = "candidate",
            champion: str = "champion", anchor: str | None = None) -> GateResult:
     """Compare arm `candidate` with arm `champion` over `episodes` (one per task, sample and arm; see
     evals/records.py) and decide; with `anchor`, the candidate must also be non-inferior to that arm at
     `cfg.anchor_margin`. Deterministic for the same episodes and config (the bootstrap is seeded)."""
-    cfg = cfg or GateConfig()
+    cfg = cfg or TasksGateConfig()
     episodes = list(episodes)
     anchor_eps = [e for e in episodes if e.arm == anchor]     # none without an anchor (arms are never None)
     episodes = [e for e in episodes if e.arm != anchor]
@@ -259,7 +259,7 @@ def decide(episodes: Iterable[Episode], cfg: GateConfig | None = None, candidate
 
 
 def _against_anchor(episodes: list[Episode], anchor_eps: list[Episode], candidate: str, anchor: str,
-                    cfg: GateConfig) -> PrimaryResult | None:
+                    cfg: TasksGateConfig) -> PrimaryResult | None:
     """The primary test of the candidate against the anchor arm, at `anchor_margin`; None when fewer than two
     tasks have a valid pair (nothing can be shown: fail closed)."""
     pairs = pair_episodes([e for e in episodes if e.arm == candidate] + anchor_eps, candidate, anchor)

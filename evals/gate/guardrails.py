@@ -1,7 +1,7 @@
 """Guardrails: metrics the candidate must not be significantly worse on, whatever its resolved rate.
 
 Each is a one-sided test with its own margin (config.GuardrailMargins): it trips when the data show, at
-`gate.confidence`, that the candidate is worse by more than the margin (the bound of the difference on the worse
+`gate.tasks.confidence`, that the candidate is worse by more than the margin (the bound of the difference on the worse
 side lies beyond the margin). An inconclusive guardrail does not block: the fail-closed test is the primary one.
 
 - broken_tool_calls: share of episodes with at least one broken tool call (higher is worse)
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evals.gate.bootstrap import median_ratio
-from evals.gate.config import GateConfig
+from evals.gate.config import TasksGateConfig
 from evals.gate.pairs import Pairs
 from evals.gate.stats import paired_difference
 
@@ -44,7 +44,7 @@ class GuardrailResult:
     method: str
 
 
-def _binary(name: str, pairs: Pairs, cfg: GateConfig) -> GuardrailResult:
+def _binary(name: str, pairs: Pairs, cfg: TasksGateConfig) -> GuardrailResult:
     attr, worse = BINARY[name]
     margin = getattr(cfg.guardrails, name)
     d = paired_difference(pairs.column("candidate", attr), pairs.column("champion", attr), pairs.cluster,
@@ -58,7 +58,7 @@ def _binary(name: str, pairs: Pairs, cfg: GateConfig) -> GuardrailResult:
                            not tripped, f"clustered paired difference, t on {d.df} df")
 
 
-def _tokens(pairs: Pairs, cfg: GateConfig) -> GuardrailResult:
+def _tokens(pairs: Pairs, cfg: TasksGateConfig) -> GuardrailResult:
     margin = cfg.guardrails.median_completion_tokens
     m = median_ratio(pairs.column("candidate", "completion_tokens"), pairs.column("champion", "completion_tokens"),
                      pairs.cluster, cfg.confidence, cfg.bootstrap_resamples, cfg.seed, threshold=margin)
@@ -67,6 +67,6 @@ def _tokens(pairs: Pairs, cfg: GateConfig) -> GuardrailResult:
                            f"task bootstrap, {m.resamples} resamples, percentile bounds")
 
 
-def evaluate_guardrails(pairs: Pairs, cfg: GateConfig) -> list[GuardrailResult]:
+def evaluate_guardrails(pairs: Pairs, cfg: TasksGateConfig) -> list[GuardrailResult]:
     """Every guardrail on the valid pairs (needs pairs from at least two tasks)."""
     return [*(_binary(name, pairs, cfg) for name in BINARY), _tokens(pairs, cfg)]

@@ -64,8 +64,8 @@ def version_tags(result: GateResult, run_id: str, champion_version: str, now: da
 
 
 def log_to_mlflow(result: GateResult, report_dir: str | Path, registry, candidate_version: str,
-                  champion_version: str, now: datetime | None = None) -> str:
-    """Log the gate run (experiment `result.config['experiment']`) and tag the candidate version; returns the
+                  champion_version: str, now: datetime | None = None, experiment: str = "rtrl-gate") -> str:
+    """Log the gate run (in `experiment`, gate.experiment) and tag the candidate version; returns the
     run id. `registry` is an `registry.client.Registry` (its tracking store, artifact root and registered model).
     Refuses versions that contradict the episodes' own `policy_version`s: the tag `gate.champion_version` must
     name the checkpoint the candidate was really compared with."""
@@ -76,7 +76,7 @@ def log_to_mlflow(result: GateResult, report_dir: str | Path, registry, candidat
     from mlflow.entities import Metric, Param
 
     client = registry.client
-    exp = registry.experiment_id(result.config.get("experiment", "rtrl-gate"))
+    exp = registry.experiment_id(experiment)
     run = client.create_run(exp, run_name=f"gate v{candidate_version} vs v{champion_version}",
                             tags={"gate.decision": result.decision, "gate.reasons": ",".join(result.reasons),
                                   "candidate_version": str(candidate_version),

@@ -48,8 +48,8 @@ def add_parser(subparsers) -> None:
     bdc.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     bg = add("gate", "the default gate suite end to end (champion vs itself): seconds per task, infrastructure "
              "failure rate, bubblewrap overhead vs a plain subprocess")
-    bg.add_argument("--tasks", type=int, help="tasks (default gate.suite_tasks)")
-    bg.add_argument("--samples", type=int, help="samples per task and arm (default gate.samples_per_task)")
+    bg.add_argument("--tasks", type=int, help="tasks (default gate.tasks.suite_tasks)")
+    bg.add_argument("--samples", type=int, help="samples per task and arm (default gate.tasks.samples_per_task)")
     bsv = add("serving", "vLLM vs transformers generate throughput, gateway latency, hot swap under load (private "
               "stack and tiny model)")
     bsv.add_argument("--batch", type=int, default=32, help="sequences generated at once (default 32)")
@@ -172,7 +172,7 @@ def main(args, cfg) -> int:
 
         result = {"benchmark": "gate", "cpus": os.cpu_count(), **run_gate_bench(cfg, args.tasks, args.samples, log)}
         print(json.dumps(result))
-        return 0 if result["infra_failure_rate"] < cfg.gate.max_infra_failure_rate else 1
+        return 0 if result["infra_failure_rate"] < cfg.gate.tasks.max_infra_failure_rate else 1
     if args.bench_command == "ab":
         from infra.bench.ab import run as run_ab
 

@@ -27,27 +27,31 @@ def _log(msg: str) -> None:
 
 
 def add_parser(subparsers) -> None:
-    gt = add_command(subparsers, "gate", gate, "evaluate CANDIDATE against the champion on the held-out suite: "
-                     "paired non-inferiority and guardrails",
-                     epilog="Both versions are served privately (vLLM, no telemetry), or with --via-serving staged "
-                            "on the running `rtrl serve` (no telemetry either), and run the same tasks with the same "
-                            "seeds, K samples each; tasks failing the flaky check are quarantined. Writes "
-                            "report.{json,md,html} and episodes.jsonl, logs an MLflow run and gate.* tags on the "
-                            "candidate (read by `rtrl promote`). Prints one JSON line. Exit 0: may be promoted; 3: "
-                            "the champion stays; 2: bad arguments; 1: the run broke. Defaults: [gate] in rtrl.toml.")
+    gt = add_command(subparsers, "gate", gate, "evaluate CANDIDATE against the champion and the anchor on every "
+                     "suite of gate.suites (held-out tasks, held-out simulated users): paired non-inferiority and "
+                     "guardrails",
+                     epilog="The suites run in the order of gate.suites; one that keeps the champion ends the gate. "
+                            "Tasks suite: the versions are served privately (vLLM, no telemetry), or with "
+                            "--via-serving staged on the running `rtrl serve` (no telemetry either), and run the same "
+                            "tasks with the same seeds, K samples each; tasks failing the flaky check are "
+                            "quarantined; writes report.{json,md,html} and episodes.jsonl and logs an MLflow run. "
+                            "Users suite: each version serves the same held-out simulated users in this process. "
+                            "The decision is tagged on the candidate (gate.*, read by `rtrl promote`). Prints one "
+                            "JSON line. Exit 0: may be promoted; 3: the champion stays; 2: bad arguments; 1: the run "
+                            "broke. Defaults: [gate], [gate.tasks], [gate.users] in rtrl.toml.")
     gt.add_argument("candidate", metavar="CANDIDATE", help="registered model version to evaluate, e.g. 3; an org's "
                     "specialized version as VERSION@ORG, gated on the held-out suite and on ORG's own suite against "
                     "what ORG is served now (champion@ORG, else champion)")
     gt.add_argument("--champion", metavar="VERSION", help="version to compare with (default: alias champion)")
-    gt.add_argument("--suite", metavar="DIR", help="task folders (default: gate.suite_dir, else the generated "
-                    "held-out suite of gate.suite_tasks tasks)")
+    gt.add_argument("--suite", metavar="DIR", help="task folders (default: gate.tasks.suite_dir, else the generated "
+                    "held-out suite of gate.tasks.suite_tasks tasks)")
     gt.add_argument("--tasks", type=int, metavar="N", help="only the first N tasks of the suite")
-    gt.add_argument("--samples", type=int, metavar="K", help="samples per task and arm (default gate.samples_per_task)")
-    gt.add_argument("--workers", type=int, metavar="W", help="episodes in flight per arm (default gate.workers)")
+    gt.add_argument("--samples", type=int, metavar="K", help="samples per task and arm (default gate.tasks.samples_per_task)")
+    gt.add_argument("--workers", type=int, metavar="W", help="episodes in flight per arm (default gate.tasks.workers)")
     gt.add_argument("--out", metavar="DIR", help="report folder (default STATE/gate/vC-vs-vP-TIME)")
     gt.add_argument("--no-mlflow", action="store_true", help="do not log the run or tag the candidate")
     gt.add_argument("--via-serving", action="store_true", help="stage both versions on the running `rtrl serve` "
-                    "and run the arms at once there (gate.via_serving); a promoted candidate stays staged, so "
+                    "and run the arms at once there (gate.tasks.via_serving); a promoted candidate stays staged, so "
                     "serving switches to it without loading it again")
     gt.add_argument("--promote", action="store_true", help="on a pass, promote the candidate right away "
                     "(compare-and-swap against the champion it was compared with)")
@@ -69,28 +73,23 @@ def add_parser(subparsers) -> None:
     evr.add_argument("--arm", default="candidate", help="label of the episodes (default candidate)")
     evr.add_argument("--suite", metavar="DIR", help="task folders (default as for rtrl gate)")
     evr.add_argument("--tasks", type=int, metavar="N", help="only the first N tasks")
-    evr.add_argument("--samples", type=int, metavar="K", help="samples per task (default gate.samples_per_task)")
-    evr.add_argument("--workers", type=int, metavar="W", help="episodes in flight (default gate.workers)")
+    evr.add_argument("--samples", type=int, metavar="K", help="samples per task (default gate.tasks.samples_per_task)")
+    evr.add_argument("--workers", type=int, metavar="W", help="episodes in flight (default gate.tasks.workers)")
     evr.add_argument("--out", required=True, metavar="FILE", help="episodes as JSON lines")
 
 
 def gate_version(cfg, candidate: str, champion: str | None = None, *, log=_log, **options) -> dict:
-    """Gate `candidate` (an org's `VERSION@ORG` on the held-out suite and its org's own, evals.org_gate) against
-    `champion` (default: what the candidate's lineage is served now) and tag the decision on it: the gate's summary,
-    with `decision`. `options` go to the gate run (suite, max_tasks, samples, workers, out_dir, track). LookupError
-    for an unknown version or no champion, TaskError for a bad suite; EndpointError when the run broke. The cycle's
-    evaluate and specialize steps call this."""
+    """Gate `candidate` (an org's `VERSION@ORG` too) against `champion` (default: what the candidate's lineage is
+    served now) on every suite of gate.suites (infra.gate_suites) and tag the decision on it: the gate's summary,
+    with `decision`. `options` go to the tasks suite (suite, max_tasks, samples, workers, out_dir, track).
+    LookupError for an unknown version or no champion, ValueError (TaskError) for a bad suite; EndpointError when a
+    run broke. The cycle's evaluate and specialize steps call this."""
+    from infra.gate_suites import run_suites
+
     _quiet_vllm()
-    if "@" in candidate:
-        from evals.org_gate import run_org_gate
-
-        if options.get("suite") or options.get("out_dir"):
-            raise ValueError("an org's version runs the held-out suite and its org's own: no suite or out_dir")
-        run, org_run, passed = run_org_gate(cfg, candidate, champion, log=log, **options)
-        return {**run.summary(), "org_suite": org_run.summary(), "decision": "promote" if passed else "keep_champion"}
-    from evals.gate_run import run_gate
-
-    return run_gate(cfg, candidate, champion, log=log, **options).summary()
+    if "@" in candidate and (options.get("suite") or options.get("out_dir")):
+        raise ValueError("an org's version runs the held-out suite and its org's own: no suite or out_dir")
+    return run_suites(cfg, candidate, champion, log=log, **options).summary()
 
 
 def gate(args, cfg) -> int:
@@ -98,7 +97,8 @@ def gate(args, cfg) -> int:
     from evals.tasks.spec import TaskError
 
     if args.via_serving:
-        cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={"via_serving": True})})
+        cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={
+            "tasks": cfg.gate.tasks.model_copy(update={"via_serving": True})})})
     options = {"max_tasks": args.tasks, "samples": args.samples, "workers": args.workers, "track": not args.no_mlflow}
     if args.suite:
         options["suite"] = args.suite
@@ -160,12 +160,12 @@ def eval_run(args, cfg) -> int:
         print(f"rtrl eval run: {e}", file=sys.stderr)
         return EXIT_USAGE
     tasks = tasks[: args.tasks] if args.tasks else tasks
-    samples, workers = args.samples or cfg.gate.samples_per_task, args.workers or cfg.gate.workers
+    samples, workers = args.samples or cfg.gate.tasks.samples_per_task, args.workers or cfg.gate.tasks.workers
 
     def go(url: str) -> list:
         endpoint = OpenAIPolicy(url, model=args.model or "", timeout_s=300.0, max_retries=0)
         endpoint.check()
-        return run_suite(tasks, endpoint, arm=args.arm, samples=samples, seed=cfg.gate.seed, workers=workers,
+        return run_suite(tasks, endpoint, arm=args.arm, samples=samples, seed=cfg.gate.tasks.seed, workers=workers,
                          suite_dirs=[suite_dir], progress=Progress(args.arm, _log))
 
     try:

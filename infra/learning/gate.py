@@ -50,9 +50,11 @@ class UsersGate:
         metrics = dict.fromkeys([*CURVE_METRICS, *self.cfg.guardrails])
         return {m: paired_units_difference(base, other, m, alpha) for m in metrics}
 
-    def decide(self, registry, candidate: str, champion: str, anchor: str | None, org: str | None = None) -> dict:
+    def decide(self, registry, candidate: str, champion: str, anchor: str | None, org: str | None = None,
+               tag: bool = True) -> dict:
         """The candidate against the champion (and the anchor, unless None) on the gate users; with `org`, on that
-        org's users only (an org's adapter `<v>@<org>` against what the org is served)."""
+        org's users only (an org's adapter `<v>@<org>` against what the org is served). With `tag` the decision is
+        tagged on the candidate as this suite's alone (`infra.gate_suites` tags the whole gate's instead)."""
         from evals.gate.users import PRIMARY, decide_on_users, power_report
 
         cand = self._units(registry, candidate, org)
@@ -61,10 +63,11 @@ class UsersGate:
         verdict = decide_on_users(vs_champion, vs_anchor, self.cfg)
         p = vs_champion[PRIMARY]
         interval = "" if p["diff"] is None else f"[{p['ci_low']:.4f}, {p['ci_high']:.4f}]"
-        registry.set_version_tags(candidate, {
-            "gate.decision": verdict.decision, "gate.reasons": ",".join(verdict.reasons),
-            "gate.champion_version": champion, "gate.anchor_version": anchor or "", "gate.metric": "users",
-            "gate.interval": interval, "gate.run_id": "bench-learning"})
+        if tag:
+            registry.set_version_tags(candidate, {
+                "gate.decision": verdict.decision, "gate.reasons": ",".join(verdict.reasons),
+                "gate.champion_version": champion, "gate.anchor_version": anchor or "", "gate.metric": "users",
+                "gate.interval": interval, "gate.run_id": "bench-learning"})
         return {"decision": verdict.decision, "reasons": verdict.reasons,
                 "checks": [c.__dict__ for c in verdict.checks], "power": power_report(p["se"], self.cfg),
                 "vs_champion": vs_champion, "vs_anchor": vs_anchor}

@@ -17,9 +17,9 @@ def suite_outcomes(cfg, folder: str | Path, label: str, samples: int,
     from infra.offline_cycle import LocalPolicy
 
     suite_dir, tasks, _ = gate_tasks(cfg, None, None, log)
-    policy = LocalPolicy(folder, version=label, arm="eval", seed=cfg.gate.seed,
+    policy = LocalPolicy(folder, version=label, arm="eval", seed=cfg.gate.tasks.seed,
                          max_new_tokens=cfg.serving.max_tokens, record=False)
-    episodes = run_suite(tasks, policy, arm="eval", samples=samples, seed=cfg.gate.seed, workers=cfg.gate.workers,
+    episodes = run_suite(tasks, policy, arm="eval", samples=samples, seed=cfg.gate.tasks.seed, workers=cfg.gate.tasks.workers,
                          suite_dirs=[suite_dir])
     valid = [e for e in episodes if e.infra_error is None]
     n = max(1, len(valid))

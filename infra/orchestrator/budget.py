@@ -1,13 +1,13 @@
 """Sizing the demo's later cycles to its time budget (`demo.budget_s`, docs/orchestrator.md).
 
-The demo's settings (its overlay: `trainer.max_rows` rows, `gate.samples_per_task` samples per task) fit its time
+The demo's settings (its overlay: `trainer.max_rows` rows, `gate.tasks.samples_per_task` samples per task) fit its time
 budget on the machine they were sized on; on a machine half as fast the same cycles take about twice as long. So
 before each cycle after the first, the demo measures what a cycle costs on this machine, from the cycles done so
 far, and gives the next cycle its share of the time left:
 
-    costs = cycle_costs(records, cfg.gate.samples_per_task, control, champion)   # None before a cycle is done
+    costs = cycle_costs(records, cfg.gate.tasks.samples_per_task, control, champion)   # None before a cycle is done
     plan = plan_cycle(costs, time_left_s, cycles_left, cfg, tail=True)           # cfg: the demo's config
-    plan.settings()                                    # -> ["trainer.max_rows=512", "gate.samples_per_task=2"]
+    plan.settings()                                    # -> ["trainer.max_rows=512", "gate.tasks.samples_per_task=2"]
 
 The share is (time left - the A/B tail's measurement - the stop) / cycles left. The tail's measurement is the
 longest of the cycles' own with a margin (TAIL_MARGIN): it covers the whole last cycle's traffic. What a cycle
@@ -103,7 +103,7 @@ class Plan:
     reduced: bool              # not the demo's own settings
 
     def settings(self) -> list[str]:
-        return render_overrides({"trainer.max_rows": self.train_max_rows, "gate.samples_per_task": self.gate_samples})
+        return render_overrides({"trainer.max_rows": self.train_max_rows, "gate.tasks.samples_per_task": self.gate_samples})
 
     def text(self) -> str:
         what = (f"at most {self.train_max_rows} rows, {self.gate_samples} gate samples per task: "
@@ -115,9 +115,9 @@ class Plan:
 
 def plan_cycle(costs: Costs, time_left_s: float, cycles_left: int, cfg, tail: bool = True) -> Plan:
     """The next cycle's rows and gate samples (see the module doc). `cfg`: the demo's config, whose
-    trainer.max_rows and gate.samples_per_task are the demo's settings, with trainer.rows_per_step and the floors
+    trainer.max_rows and gate.tasks.samples_per_task are the demo's settings, with trainer.rows_per_step and the floors
     demo.train_min_rows and demo.gate_min_samples."""
-    demo, rows_per_step, demo_samples = cfg.demo, cfg.trainer.rows_per_step, cfg.gate.samples_per_task
+    demo, rows_per_step, demo_samples = cfg.demo, cfg.trainer.rows_per_step, cfg.gate.tasks.samples_per_task
     reserve = STOP_S + (costs.measure_s * TAIL_MARGIN if tail else 0.0)
     share = (time_left_s - reserve) / max(1, cycles_left)
     top_rows, top_samples = cfg.trainer.max_rows, min(demo_samples, costs.samples)

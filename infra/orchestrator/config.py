@@ -109,7 +109,7 @@ class DemoConfig(BaseModel):
                                    "such floor). A demo past it measures at once.")
     budget_s: float = Field(default=570.0, ge=0, le=86400, description="Wall seconds the demo aims to finish in: "
                             "each cycle after the first gets its share of the time left, and trains fewer rows "
-                            "(trainer.max_rows) and runs fewer gate samples (gate.samples_per_task) when this "
+                            "(trainer.max_rows) and runs fewer gate samples (gate.tasks.samples_per_task) when this "
                             "machine is too slow for the demo's settings (infra.orchestrator.budget; 0 = always the "
                             "demo's settings).")
     train_min_rows: int = Field(default=256, ge=1, description="Fewest rows a budgeted cycle trains before its gate "

@@ -83,7 +83,7 @@ def core_settings(n: int | None) -> dict[str, str]:
     half = n // 2
     first = "0" if half == 1 else f"0-{half - 1}"
     rest = str(half) if n - half == 1 else f"{half}-{n - 1}"
-    return {"serving.cpu_cores": first, "gate.engine_cpu_cores": rest, "serving.spare_cpu_cores": rest}
+    return {"serving.cpu_cores": first, "gate.tasks.engine_cpu_cores": rest, "serving.spare_cpu_cores": rest}
 
 
 def pace_settings(cfg) -> dict[str, list[float]]:
@@ -102,8 +102,8 @@ def run_time_settings(base, state: Path, experiment: str) -> dict:
     from evals.gate_run import default_suite_dir, suites_root
 
     return {**core_settings(os.cpu_count()), "state_dir": str(state), "serving.experiment": experiment,
-            **pace_settings(base), "gate.suite_dir": str(default_suite_dir(base)),
-            "gate.suites_root": str(suites_root(base)),
+            **pace_settings(base), "gate.tasks.suite_dir": str(default_suite_dir(base)),
+            "gate.tasks.suites_root": str(suites_root(base)),
             "policy.cache_dir": str(policy_cache(base))}
 
 
@@ -208,12 +208,12 @@ class Demo:
     def ensure_suite(self) -> None:
         from evals.gate_run import default_suite
 
-        default_suite(self.base, log=self.log)     # made once, at gate.suite_dir (in the user's state dir)
+        default_suite(self.base, log=self.log)     # made once, at gate.tasks.suite_dir (in the user's state dir)
         self.org_suites()
 
     def org_suites(self) -> dict[str, Path]:
-        """--specialize: each simulated org's own suite (made once, under gate.suites_root in the user's state dir,
-        when gate.org_suites_dir is not set); {} for the plain demo."""
+        """--specialize: each simulated org's own suite (made once, under gate.tasks.suites_root in the user's state dir,
+        when gate.tasks.org_suites_dir is not set); {} for the plain demo."""
         from evals.org_gate import org_suite
 
         if not self.specialize:
@@ -344,7 +344,7 @@ class Demo:
         if not d.budget_s or not records:
             return []
         registry = Registry.from_config(self.cfg)
-        costs = cycle_costs(records, self.cfg.gate.samples_per_task, registry.version_of("control"),
+        costs = cycle_costs(records, self.cfg.gate.tasks.samples_per_task, registry.version_of("control"),
                             registry.version_of("champion"))
         if costs is None:
             return []
@@ -455,7 +455,7 @@ class Demo:
             kept = keep_episodes(self.cfg, v0, log=self.log)
             for org, suite in self.org_suites().items():      # --specialize: the anchor's episodes on each org's
                 self.log(f"[prepare] v0 on org {org}'s own suite")                                  # own suite
-                keep_episodes(self.cfg, v0, log=self.log, suite=suite, samples=self.cfg.gate.org_samples)
+                keep_episodes(self.cfg, v0, log=self.log, suite=suite, samples=self.cfg.gate.tasks.org_samples)
             self.log(f"[prepare] v0 in {self.v0_cache}; the gate's suite and v0's episodes in "
                      f"{kept.parent.parent if kept else '(not kept)'} ({self.elapsed():.0f}s)")
         finally:
@@ -467,14 +467,14 @@ class Demo:
         from evals.gate_run import COMPLETE, episode_cache_of
         from registry.client import content_digest
 
-        suite = Path(self.cfg.gate.suite_dir)
+        suite = Path(self.cfg.gate.tasks.suite_dir)
         if stale_reason(self.v0_cache, self.cfg.policy) or not (suite / COMPLETE).is_file():
             return None
         cache, digest = episode_cache_of(self.cfg)[0], content_digest(self.v0_cache)
-        if not cache.covers(digest, self.cfg.gate.samples_per_task):
+        if not cache.covers(digest, self.cfg.gate.tasks.samples_per_task):
             return None
         for org_suite in self.org_suites().values():
-            if not episode_cache_of(self.cfg, suite=org_suite)[0].covers(digest, self.cfg.gate.org_samples):
+            if not episode_cache_of(self.cfg, suite=org_suite)[0].covers(digest, self.cfg.gate.tasks.org_samples):
                 return None
         return cache.path(digest)
 

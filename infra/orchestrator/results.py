@@ -94,6 +94,10 @@ class GateResult(StepResult):
     report: str = ""
     mlflow_run_id: str | None = None
     seconds: dict[str, float] = Field(default_factory=dict)
+    anchor_version: str | None = None
+    suites: list[dict[str, Any]] = Field(default_factory=list, description="Each suite of gate.suites in the order "
+                                         "it ran: its metric, decision, reasons, intervals against the champion and "
+                                         "the anchor, and power (infra.gate_suites.SuiteOutcome).")
     reused: bool = Field(False, description="Read back from the candidate's gate.* tags (a resumed cycle).")
     org_suite: dict[str, Any] | None = Field(None, description="An org's version: its own suite's run.")
 

@@ -265,7 +265,7 @@ def evaluate(ctx: CycleContext) -> GateResult:
     trained = ctx.result("train")
     candidate, parent = str(trained.candidate), str(trained.parent)
     tags = ctx.registry().info(candidate).tags
-    if tags.get("gate.decision") and tags.get("gate.champion_version") == parent:
+    if _gate_done(ctx, tags, parent):
         ctx.log(f"[cycle {ctx.cycle_id}] evaluate: version {candidate} was already gated against {parent}: "
                 f"{tags['gate.decision']}")
         return GateResult(decision=tags["gate.decision"],
@@ -306,11 +306,17 @@ def cycle_orgs(ctx: CycleContext) -> list[str]:
     return sorted(rows.select(pl.col("org_id").unique())["org_id"].to_list())
 
 
+def _gate_done(ctx: CycleContext, tags: dict, against: str | None) -> bool:
+    """Whether a version's tags hold a whole gate's decision against `against` with this gate's suites (a cycle
+    resumed after its gate ran; a gate cut short leaves no `gate.suites`)."""
+    return bool(tags.get("gate.decision")) and tags.get("gate.champion_version") == str(against) and \
+        tags.get("gate.suites") == ",".join(ctx.cfg.gate.suites)
+
+
 def _gated(ctx: CycleContext, label: str, against: str | None) -> dict | None:
     """The gate result recorded on `label` when it was gated against `against` already (a resumed cycle)."""
     tags = ctx.registry().info(label).tags
-    if tags.get("gate.decision") and "gate.org_suite.decision" in tags and tags.get("gate.champion_version") == \
-            str(against):
+    if _gate_done(ctx, tags, against):
         return {"decision": tags["gate.decision"], "interval": tags.get("gate.interval"), "reused": True}
     return None
 

@@ -35,10 +35,10 @@ from tests.waiting import wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive, pytest.mark.timeout(1800)]
 REPO = Path(__file__).parents[2]
 SPEED = 600.0
-GATE_PASSES = ["gate.margin=0.5", "gate.anchor_margin=0.5", "gate.min_tasks=2", "gate.min_pairs=2",
-               "gate.suite_tasks=10", "gate.samples_per_task=2", "gate.guardrails.broken_tool_calls=1.0",
-               "gate.guardrails.edit_rate=1.0", "gate.guardrails.needless_questions=1.0",
-               "gate.guardrails.median_completion_tokens=10.0"]
+GATE_PASSES = ["gate.tasks.margin=0.5", "gate.tasks.anchor_margin=0.5", "gate.tasks.min_tasks=2", "gate.tasks.min_pairs=2",
+               "gate.tasks.suite_tasks=10", "gate.tasks.samples_per_task=2", "gate.tasks.guardrails.broken_tool_calls=1.0",
+               "gate.tasks.guardrails.edit_rate=1.0", "gate.tasks.guardrails.needless_questions=1.0",
+               "gate.tasks.guardrails.median_completion_tokens=10.0"]
 
 
 class Loop:
@@ -51,9 +51,9 @@ class Loop:
                           "orchestrator.interval_s=7200", "orchestrator.deploy_timeout_s=300",
                           "simulator.privacy_rate=0.0", "trainer.threads=1",
                           *render_overrides(core_settings(os.cpu_count())),
-                          "gate.via_serving=true",          # as `rtrl demo`: the gate runs on serving's engines,
+                          "gate.tasks.via_serving=true",          # as `rtrl demo`: the gate runs on serving's engines,
                           "serving.spare_engines=1",        # its candidates take serving's warm spare engine
-                          "gate.reuse_episodes=true",       # and a champion's episodes are measured once
+                          "gate.tasks.reuse_episodes=true",       # and a champion's episodes are measured once
                           *GATE_PASSES]
         self.cfg = load_config(None, self.overrides)
         self.cli = RtrlCli(None, self.overrides, state / "test-logs", timeout_s=900)
@@ -129,7 +129,7 @@ def cycle_c2(loop, cycle_c1):
     champion = registry.version_of("champion")
     swaps = len(loop.health().get("swaps", []))
     loop.traffic(20, seed=2)
-    return champion, swaps, loop.cycle("c2", ["gate.min_tasks=1000"])     # fail closed
+    return champion, swaps, loop.cycle("c2", ["gate.tasks.min_tasks=1000"])     # fail closed
 
 
 def test_a_cycle_with_a_failure_after_each_step_resumes_and_completes_exactly_once(loop, cycle_c1):

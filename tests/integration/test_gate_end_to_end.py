@@ -105,8 +105,8 @@ def test_episodes_kept_for_a_checkpoint_spare_its_arm_when_the_same_bytes_are_ch
 
     state, _, _ = bootstrapped
     v0 = Registry.from_config(make_config(state)).local_path("1")
-    small = ["gate.suite_tasks=6", "gate.samples_per_task=2", "gate.reuse_episodes=true",
-             f'gate.suite_dir="{tmp_path / "suite"}"']
+    small = ["gate.tasks.suite_tasks=6", "gate.tasks.samples_per_task=2", "gate.tasks.reuse_episodes=true",
+             f'gate.tasks.suite_dir="{tmp_path / "suite"}"']
     generate_suite(tmp_path / "suite", 6, seed=7)
     first = make_config(tmp_path / "first", *small)          # e.g. `rtrl demo --prepare`
     reg1 = Registry.from_config(first)

@@ -2,7 +2,7 @@
 arm that reuses them, a run with an infrastructure failure is not kept, a file of more samples per task serves a
 gate of fewer (and a gate on part of the suite) and a gate of more adds its samples, and any change of suite, seed,
 sampling settings or the Episode record's fields is another key; `reused_champion` only reads it when
-gate.reuse_episodes is on, from the suite's folder (so another state dir's gate on the same suite finds it), and
+gate.tasks.reuse_episodes is on, from the suite's folder (so another state dir's gate on the same suite finds it), and
 never for a version without a digest."""
 
 from __future__ import annotations
@@ -97,11 +97,11 @@ def test_the_champion_is_reused_only_when_reuse_is_on(tmp_path):
             self.id = id_
 
     tasks: list[Task] = [T("t0"), T("t1")]  # type: ignore[list-item]
-    on = make_config(tmp_path / "state-a", "gate.reuse_episodes=true")
+    on = make_config(tmp_path / "state-a", "gate.tasks.reuse_episodes=true")
     cache, reused = reused_champion(on, tmp_path / "suite", tasks, 2, D5, lambda m: None)
     assert reused is None and cache.root == tmp_path / "suite" / ".episode-cache"
     cache.store(D5, episodes("candidate"))
-    other_state = make_config(tmp_path / "state-b", "gate.reuse_episodes=true")
+    other_state = make_config(tmp_path / "state-b", "gate.tasks.reuse_episodes=true")
     cache2, reused = reused_champion(other_state, tmp_path / "suite", tasks, 2, D5, lambda m: None)
     assert cache2.key == cache.key and {e.arm for e in reused} == {"champion"} and len(reused) == 4
     assert reused_champion(on, tmp_path / "suite", tasks, 2, None, lambda m: None)[1] is None, "no digest"

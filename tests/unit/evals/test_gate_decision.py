@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from evals.gate import GateConfig, GateResult, decide
+from evals.gate import TasksGateConfig, GateResult, decide
 from evals.gate.power import ni_power, tasks_needed
 from evals.records import Episode
 
@@ -52,7 +52,7 @@ def fixed(outcomes, **kw):
             for arm, r in zip(("candidate", "champion"), pr)]
 
 
-CFG = GateConfig(margin=0.1, bootstrap_resamples=100)
+CFG = TasksGateConfig(margin=0.1, bootstrap_resamples=100)
 
 
 @pytest.mark.slow
@@ -80,14 +80,14 @@ def test_clearly_worse_candidate_is_rejected_as_inferior():
 def test_small_equal_sample_is_inconclusive_and_keeps_the_champion():
     # 12 tasks x 4, two discordant pairs each way: difference 0, but the interval is far wider than the margin
     outcomes = [[(1, 0), (0, 1), (1, 1), (0, 0)]] * 2 + [[(1, 1), (0, 0), (1, 1), (0, 0)]] * 10
-    r = decide(fixed(outcomes), GateConfig(margin=0.05, min_pairs=40, min_tasks=10))
+    r = decide(fixed(outcomes), TasksGateConfig(margin=0.05, min_pairs=40, min_tasks=10))
     assert r.primary.difference == 0 and r.primary.lower < -0.05
     assert (r.decision, r.reasons) == ("keep_champion", ["inconclusive"])
     assert r.design.power_at_equal < 0.8 and r.design.tasks_needed > 12
 
 
 def test_too_few_tasks_keep_the_champion_even_when_every_pair_agrees():
-    r = decide(fixed([[(1, 1)] * 4] * 5), GateConfig(min_tasks=10, min_pairs=4))
+    r = decide(fixed([[(1, 1)] * 4] * 5), TasksGateConfig(min_tasks=10, min_pairs=4))
     assert r.decision == "keep_champion" and "too_few_pairs" in r.reasons
     assert decide(fixed([[(1, 1)] * 4]), CFG).primary is None     # one task: no interval at all
 
@@ -230,7 +230,7 @@ def test_a_chain_of_candidates_each_a_little_worse_is_refused_once_the_anchor_ma
     gens = [v0]
     for _ in range(8):
         gens.append(gens[-1] - set(sorted(gens[-1])[:step]))
-    cfg = GateConfig(margin=0.05, anchor_margin=0.05, min_pairs=40, min_tasks=10, bootstrap_resamples=100)
+    cfg = TasksGateConfig(margin=0.05, anchor_margin=0.05, min_pairs=40, min_tasks=10, bootstrap_resamples=100)
 
     without, with_anchor = [], []
     for j in range(1, len(gens)):
@@ -256,6 +256,6 @@ def test_a_chain_of_candidates_each_a_little_worse_is_refused_once_the_anchor_ma
 
 def test_an_anchor_arm_without_pairs_keeps_the_champion():
     eps = _lineage_episodes({"candidate": set(range(0, 100, 2)), "champion": set(range(0, 100, 2))}, 100)
-    result = decide(eps, GateConfig(bootstrap_resamples=100), anchor="anchor")
+    result = decide(eps, TasksGateConfig(bootstrap_resamples=100), anchor="anchor")
     assert result.anchor is None and result.reasons == ["anchor:inconclusive"] and not result.promote
     assert GateResult.from_dict(json.loads(result.to_json())).reasons == ["anchor:inconclusive"]

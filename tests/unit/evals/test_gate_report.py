@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from evals.gate import GateConfig, decide
+from evals.gate import TasksGateConfig, decide
 from evals.gate.report import write_report
 from evals.gate.tracking import log_to_mlflow
 from evals.records import Episode
@@ -29,7 +29,7 @@ def episodes(cand_version="2", champ_version="1"):
     return eps
 
 
-CFG = GateConfig(min_pairs=10, min_tasks=5, bootstrap_resamples=100)
+CFG = TasksGateConfig(min_pairs=10, min_tasks=5, bootstrap_resamples=100)
 
 
 def test_report_files_have_every_metric_category_and_the_worst_regression(tmp_path):

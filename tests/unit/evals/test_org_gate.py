@@ -1,5 +1,5 @@
 """An org's specialized candidate through the gate (evals/org_gate.py): its own suite is generated in its
-workspaces with its convention (or read from gate.org_suites_dir), the champion it faces is what the org is served,
+workspaces with its convention (or read from gate.tasks.org_suites_dir), the champion it faces is what the org is served,
 and it passes only when the held-out suite and its own suite both pass; the tags say which failed."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _phrased(prompt: str, split: str) -> bool:
 
 
 def test_an_orgs_suite_is_generated_once_in_its_convention_and_other_orgs_need_a_folder(tmp_path):
-    cfg = make_config(tmp_path, "gate.org_suite_tasks=4")
+    cfg = make_config(tmp_path, "gate.tasks.org_suite_tasks=4")
     d = org_gate.org_suite(cfg, "o1")
     assert d == org_gate.org_suite(cfg, "o1") and (d / ".complete").is_file()
     assert org_of(1, cfg.simulator.seed).style in d.name
@@ -67,14 +67,14 @@ def test_an_orgs_suite_is_generated_once_in_its_convention_and_other_orgs_need_a
     with pytest.raises(LookupError, match="org_suites_dir"):
         org_gate.org_suite(cfg, "acme")
     (tmp_path / "suites" / "acme").mkdir(parents=True)
-    given = make_config(tmp_path, f'gate.org_suites_dir="{tmp_path / "suites"}"')
+    given = make_config(tmp_path, f'gate.tasks.org_suites_dir="{tmp_path / "suites"}"')
     assert org_gate.org_suite(given, "acme") == tmp_path / "suites" / "acme"
 
 
 @pytest.mark.parametrize("held_out,own,passed", [("promote", "promote", True), ("promote", "keep_champion", False),
                                                  ("keep_champion", "promote", False)])
 def test_a_specialized_candidate_passes_only_when_both_suites_pass(tmp_path, monkeypatch, held_out, own, passed):
-    cfg = make_config(tmp_path, "gate.org_suite_tasks=2")
+    cfg = make_config(tmp_path, "gate.tasks.org_suite_tasks=2")
     calls = []
 
     def fake_run_gate(cfg, candidate, champion, suite=None, **kw):
@@ -100,7 +100,7 @@ def test_a_specialized_candidate_passes_only_when_both_suites_pass(tmp_path, mon
 @pytest.mark.parametrize("given,held_out_tasks,samples", [({}, 5, 2), ({"max_tasks": 3, "samples": 4}, 3, 4)])
 def test_an_orgs_candidate_runs_the_configured_part_of_the_held_out_suite(tmp_path, monkeypatch, given,
                                                                          held_out_tasks, samples):
-    cfg = make_config(tmp_path, "gate.org_suite_tasks=2", "gate.org_max_tasks=5", "gate.org_samples_per_task=2")
+    cfg = make_config(tmp_path, "gate.tasks.org_suite_tasks=2", "gate.tasks.org_max_tasks=5", "gate.tasks.org_samples_per_task=2")
     calls = []
 
     def fake_run_gate(cfg, candidate, champion, suite=None, **kw):

@@ -70,7 +70,7 @@ def test_a_gate_measured_while_one_checkpoint_served_both_arms_costs_more_once_a
 
 @pytest.fixture
 def demo(tmp_path):
-    """The demo's config: its overlay's trainer.max_rows 1024 and rows_per_step 128, gate.samples_per_task 4;
+    """The demo's config: its overlay's trainer.max_rows 1024 and rows_per_step 128, gate.tasks.samples_per_task 4;
     demo.train_min_rows 256, demo.gate_min_samples 1."""
     from infra.config import overlay_overrides
     from infra.orchestrator.demo import DEMO_CONFIG
@@ -88,7 +88,7 @@ def test_the_demos_settings_are_kept_when_they_fit_the_share_of_the_time_left(de
     assert plan.share_s == pytest.approx((400.0 - TAIL - STOP_S) / 2)
     assert (plan.train_max_rows, plan.gate_samples, plan.fits, plan.reduced) == (1024, 4, True, False)
     assert plan.estimate_s == pytest.approx(131.2)
-    assert plan.settings() == ["trainer.max_rows=1024", "gate.samples_per_task=4"]
+    assert plan.settings() == ["trainer.max_rows=1024", "gate.tasks.samples_per_task=4"]
     assert "the demo's settings" in plan.text()
 
 
@@ -142,11 +142,11 @@ def test_the_demo_keeps_its_settings_on_a_fast_machine_and_sizes_later_cycles_do
     ledger.save(record("c1", wall=193.0, train_s=72.0, rows=895, gate_s=63.0, measure_s=46.0))
     demo.t0 = time.monotonic() - 341.0
     settings = demo.cycle_settings("c2", 3, ledger)
-    assert settings == ["trainer.max_rows=128", "gate.samples_per_task=1"], "the smallest cycle"
+    assert settings == ["trainer.max_rows=128", "gate.tasks.samples_per_task=1"], "the smallest cycle"
     c2 = record("c2", wall=120.0, train_s=15.0, rows=128, gate_s=30.0, settings=settings, samples=1)
     ledger.save(c2)
-    assert cycle_costs(ledger.all(), demo.cfg.gate.samples_per_task).samples == 1, "the gate's own count"
-    assert cycle_costs([ledger.load("c1")], demo.cfg.gate.samples_per_task).samples == 4, "else the demo's"
+    assert cycle_costs(ledger.all(), demo.cfg.gate.tasks.samples_per_task).samples == 1, "the gate's own count"
+    assert cycle_costs([ledger.load("c1")], demo.cfg.gate.tasks.samples_per_task).samples == 4, "else the demo's"
     off = Demo(make_config(tmp_path / "off"), None, ["demo.budget_s=0"], log=lambda _: None)
     Ledger(off.state).save(record("c1", wall=193.0, train_s=72.0, rows=895, gate_s=63.0))
     off.t0 = time.monotonic() - 341.0

@@ -55,20 +55,20 @@ def test_the_demo_without_flags_runs_with_exactly_these_settings(tmp_path, fixed
         "simulator.think_s": [180.0, 1440.0],
         "simulator.session_gap_s": [3599.9, 21599.6],
         "simulator.start_spread_s": 1800.0,
-        "gate.suite_dir": str(tmp_path / "eval-suites" / "default-n40-seed7"),
-        "gate.suites_root": str(tmp_path / "eval-suites"),
-        "gate.suite_tasks": 40,
-        "gate.engine_cpu_cores": "1",
-        "gate.via_serving": True,
-        "gate.reuse_episodes": True,
-        "gate.workers": 16,
+        "gate.tasks.suite_dir": str(tmp_path / "eval-suites" / "default-n40-seed7"),
+        "gate.tasks.suites_root": str(tmp_path / "eval-suites"),
+        "gate.tasks.suite_tasks": 40,
+        "gate.tasks.engine_cpu_cores": "1",
+        "gate.tasks.via_serving": True,
+        "gate.tasks.reuse_episodes": True,
+        "gate.tasks.workers": 16,
         "orchestrator.interval_s": 3600.0,
         "orchestrator.min_mature_rows": 400,
         "orchestrator.range_idle_s": 0.5,
         "orchestrator.sensor_interval_s": 2.0,
         "orchestrator.clock": "accelerated",
     }
-    assert demo.cfg.gate.samples_per_task == 4 and demo.cfg.demo.cycles == 3      # the defaults already
+    assert demo.cfg.gate.tasks.samples_per_task == 4 and demo.cfg.demo.cycles == 3      # the defaults already
     # what the steps, serving, the users and the Dagster resource load: the same file and overrides
     assert load_config(demo.config_path, demo.overrides) == demo.cfg
     assert demo.cli.overrides == demo.overrides
@@ -83,8 +83,8 @@ def test_specialize_layers_its_overlay_over_the_demos(tmp_path, fixed_machine):
         ("control", False), ("treatment", False), ("specialized", True)]
     assert extra == {"specialize.enabled": True, "specialize.min_rows": 64, "specialize.lr": 1.5e-3,
                      "specialize.parallel_gates": 4,
-                     "simulator.background_rate": 0.15, "gate.org_suite_tasks": 48,
-                     "gate.org_samples_per_task": 2, "serving.max_loras": 8,
+                     "simulator.background_rate": 0.15, "gate.tasks.org_suite_tasks": 48,
+                     "gate.tasks.org_samples_per_task": 2, "serving.max_loras": 8,
                      "serving.max_lora_rank": 8, "demo.cycles": 1, "demo.budget_s": 1080.0,
                      "demo.ab_tail_until_s": 960.0, "simulator.keyword_only_orgs": ["o0", "o2"],
                      "policy.house_rules": True, "policy.cache_dir": str(tmp_path / "policy-v0-house-rules")}
@@ -95,23 +95,23 @@ def test_specialize_layers_its_overlay_over_the_demos(tmp_path, fixed_machine):
 def test_the_users_config_file_and_overrides_win_over_the_overlay_and_the_run_time_values_over_both(tmp_path,
                                                                                                   fixed_machine):
     mine = tmp_path / "mine.toml"
-    mine.write_text(f'state_dir = "{tmp_path}"\n[trainer]\nlr = 1e-3\n[gate]\nsuite_tasks = 10\n'
+    mine.write_text(f'state_dir = "{tmp_path}"\n[trainer]\nlr = 1e-3\n[gate.tasks]\nsuite_tasks = 10\n'
                     '[serving]\nexperiment = "mine"\n')
     given = ["trainer.rows_per_step=64", "orchestrator.interval_s=600"]
     demo = Demo(load_config(mine, given), str(mine), given, log=lambda _: None)
-    t, g, o = demo.cfg.trainer, demo.cfg.gate, demo.cfg.orchestrator
+    t, g, o = demo.cfg.trainer, demo.cfg.gate.tasks, demo.cfg.orchestrator
     assert (t.lr, g.suite_tasks, t.rows_per_step, o.interval_s) == (1e-3, 10, 64, 600.0)   # the user's
     assert (t.max_rows, t.negative_kinds, g.workers, o.min_mature_rows) == (1024, ["question"], 16, 400)  # overlay's
     # run time, from the layers below: the demo's state dir, a split salted from the user's experiment, the suite
     # the user's gate size names, in the user's state dir
     assert demo.cfg.state_path == tmp_path / "demo" and demo.cfg.serving.experiment == "mine-ab12cd34"
-    assert demo.cfg.gate.suite_dir == str(tmp_path / "eval-suites" / "default-n10-seed7")
+    assert demo.cfg.gate.tasks.suite_dir == str(tmp_path / "eval-suites" / "default-n10-seed7")
 
 
 def test_the_overlay_is_a_valid_config_on_its_own_and_as_overrides(tmp_path):
     alone = load_config(DEMO_CONFIG)
     assert alone == load_config(None, overlay_overrides(DEMO_CONFIG))
-    assert (alone.trainer.rows_per_step, alone.gate.suite_tasks, alone.serving.busy_poll_ms) == (128, 40, 5.0)
+    assert (alone.trainer.rows_per_step, alone.gate.tasks.suite_tasks, alone.serving.busy_poll_ms) == (128, 40, 5.0)
     assert DEMO_CONFIG.parent == CONFIGS_DIR and sorted(CONFIGS_DIR.glob("*.toml")) == sorted([
         DEMO_CONFIG, SPECIALIZE_CONFIG, *BENCH_OVERLAYS[1:]])
     assert load_config(SPECIALIZE_CONFIG) == load_config(None, overlay_overrides(SPECIALIZE_CONFIG))

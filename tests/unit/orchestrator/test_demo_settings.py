@@ -14,9 +14,9 @@ from tests.conftest import make_config
 
 @pytest.mark.parametrize("cores, expected", [
     (None, []), (1, []),
-    (2, ['serving.cpu_cores="0"', 'gate.engine_cpu_cores="1"', 'serving.spare_cpu_cores="1"']),
-    (3, ['serving.cpu_cores="0"', 'gate.engine_cpu_cores="1-2"', 'serving.spare_cpu_cores="1-2"']),
-    (8, ['serving.cpu_cores="0-3"', 'gate.engine_cpu_cores="4-7"', 'serving.spare_cpu_cores="4-7"']),
+    (2, ['serving.cpu_cores="0"', 'gate.tasks.engine_cpu_cores="1"', 'serving.spare_cpu_cores="1"']),
+    (3, ['serving.cpu_cores="0"', 'gate.tasks.engine_cpu_cores="1-2"', 'serving.spare_cpu_cores="1-2"']),
+    (8, ['serving.cpu_cores="0-3"', 'gate.tasks.engine_cpu_cores="4-7"', 'serving.spare_cpu_cores="4-7"']),
 ])
 def test_serving_and_gate_engines_get_disjoint_cores(cores, expected):
     assert render_overrides(core_settings(cores)) == expected
@@ -24,7 +24,7 @@ def test_serving_and_gate_engines_get_disjoint_cores(cores, expected):
 
 def test_every_core_split_is_a_valid_config(tmp_path):
     cfg = make_config(tmp_path, *render_overrides(core_settings(8)))
-    assert (cfg.serving.cpu_cores, cfg.gate.engine_cpu_cores, cfg.serving.spare_cpu_cores) == ("0-3", "4-7", "4-7")
+    assert (cfg.serving.cpu_cores, cfg.gate.tasks.engine_cpu_cores, cfg.serving.spare_cpu_cores) == ("0-3", "4-7", "4-7")
 
 
 T0, T1 = datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 1, 5, tzinfo=timezone.utc)
@@ -47,14 +47,14 @@ def test_the_demo_gates_on_a_suite_kept_outside_its_fresh_state_dir(tmp_path):
     from evals.gate_run import default_suite
 
     demo = Demo(make_config(tmp_path), None, [f'state_dir="{tmp_path}"'], log=lambda m: None)
-    suite = demo.cfg.gate.suite_dir
+    suite = demo.cfg.gate.tasks.suite_dir
     assert suite.startswith(str(tmp_path / "eval-suites")) and not suite.startswith(str(demo.state))
     demo.ensure_suite()
     assert str(default_suite(demo.cfg.model_copy(update={"state_dir": str(tmp_path)}))) == suite
 
 
 def test_the_specialized_demo_keeps_each_orgs_suite_outside_its_fresh_state_dir(tmp_path):
-    given = [f'state_dir="{tmp_path}"', "gate.org_suite_tasks=2"]
+    given = [f'state_dir="{tmp_path}"', "gate.tasks.org_suite_tasks=2"]
     demo = Demo(make_config(tmp_path), None, given, log=lambda m: None, specialize=True)
     suites = demo.org_suites()
     assert sorted(suites) == ["o0", "o1", "o2", "o3"]
@@ -117,8 +117,8 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     from registry.client import content_digest
     from trainer.bootstrap.bootstrap import RECIPE
 
-    cfg = make_config(tmp_path, "gate.suite_tasks=2", "gate.samples_per_task=1")
-    demo = Demo(cfg, None, [f'state_dir="{tmp_path}"', "gate.suite_tasks=2", "gate.samples_per_task=1"],
+    cfg = make_config(tmp_path, "gate.tasks.suite_tasks=2", "gate.tasks.samples_per_task=1")
+    demo = Demo(cfg, None, [f'state_dir="{tmp_path}"', "gate.tasks.suite_tasks=2", "gate.tasks.samples_per_task=1"],
                 log=lambda m: None)
     assert demo.prepared() is None                                   # nothing made yet
     v0 = demo.v0_cache
@@ -129,7 +129,7 @@ def test_prepare_has_nothing_to_do_only_when_v0_the_suite_and_v0s_gate_episodes_
     (v0 / "rtrl_metadata.json").write_text(json.dumps(made))
     assert demo.prepared() is None                                   # no suite yet
     suite = default_suite(demo.base)
-    assert (suite / COMPLETE).is_file() and str(suite) == demo.cfg.gate.suite_dir
+    assert (suite / COMPLETE).is_file() and str(suite) == demo.cfg.gate.tasks.suite_dir
     assert demo.prepared() is None                                   # v0's episodes not kept
     cache, _, tasks = episode_cache_of(demo.cfg)
     first = cache.store(content_digest(v0), [Episode(task_id=tasks[0].id, sample=0, arm="champion")])

@@ -49,11 +49,11 @@ def test_a_new_cycle_gets_the_next_sequence_number_and_records_its_runner(tmp_pa
 
 def test_a_cycle_keeps_the_settings_it_started_with_when_resumed(tmp_path):
     ledger = Ledger(tmp_path)
-    rec = ledger.begin("c2", NOW, 0.0, ["trainer.max_rows=512", "gate.samples_per_task=2"])
+    rec = ledger.begin("c2", NOW, 0.0, ["trainer.max_rows=512", "gate.tasks.samples_per_task=2"])
     rec.status = FAILED
     ledger.save(rec)
     again = ledger.begin("c2", NOW, 5.0, ["trainer.max_rows=128"])       # the resuming run's own plan is ignored
-    assert again.status == RUNNING and again.settings == ["trainer.max_rows=512", "gate.samples_per_task=2"]
+    assert again.status == RUNNING and again.settings == ["trainer.max_rows=512", "gate.tasks.samples_per_task=2"]
     assert ledger.begin("c3", NOW, 0.0).settings == [], "a cycle started without settings runs with the config's"
     old = {k: v for k, v in ledger.load("c3").__dict__.items() if k != "settings"}
     ledger.path("c4").write_text(json.dumps({**old, "cycle_id": "c4", "seq": 4}))

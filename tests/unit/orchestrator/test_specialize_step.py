@@ -40,7 +40,8 @@ class Commands:
         org = label.partition("@")[2]
         decision = self.decisions[org]
         self.registry.set_version_tags(label, {"gate.decision": decision, "gate.org_suite.decision": decision,
-                                               "gate.champion_version": self.registry.version_of("champion")})
+                                               "gate.champion_version": self.registry.version_of("champion"),
+                                               "gate.suites": ",".join(cfg.gate.suites)})
         return {"decision": decision, "interval": "[+0.01, +0.04]"}
 
     def install(self, monkeypatch):
