@@ -23,6 +23,7 @@ import socket
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 from pipelines.archive import layout
 from pipelines.archive.manifest import ArchiveError
@@ -88,18 +89,22 @@ def _check_conditional_writes(root: Path | str) -> None:
 
 
 class S3Lease:
-    """The lease of an object-store root (see the module docstring)."""
+    """The lease of an object-store root (see the module docstring). Two clocks, injectable for tests: `wall_clock`
+    stamps the expiry written in the lease and compares another holder's with it (hosts share wall-clock time, not
+    monotonic time); `clock` (monotonic) paces this holder's renewals."""
 
-    def __init__(self, root: Path | str, ttl_s: float = LEASE_TTL_S):
+    def __init__(self, root: Path | str, ttl_s: float = LEASE_TTL_S, *,
+                 wall_clock: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic):
         self.root = root
         self.path = storage.join(root, layout.LOCK_FILE)
         self.ttl_s = ttl_s
         self.owner = uuid.uuid4().hex
+        self.wall_clock, self.clock = wall_clock, clock
         self._version: str | None = None
         self._renewed_at = 0.0
 
     def _body(self) -> bytes:
-        now = time.time()
+        now = self.wall_clock()
         return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "owner": self.owner,
                            "renewed_at": now, "expires_at": now + self.ttl_s, "ttl_s": self.ttl_s}).encode()
 
@@ -122,22 +127,23 @@ class S3Lease:
                 data, etag = current
                 held = self._parse(data)
                 expires = held.get("expires_at")
-                if isinstance(expires, (int, float)) and expires > time.time():
+                now = self.wall_clock()
+                if isinstance(expires, (int, float)) and expires > now:
                     raise ArchiveError(
                         f"another archiver (pid {held.get('pid', '?')} on {held.get('host', '?')}) holds the lease "
-                        f"{self.path} for {expires - time.time():.0f}s more (it expires {self.ttl_s:g}s after its "
+                        f"{self.path} for {expires - now:.0f}s more (it expires {self.ttl_s:g}s after its "
                         "holder stops renewing it)")
                 version = storage.replace_if_version(self.path, self._body(), etag)  # take over an expired lease
                 if version is None:
                     continue  # someone else renewed or took it meanwhile: look again
             self._version = version
-            self._renewed_at = time.monotonic()
+            self._renewed_at = self.clock()
             return
         raise ArchiveError(f"could not take the lease {self.path}: other writers keep changing it")
 
     def renew(self, force: bool = False) -> None:
         """Extend the lease (at most every ttl_s / 3 unless `force`). Raises ArchiveError when it was lost."""
-        if self._version is None or (not force and time.monotonic() - self._renewed_at < self.ttl_s / 3):
+        if self._version is None or (not force and self.clock() - self._renewed_at < self.ttl_s / 3):
             return
         version = storage.replace_if_version(self.path, self._body(), self._version)
         if version is None:
@@ -145,7 +151,7 @@ class S3Lease:
             raise ArchiveError(f"lost the lease {self.path}: another archiver took it over (this one did not "
                                f"renew it within {self.ttl_s:g}s); stopping without committing")
         self._version = version
-        self._renewed_at = time.monotonic()
+        self._renewed_at = self.clock()
 
     def release(self) -> None:
         if self._version is not None:

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import tempfile
-import time
 
 import pytest
 
@@ -19,7 +18,7 @@ from pipelines.archive.manifest import ArchiveError, load_manifests, recover
 from pipelines.archive.reader import (archived_event_ids, event_time_span, list_files, read_dead_letters, read_events,
                                       read_file)
 from schemas import storage, to_wire
-from tests.unit.archive.helpers import T0, FakeLog, all_types, archive_all, make_archiver, make_event
+from tests.unit.archive.helpers import T0, FakeClock, FakeLog, all_types, archive_all, make_archiver, make_event
 
 pytestmark = pytest.mark.integration
 
@@ -126,10 +125,14 @@ def test_the_lease_keeps_a_second_archiver_off_an_s3_root(s3_server, no_local_wr
     second.start()
     second.close()
 
-    stale = S3Lease(root, ttl_s=0.3)  # a holder that was killed: its lease expires
+    clock = FakeClock()  # expiry and renewals on a clock the test moves: no waiting for a lease to run out
+    stale = S3Lease(root, ttl_s=30, wall_clock=clock, clock=clock)  # a holder that was killed: its lease expires
     stale.acquire()
-    time.sleep(0.5)
-    successor = S3Lease(root)
+    clock.advance(29)
+    with pytest.raises(ArchiveError, match="holds the lease"):
+        S3Lease(root, wall_clock=clock, clock=clock).acquire()
+    clock.advance(2)
+    successor = S3Lease(root, wall_clock=clock, clock=clock)
     successor.acquire()
     with pytest.raises(ArchiveError, match="lost the lease"):
         stale.renew(force=True)

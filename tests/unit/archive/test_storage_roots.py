@@ -1,11 +1,11 @@
 """The archive over `schemas.storage`: a URL root from config, the lease that locks an object-store root (its logic
-run here on the local conditional writes; against a real S3 server in tests/integration/test_archive_s3.py)."""
+run here on the local conditional writes, its expiry and renewals on a fake clock; against a real S3 server in
+tests/integration/test_archive_s3.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -14,7 +14,7 @@ from pipelines.archive import layout, lock
 from pipelines.archive.lock import FileLock, RootLock, S3Lease
 from pipelines.archive.manifest import ArchiveError
 from pipelines.archive.reader import read_events
-from tests.unit.archive.helpers import FakeLog, all_types, archive_all
+from tests.unit.archive.helpers import FakeClock, FakeLog, all_types, archive_all
 
 
 def test_archive_root_keeps_an_object_store_url_a_url(tmp_path):
@@ -46,13 +46,23 @@ def lease_root(tmp_path, monkeypatch):
     return tmp_path
 
 
+def lease(root, clock: FakeClock, ttl_s: float = 60.0) -> S3Lease:
+    """A lease whose wall clock (expiry) and monotonic clock (renewal pace) are both `clock`: time passes when the
+    test advances it."""
+    return S3Lease(root, ttl_s=ttl_s, wall_clock=clock, clock=clock)
+
+
+def held(root) -> dict:
+    return json.loads((root / layout.LOCK_FILE).read_text())
+
+
 def test_a_lease_refuses_a_second_holder_until_released(lease_root):
-    first = S3Lease(lease_root, ttl_s=60)
+    clock = FakeClock()
+    first = lease(lease_root, clock)
     first.acquire()
-    held = json.loads((lease_root / layout.LOCK_FILE).read_text())
-    assert held["pid"] == os.getpid() and held["expires_at"] > time.time() + 50
+    assert held(lease_root)["pid"] == os.getpid() and held(lease_root)["expires_at"] == clock() + 60
     assert S3Lease.holder(lease_root) == os.getpid()
-    second = S3Lease(lease_root, ttl_s=60)
+    second = lease(lease_root, clock)
     with pytest.raises(ArchiveError, match="another archiver .* holds the lease"):
         second.acquire()
     first.release()
@@ -62,30 +72,36 @@ def test_a_lease_refuses_a_second_holder_until_released(lease_root):
 
 
 def test_an_expired_lease_is_taken_over_and_its_old_holder_stops_at_its_next_renewal(lease_root):
-    crashed = S3Lease(lease_root, ttl_s=0.2)
+    clock = FakeClock()
+    crashed = lease(lease_root, clock, ttl_s=30)
     crashed.acquire()
-    time.sleep(0.3)  # it stopped renewing: the lease expired
-    successor = S3Lease(lease_root, ttl_s=60)
+    clock.advance(29)  # it stopped renewing, but its lease lasts ttl_s after its last renewal
+    with pytest.raises(ArchiveError, match="holds the lease"):
+        lease(lease_root, clock).acquire()
+    clock.advance(2)  # 31 s without a renewal: the lease expired
+    successor = lease(lease_root, clock)
     successor.acquire()
-    assert json.loads((lease_root / layout.LOCK_FILE).read_text())["owner"] == successor.owner
+    assert held(lease_root)["owner"] == successor.owner
     with pytest.raises(ArchiveError, match="lost the lease"):
         crashed.renew(force=True)
     crashed.release()  # releasing a lost lease leaves the successor's alone
-    assert json.loads((lease_root / layout.LOCK_FILE).read_text())["owner"] == successor.owner
+    assert held(lease_root)["owner"] == successor.owner
     successor.renew(force=True)
     successor.release()
 
 
 def test_renewal_extends_the_lease_and_is_rate_limited(lease_root):
-    lease = S3Lease(lease_root, ttl_s=0.6)
-    lease.acquire()
-    before = json.loads((lease_root / layout.LOCK_FILE).read_text())["expires_at"]
-    lease.renew()  # within ttl/3 of the last renewal: nothing written
-    assert json.loads((lease_root / layout.LOCK_FILE).read_text())["expires_at"] == before
-    time.sleep(0.25)
-    lease.renew()
-    assert json.loads((lease_root / layout.LOCK_FILE).read_text())["expires_at"] > before
-    lease.release()
+    clock = FakeClock()
+    renewing = lease(lease_root, clock, ttl_s=30)
+    renewing.acquire()
+    before = held(lease_root)["expires_at"]
+    clock.advance(9)
+    renewing.renew()  # within ttl/3 (10 s) of the last renewal: nothing written
+    assert held(lease_root)["expires_at"] == before
+    clock.advance(2)
+    renewing.renew()  # 11 s after it: extended to ttl_s from now
+    assert held(lease_root)["expires_at"] == before + 11 == clock() + 30
+    renewing.release()
 
 
 def test_a_server_that_ignores_conditional_writes_is_refused(lease_root, monkeypatch):
