@@ -116,8 +116,10 @@ def test_each_alias_engine_starts_on_its_arms_devices_and_gpu_fleets_keep_no_spa
         assert loader.engines[-1].placement == {"devices": "1"} and loader.engines[-1].binds == []
         await f.stage("4")                               # a stage: the loader's defaults
         assert loader.engines[-1].placement == {}
-        await asyncio.sleep(0.05)
-        assert f.spares.status()["capacity"] == 0 and len(loader.engines) == 4   # no spare started
+        # a spare would start in the background (Spares.replenish): let any start in flight finish, then none began
+        await wait_for_async(lambda: not f.spares.status()["loading"], 5, "no spare engine starting")
+        assert f.spares.status()["capacity"] == 0 and f.spares.status()["started"] == 0
+        assert len(loader.engines) == 4   # no spare started
         await f.close()
 
     asyncio.run(scenario())
