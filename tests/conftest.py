@@ -1,8 +1,9 @@
 """Shared fixtures. Integration tests get a real Tansu broker (and its object store) started once per session.
 
 Tiers (infra/test.sh): `--fast` runs what carries none of SPAWNING_MARKS; an unmarked test that starts a process
-or listens on a socket fails (`_unmarked_tests_start_no_process`), so the fast tier stays free of processes and
-services whatever a test's author forgot."""
+or listens on a socket fails, in its body or in any fixture set up for it, whatever the fixture's scope
+(`_unmarked_tests_start_no_process`, `pytest_fixture_setup`), so the fast tier stays free of processes and services
+whatever a test's author forgot."""
 
 from __future__ import annotations
 
@@ -83,31 +84,68 @@ def bootstrapped(tmp_path_factory):
 SPAWNING_MARKS = frozenset({"integration", "slow", "full"})
 
 
-def _refuse(nodeid: str, what: str):
+def _refuse(who: str, what: str):
     def refuse(*_args, **_kwargs):
-        raise AssertionError(f"{nodeid} {what} but carries none of the marks {sorted(SPAWNING_MARKS)}: mark it "
+        raise AssertionError(f"{who} {what} but carries none of the marks {sorted(SPAWNING_MARKS)}: mark it "
                              f"(`pytestmark = pytest.mark.integration` for processes and services, `slow` for long "
                              f"runs) so the --fast tier leaves it out")
     return refuse
 
 
-@pytest.fixture(autouse=True)
-def _unmarked_tests_start_no_process(request, monkeypatch):
-    """Every way a test starts a process (fork, posix_spawn, subprocess and multiprocessing's fork_exec) or a
-    service (a listening socket) fails in a test without a spawning mark."""
-    if SPAWNING_MARKS & {m.name for m in request.node.iter_markers()}:
-        return
+def _may_spawn(item) -> bool:
+    return bool(SPAWNING_MARKS & {m.name for m in item.iter_markers()})
+
+
+def _refuse_processes(mp: pytest.MonkeyPatch, who: str) -> None:
+    """Through `mp`: every way of starting a process (fork, posix_spawn, subprocess and multiprocessing's fork_exec)
+    or a service (a listening socket) raises an AssertionError naming `who`."""
     platform.processor()   # libraries ask once (`uname -p`, cached): not the test's own process
     import _posixsubprocess
     import subprocess
 
-    starts = _refuse(request.node.nodeid, "starts a process")
-    monkeypatch.setattr(_posixsubprocess, "fork_exec", starts)    # multiprocessing's spawn and forkserver
-    monkeypatch.setattr(subprocess, "_fork_exec", starts)          # subprocess keeps its own reference
+    starts = _refuse(who, "starts a process")
+    mp.setattr(_posixsubprocess, "fork_exec", starts)    # multiprocessing's spawn and forkserver
+    mp.setattr(subprocess, "_fork_exec", starts)          # subprocess keeps its own reference
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
         if hasattr(os, name):
-            monkeypatch.setattr(os, name, starts)
-    monkeypatch.setattr(socket.socket, "listen", _refuse(request.node.nodeid, "listens on a socket"))
+            mp.setattr(os, name, starts)
+    mp.setattr(socket.socket, "listen", _refuse(who, "listens on a socket"))
+
+
+@pytest.fixture(autouse=True)
+def _unmarked_tests_start_no_process(request, monkeypatch):
+    """A test without a spawning mark starts no process and no service: not in its body, nor in its function-scoped
+    fixtures (set up after this autouse one) nor their teardown. Fixtures of a wider scope are set up before any
+    function-scoped one: `pytest_fixture_setup` below guards them."""
+    if not _may_spawn(request.node):
+        _refuse_processes(monkeypatch, request.node.nodeid)
+
+
+_running: list = []   # the test item whose setup, call or teardown is running (pytest_runtest_protocol)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running.append(item)
+    try:
+        return (yield)
+    finally:
+        _running.pop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A module-, class-, package- or session-scoped fixture set up for a test without a spawning mark starts no
+    process or service either. In the --fast tier every fixture is set up for such a test (the marked ones are
+    deselected), so a wider-scoped fixture that starts a broker or a server fails there, naming the test and the
+    fixture. (Their teardown, run when the last test using them ends, is not guarded: it stops what a marked test's
+    setup may have started.)"""
+    item = _running[-1] if _running else None
+    if fixturedef.scope == "function" or item is None or _may_spawn(item):
+        return (yield)
+    with pytest.MonkeyPatch.context() as mp:
+        _refuse_processes(mp, f"{item.nodeid} (through its {fixturedef.scope}-scoped fixture {fixturedef.argname!r})")
+        return (yield)
 
 
 def pytest_configure(config):
