@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive, 
 def test_the_sensor_starts_a_cycle_that_survives_a_killed_trainer_with_artifacts_in_s3_and_one_race_winner(
         bootstrapped, tmp_path):
     from infra.config import load_config
+    from infra.orchestrator.steps import STEPS
     from registry.client import Registry
 
     state, _, _ = bootstrapped
@@ -35,5 +36,4 @@ def test_the_sensor_starts_a_cycle_that_survives_a_killed_trainer_with_artifacts
     assert r["candidate_artifacts_uri"].startswith("s3://"), r
     assert r["gate_decision"] in ("promote", "keep_champion"), r
     assert r["promotion_race_winners"] == 1 and r["promotion_race"]["winner_is_champion"], r
-    assert set(r["seconds_per_step"]) == {"collect", "distill", "validate", "measure", "train", "evaluate",
-                                          "promote", "deploy"}, r
+    assert set(r["seconds_per_step"]) == set(STEPS), r   # every step of the cycle ran, `specialize` included
