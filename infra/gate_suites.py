@@ -181,7 +181,8 @@ def run_suites(cfg, candidate: str, champion: str | None = None, *, registry=Non
             if users_gate is None:
                 from infra.learning.gate import UsersGate
 
-                users_gate = UsersGate(cfg, 0, (work or cfg.state_path / "gate" / "users") / "merged", log)
+                root = work or cfg.state_path / "gate" / "users"
+                users_gate = UsersGate(cfg, 0, root / "merged", log, cache=root / "units")
             outcomes.append(users_suite(cfg, candidate, champion, anchor, registry, users_gate))
         o = outcomes[-1]
         log(f"[gate] suite {suite}: {o.decision} ({', '.join(o.reasons) or 'every check passed'}); "

@@ -60,7 +60,7 @@ class LocalPolicy:
 
     def __init__(self, folder: str | Path, version: str, arm: str = "treatment", seed: int = 0,
                  max_new_tokens: int = 192, annotate: bool = False, max_batch: int = 64,
-                 max_batch_tokens: int = 24_576, record: bool = True):
+                 max_batch_tokens: int = 24_576, record: bool = True, temperature: float = 1.0):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -69,6 +69,7 @@ class LocalPolicy:
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
         self.version, self.arm, self.max_new_tokens, self.seed = version, arm, max_new_tokens, seed
+        self.temperature = temperature     # serving.temperature: 1.0 for training traffic
         self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
         self.decoder = LlamaDecoder(self.model) if LlamaDecoder.supports(self.model) else None
         self.trajectories: list[Trajectory] = []     # what serving would log (none without `record`: evaluation)
@@ -179,7 +180,7 @@ class LocalPolicy:
         with torch.no_grad():
             logits = self.decoder.prefill([j.prompt_ids for j in jobs], pad)
             for t in range(self.max_new_tokens):
-                tok, logp = _inverse_cdf(logits, u[rows, t])
+                tok, logp = _inverse_cdf(logits, u[rows, t], self.temperature)
                 owners, tokens, logps = rows.tolist(), tok.tolist(), logp.tolist()   # one conversion per step
                 for i in alive.nonzero().flatten().tolist():
                     jobs[owners[i]].completion.append(tokens[i])
@@ -203,7 +204,7 @@ class LocalPolicy:
             for t in range(self.max_new_tokens):
                 res = self.model(input_ids=ids, past_key_values=past, use_cache=True)
                 past = res.past_key_values
-                tok, logp = _inverse_cdf(res.logits[:, -1], u[:, t])
+                tok, logp = _inverse_cdf(res.logits[:, -1], u[:, t], self.temperature)
                 job.completion.append(int(tok[0]))
                 job.logps.append(float(logp[0]))
                 if int(tok[0]) == self.tokenizer.eos_token_id:
@@ -258,12 +259,16 @@ def _seed_of(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:7], "big")
 
 
-def _inverse_cdf(logits, u):
-    """Per row, the token whose cumulative probability first exceeds u (temperature 1, nothing truncated), and its
-    log-prob."""
+def _inverse_cdf(logits, u, temperature: float = 1.0):
+    """Per row, the token whose cumulative probability first exceeds u (at `temperature`, nothing truncated), and
+    its log-prob under the distribution it was drawn from (serving logs the same). Temperature 0: the argmax."""
     import torch
 
-    logp = torch.log_softmax(logits.float(), -1)
+    if temperature == 0:
+        logp = torch.log_softmax(logits.float(), -1)
+        tok = logp.argmax(-1)
+        return tok, logp.gather(1, tok.view(-1, 1)).squeeze(1)
+    logp = torch.log_softmax(logits.float() / temperature, -1)
     cdf = logp.exp().cumsum(-1)
     target = (u.view(-1, 1) * cdf[:, -1:].double()).to(cdf.dtype)
     tok = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=cdf.shape[-1] - 1)
@@ -335,20 +340,23 @@ class ServingWorkers:
 
 
 def serve(folder: str | Path, version: str, sim, hours: float, seed: int, *, arm: str = "treatment",
-          annotate: bool = False, jobs: "int | ServingWorkers" = 1, only: range | None = None) -> Served:
+          annotate: bool = False, jobs: "int | ServingWorkers" = 1, only: range | None = None,
+          max_tokens: int = 192, temperature: float = 1.0) -> Served:
     """`folder`, as version `version`, serving the population `sim` (its users `only`: default all) for `hours`.
     A user's story does not depend on which others run beside it. With `jobs` > 1 (a count, or
     `ServingWorkers` kept across calls) the users are split into that many slices, each served by a process of its
     own on one torch thread (two such processes do ~1.45x the work of one on two threads here); a request's sample
     depends only on its user and seed, so the events are the same either way (up to floating-point rounding in a
-    batch)."""
+    batch). `max_tokens`, `temperature`: serving's (serving.max_tokens, serving.temperature)."""
     if not isinstance(jobs, ServingWorkers):
         with ServingWorkers(jobs) as workers:
-            return serve(folder, version, sim, hours, seed, arm=arm, annotate=annotate, jobs=workers, only=only)
+            return serve(folder, version, sim, hours, seed, arm=arm, annotate=annotate, jobs=workers, only=only,
+                         max_tokens=max_tokens, temperature=temperature)
     users = range(sim.users) if only is None else only
     n = max(1, min(jobs.n, len(users)))
     slices = [users[i::n] for i in range(n)]
-    calls = [(str(folder), version, sim, hours, seed, arm, annotate, s, 1 if n > 1 else 0) for s in slices]
+    calls = [(str(folder), version, sim, hours, seed, arm, annotate, s, 1 if n > 1 else 0, max_tokens, temperature)
+             for s in slices]
     parts = jobs.map(calls)
     events = sorted((e for p in parts for e in p.events), key=lambda e: (e.event_time, e.event_id))
     outcomes: Counter[str] = Counter()
@@ -359,12 +367,13 @@ def serve(folder: str | Path, version: str, sim, hours: float, seed: int, *, arm
 
 
 def _serve_slice(folder: str, version: str, sim, hours: float, seed: int, arm: str, annotate: bool, only: range,
-                 threads: int) -> Served:
+                 threads: int, max_tokens: int = 192, temperature: float = 1.0) -> Served:
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    policy = LocalPolicy(folder, version=version, arm=arm, seed=seed, annotate=annotate)
+    policy = LocalPolicy(folder, version=version, arm=arm, seed=seed, annotate=annotate, max_new_tokens=max_tokens,
+                         temperature=temperature)
     events, population = _run_population(policy, sim, hours, only)
     return Served(events, policy.annotations, len(policy.trajectories), policy.batches,
                   dict(population.stats.outcomes))

@@ -20,13 +20,19 @@ from infra.learning.score import CURVE_METRICS, served_units
 
 class UsersGate:
     """Decides candidates on the lineage's held-out gate users. `merged`: the folder where an adapter version is
-    merged into its base to be served in-process."""
+    merged into its base to be served in-process. `cache`: a folder where each checkpoint's unit sums are kept by
+    its content digest and everything else they depend on (the users, the hours, the reward spec, the sampling), so
+    that the champion and the anchor are served once across gates (none: in memory only)."""
 
-    def __init__(self, cfg, seed: int, merged: Path, log: Callable[[str], None] = lambda m: None, workers=None):
+    def __init__(self, cfg, seed: int, merged: Path, log: Callable[[str], None] = lambda m: None, workers=None,
+                 cache: Path | None = None):
+        from infra.learning.score import sampling_of
+
         self.cfg = cfg.gate.users
         self.sim = cfg.simulator.model_copy(update={"users": self.cfg.users, "seed": self.cfg.seed + seed})
         self.spec, self.log, self.jobs = cfg.rewards, log, workers or cfg.learning.serving_jobs()
-        self.merged = merged
+        self.sampling = sampling_of(cfg)
+        self.merged, self.cache = merged, cache
         # (version, org or None) -> its unit sums on the gate users (of that org), each served once
         self.units: dict[tuple[str, str | None], pl.DataFrame] = {}
 
@@ -37,11 +43,35 @@ class UsersGate:
             units = self.units[(version, None)]
             return units if org is None else units.filter(pl.col("org_id") == org)
         if (version, org) not in self.units:
+            kept = self._kept(registry, version, org)
+            if kept is not None and kept.is_file():
+                self.units[(version, org)] = pl.read_parquet(kept)
+                return self.units[(version, org)]
             folder = servable(registry, version, self.merged)
             only = None if org is None else self.sim.users_of(org)
-            self.units[(version, org)] = served_units(folder, version, self.sim, self.spec, self.cfg.hours,
-                                                      self.jobs, only=only)[0]
+            units = served_units(folder, version, self.sim, self.spec, self.cfg.hours, self.jobs, only=only,
+                                 **self.sampling)[0]
+            if kept is not None:
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                units.write_parquet(kept.with_suffix(".tmp"))
+                kept.with_suffix(".tmp").replace(kept)
+            self.units[(version, org)] = units
         return self.units[(version, org)]
+
+    def _kept(self, registry, version: str, org: str | None) -> Path | None:
+        """Where `version`'s unit sums on these users are kept, by what they depend on; None without a cache or a
+        content digest."""
+        import hashlib
+        import json
+
+        info = registry.info(version) if self.cache is not None else None
+        if info is None or not info.digest:
+            return None
+        base = info.tags.get("lora_base")    # an adapter is served merged into its base
+        key = json.dumps({"digest": info.digest, "base": base and registry.info(base).digest, "org": org, "sim": self.sim.model_dump(mode="json"),
+                          "hours": self.cfg.hours, "spec": self.spec.version(), "sampling": self.sampling},
+                         sort_keys=True)
+        return self.cache / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.parquet"
 
     def _vs(self, base: pl.DataFrame, other: pl.DataFrame) -> dict:
         from infra.offline_ab import paired_units_difference

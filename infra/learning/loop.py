@@ -2,19 +2,18 @@
 
     lineage = run_lineage(cfg, v0_folder, seed=0, cycles=6, work=Path("/tmp/lineage-0"), log=print)
 
-A cycle is production's steps without the processes (each the code production runs):
-  traffic   the champion serves `learning.train_users` new simulated users for `learning.cycle_hours` simulated
-            hours (`infra.offline_cycle`: sampled like serving, a thread per user, answered in lockstep batches)
-  rewards   the reward job's computation (`assemble_rewards`) -> the cycle's partition of a reward table; with
-            background tasks on, `assemble_outcomes` -> the cycle's partition of its task-outcome table, so their
-            chains train on their outcome as the cycle's do (`trainer.outcomes`)
-  train     `rtrl train`'s job (`trainer.run.run_training`: on-policy selection, the trainer, a candidate
-            registered in this lineage's own MLflow registry with its parent and cycle)
-  gate      `infra.learning.gate`: the candidate against the champion and against the anchor (v0) on held-out
-            users; its decision is tagged on the version as `rtrl gate` tags it
-  promote   `registry.promotion.promote`: the compare-and-swap of alias champion
-  score     a newly promoted champion serves the seed's fixed scoring users; its metrics against v0's on the same
-            users are the learning curve's points (`infra.learning.score`)
+A cycle is production's cycle run by the in-process executor (infra.orchestrator.steps.run_cycle: collect, distill,
+validate, measure, train, evaluate, promote, specialize, deploy, the same step functions the Dagster job runs), on
+the lineage's own config (`lineage_config`: its state dir under `work`, so its own registry, reward table and
+ledger). Two things differ from a live cycle, and the docs say so where figures are published:
+  traffic   instead of the Kafka range since the last cycle, the champion serves `learning.train_users` new
+            simulated users for `learning.cycle_hours` simulated hours in this process (`infra.offline_cycle`:
+            sampled with serving's max tokens and temperature, a thread per user, answered in lockstep batches),
+            drained (every request mature, every background task judged), and their events are the cycle's traffic
+            file (`orchestrator.source = "files"`): the same parse, join and sink as a Kafka cycle, no carry
+  deploy    nothing to deploy to: no serving runs
+Then `score`: a newly promoted champion serves the seed's fixed scoring users; its metrics against v0's on the
+same users are the learning curve's points (`infra.learning.score`).
 """
 
 from __future__ import annotations
@@ -41,36 +40,36 @@ class CycleResult:
     trained_rows: int
     reward_mean: float | None
     champion: str                       # after the cycle
-    gate: dict = field(default_factory=dict)
+    gate: dict = field(default_factory=dict)    # the evaluate step's result: the decision and every suite's
     score: dict = field(default_factory=dict)   # the champion after the cycle against v0 (infra.learning.score)
     suite: dict | None = None           # the champion after the cycle on the held-out suite (infra.learning.suite)
     seconds: dict = field(default_factory=dict)
+    dropped: dict = field(default_factory=dict)  # rows the training selection left out, by reason
 
 
-def traffic_rows(folder: Path, version: str, sim, spec, hours: float, seed: int,
-                 jobs) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
-    """The reward rows and the task-outcome rows of `folder` (registered as `version`) serving the population `sim`
-    for `hours` (the run drains: every background task started has its outcome)."""
-    from infra.offline_cycle import rewards_and_outcomes, serve
+def lineage_config(cfg, work: Path, seed: int):
+    """The config a lineage's cycles run with: `cfg` with the state dir `work` (the lineage's own MLflow registry,
+    reward table, ledger and traffic files), traffic from files, the trainer's and the users suite's seeds offset by
+    the lineage's `seed`; the gate's generated suites stay where `cfg` keeps them (made once, v0's episodes kept)."""
+    from evals.gate_run import suites_root
 
-    served = serve(folder, version, sim, hours, seed, jobs=jobs)
-    rows, outcomes = rewards_and_outcomes(served.events, spec)
-    return rows, outcomes, {"requests": served.requests, "batches": served.batches}
-
-
-def _write_partition(rows: pl.DataFrame, table: Path, version: str, window: str) -> None:
-    """`rows` as the cycle's partition of `table`, laid out as the reward job's sink lays it out."""
-    part = Path(table) / f"policy_version={version}" / f"window={window}"
-    part.mkdir(parents=True, exist_ok=True)
-    rows.write_parquet(part / "part-0.parquet")
+    g = cfg.gate
+    return cfg.model_copy(update={
+        "state_dir": str(work), "rewards_dir": "",
+        "mlflow": cfg.mlflow.model_copy(update={"tracking_uri": "", "artifact_root": "", "promotion_lock": ""}),
+        "orchestrator": cfg.orchestrator.model_copy(update={"source": "files", "traffic_dir": "", "ledger": ""}),
+        "trainer": cfg.trainer.model_copy(update={"seed": cfg.trainer.seed + seed}),
+        "gate": g.model_copy(update={
+            "users": g.users.model_copy(update={"seed": g.users.seed + seed}),
+            "tasks": g.tasks.model_copy(update={"suites_root": str(suites_root(cfg)), "via_serving": False})})})
 
 
 def lineage_registry(cfg, work: Path, v0: Path):
-    """A fresh MLflow registry under `work` with v0 registered as version 1, aliases champion and control."""
+    """The lineage's MLflow registry (`lineage_config`'s, under `work`) with v0 registered as version 1, aliases
+    champion and control."""
     from registry.client import Registry
 
-    reg = Registry(f"sqlite:///{work / 'mlflow.db'}", work / "mlflow-artifacts", cfg.mlflow.registered_model,
-                   work / "checkpoints")
+    reg = Registry.from_config(cfg)
     if reg.version_of("champion") is None:
         version = reg.register(v0, tags={"bootstrap": "true"}, run_name="v0")
         reg.set_alias("champion", version)
@@ -79,42 +78,60 @@ def lineage_registry(cfg, work: Path, v0: Path):
 
 
 def run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callable[[str], None] = lambda m: None,
-                workers=None, scorer: Scorer | None = None, gate=None) -> dict:
-    """`cycles` cycles of one lineage (seeded by `seed`: traffic populations, sampling, the trainer, the scoring
-    users). Returns {"seed", "v0": v0's scoring metrics, "cycles": [CycleResult as dict, ...]}; each cycle is also
-    written to `work`/cycles.jsonl as it ends. Every serving run of the lineage shares one set of worker
-    processes (`workers`, else its own). A caller that goes on from the lineage passes its own `scorer` and `gate`
-    (`infra.learning.gate.UsersGate`) and finds every checkpoint's units in them."""
+                workers=None, scorer: Scorer | None = None) -> dict:
+    """`cycles` cycles of one lineage (seeded by `seed`: traffic populations, sampling, the trainer, the gate's and
+    the scoring users). Returns {"seed", "v0": v0's scoring metrics, "cycles": [CycleResult as dict, ...]}; each
+    cycle is also written to `work`/cycles.jsonl as it ends. Every serving run of the lineage shares one set of
+    worker processes (`workers`, else its own). A caller that goes on from the lineage passes its own `scorer` and
+    finds every checkpoint's units in it."""
     from infra.offline_cycle import ServingWorkers
 
     if workers is None:
         with ServingWorkers(cfg.learning.serving_jobs()) as own:
-            return _run_lineage(cfg, v0, seed, cycles, work, log, own, scorer, gate)
-    return _run_lineage(cfg, v0, seed, cycles, work, log, workers, scorer, gate)
+            return _run_lineage(cfg, v0, seed, cycles, work, log, own, scorer)
+    return _run_lineage(cfg, v0, seed, cycles, work, log, workers, scorer)
+
+
+def serve_cycle(lcfg, registry, cycle_id: str, sim, hours: float, seed: int, workers) -> dict:
+    """The champion serves `sim` for `hours` in this process; its events become the cycle's traffic file."""
+    from infra.learning.score import sampling_of
+    from infra.offline_cycle import serve
+    from infra.orchestrator.steps import traffic_file
+    from pipelines.rewards.files_job import write_traffic
+
+    champion, folder = registry.resolve("champion")
+    served = serve(folder, champion, sim, hours, seed, jobs=workers, **sampling_of(lcfg))
+    events = write_traffic(traffic_file(lcfg, cycle_id), served.events)
+    return {"champion": champion, "requests": served.requests, "batches": served.batches, "events": events}
+
+
+def run_one_cycle(lcfg, cycle_id: str, log: Callable[[str], None]):
+    """The cycle by the in-process executor; its ledger record (blocked when the rows could not train)."""
+    from datetime import datetime, timezone
+
+    from infra.orchestrator.steps import CycleBlocked, context_for, run_cycle
+
+    ctx, ledger = context_for(lcfg, cycle_id, datetime.now(timezone.utc), log=log)
+    try:
+        return run_cycle(ctx, ledger)
+    except CycleBlocked:
+        return ledger.load(cycle_id)
 
 
 def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callable[[str], None], workers,
-                 scorer: Scorer | None, gate) -> dict:
+                 scorer: Scorer | None) -> dict:
     import torch
-
-    from infra.learning.gate import UsersGate
-    from registry.promotion import promote
-    from schemas.reward_table import outcome_table
-    from trainer.run import run_training
-    from trainer.selection import SelectionError
 
     lc = cfg.learning
     if lc.threads:
         torch.set_num_threads(lc.threads)
     work.mkdir(parents=True, exist_ok=True)
-    registry = lineage_registry(cfg, work, v0)
-    anchor = registry.version_of("control")
-    trainer_cfg = cfg.trainer.model_copy(update={"seed": cfg.trainer.seed + seed})
+    lcfg = lineage_config(cfg, work, seed)
+    registry = lineage_registry(lcfg, work, v0)
     scorer = scorer or Scorer(cfg, seed, log, workers=workers)
-    gate = gate or UsersGate(cfg, seed, work / "merged", log, workers=workers)
     t0 = time.monotonic()
-    base = scorer.score(v0, anchor)["summary"] if lc.score_v0 else {}
-    suite = _suite(cfg, v0, anchor, log)
+    base = scorer.score(v0, registry.version_of("control"))["summary"] if lc.score_v0 else {}
+    suite = _suite(cfg, v0, registry.version_of("control"), log)
     if base or suite:
         scored = f"scored on {lc.score_users} users: {base}" if base else "not scored on the scoring users"
         log(f"[seed {seed}] v0 {scored}; suite {suite} ({time.monotonic() - t0:.0f}s)")
@@ -122,58 +139,53 @@ def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callabl
     ledger = work / "cycles.jsonl"
     ledger.write_text("")
     for c in range(1, cycles + 1):
-        seconds: dict[str, float] = {}
-        champion, folder = registry.resolve("champion")
+        cid = f"c{c}"
         t = time.monotonic()
         sim = cfg.simulator.model_copy(update={"users": lc.train_users, "seed": lc.traffic_seed + 1000 * seed + c})
-        rows, outcomes, served = traffic_rows(folder, champion, sim, cfg.rewards, lc.cycle_hours,
-                                              1000 * seed + c, workers)
-        _write_partition(rows, work / "rewards", champion, f"c{c}")
-        if not outcomes.is_empty():     # background tasks: their chains train on the outcome (trainer.outcomes)
-            _write_partition(outcomes, outcome_table(work / "rewards"), champion, f"c{c}")
-        seconds["traffic"] = time.monotonic() - t
-        log(f"[seed {seed} c{c}] v{champion} served {served['requests']} requests in {served['batches']} batches: "
-            f"{rows.height} reward rows, mean reward {rows['reward'].mean():.3f}"
-            + (f", {outcomes.height} task-outcome rows" if not outcomes.is_empty() else "")
-            + f" ({seconds['traffic']:.0f}s)")
-        t = time.monotonic()
-        try:
-            trained = run_training(trainer_cfg, registry, work / "rewards", f"c{c}", work / "train",
-                                   log=lambda m: log(f"[seed {seed} c{c}] {m}"), window=f"c{c}")
-        except SelectionError as e:
-            log(f"[seed {seed} c{c}] no candidate: {e}")
-            result = CycleResult(c, champion, None, "no_candidate", [str(e)], rows.height, 0, None, champion,
-                                 suite=suite)
-            out["cycles"].append(_record(ledger, result))
-            continue
-        seconds["train"] = time.monotonic() - t
-        candidate = trained.candidate
-        t = time.monotonic()
-        verdict = gate.decide(registry, candidate, champion, anchor)
-        seconds["gate"] = time.monotonic() - t
-        decision = verdict["decision"]
-        if decision == "promote":
-            promote(registry, candidate, work / "promotion.lock")
-        now, now_folder = registry.resolve("champion")
-        score = {}
-        if now != champion:
+        served = serve_cycle(lcfg, registry, cid, sim, lc.cycle_hours, 1000 * seed + c, workers)
+        traffic_s = time.monotonic() - t
+        log(f"[seed {seed} {cid}] v{served['champion']} served {served['requests']} requests in "
+            f"{served['batches']} batches: {served['events']} events ({traffic_s:.0f}s)")
+        rec = run_one_cycle(lcfg, cid, lambda m: log(f"[seed {seed}] {m}"))
+        result = cycle_result(c, served["champion"], rec, registry)
+        result.seconds = {"traffic": round(traffic_s, 1), **{k: round(v.get("seconds", 0.0), 1)
+                                                             for k, v in rec.steps.items()}}
+        if result.champion != served["champion"]:
             t = time.monotonic()
-            score = scorer.score(now_folder, now)
-            suite = _suite(cfg, now_folder, now, log)
-            seconds["score"] = time.monotonic() - t
-        result = CycleResult(c, champion, candidate, decision, verdict["reasons"], rows.height,
-                             trained.counts.get("kept_on_policy", 0) + trained.counts.get("kept_stale", 0),
-                             trained.reward_mean, now, verdict, score.get("vs_v0", {}), suite,
-                             {k: round(v, 1) for k, v in seconds.items()})
-        log(f"[seed {seed} c{c}] {decision} v{candidate} ({', '.join(verdict['reasons']) or 'all checks passed'}); "
-            f"champion v{now}" + (f": persistence vs v0 {pp(score['vs_v0']['edit_persistence_rate'])}"
-                                  if "vs_v0" in score else ""))
+            now_folder = registry.resolve("champion")[1]
+            result.score = scorer.score(now_folder, result.champion).get("vs_v0", {})
+            suite = _suite(cfg, now_folder, result.champion, log)
+            result.seconds["score"] = round(time.monotonic() - t, 1)
+        result.suite = suite
+        log(f"[seed {seed} {cid}] {result.decision} v{result.candidate} "
+            f"({', '.join(result.reasons) or 'all checks passed'}); champion v{result.champion}"
+            + (f": persistence vs v0 {pp(result.score['edit_persistence_rate'])}" if result.score else ""))
         out["cycles"].append(_record(ledger, result))
     promoted = [c["champion"] for c in out["cycles"] if c["score"]]
     if len(set(promoted)) >= 2:
         out["last_vs_first"] = {"first": promoted[0], "last": promoted[-1],
                                 **scorer.compare(promoted[0], promoted[-1])}
     return out
+
+
+def cycle_result(c: int, champion_before: str, rec, registry) -> CycleResult:
+    """What the curve keeps of a cycle's ledger record: the rows, the rows trained and those dropped by reason, the
+    gate's decision with every suite's, the champion after it."""
+    distill, train = rec.result("distill"), rec.result("train")
+    counts = train.get("counts") or {}
+    if not rec.done("train"):                   # blocked: the rows could not train (too few usable, immature)
+        return CycleResult(c, champion_before, None, "no_candidate", [rec.error], distill.get("rows", 0), 0, None,
+                           registry.version_of("champion"), dropped=dropped_rows(counts))
+    gate = rec.result("evaluate")
+    return CycleResult(c, champion_before, train.get("candidate"), gate.get("decision", "?"),
+                       list(gate.get("reasons") or []), distill.get("rows", 0),
+                       counts.get("kept_on_policy", 0) + counts.get("kept_stale", 0), train.get("reward_mean"),
+                       registry.version_of("champion"), gate, dropped=dropped_rows(counts))
+
+
+def dropped_rows(counts: dict) -> dict:
+    """The rows selection left out, by reason (trainer.selection's counts that are not kept)."""
+    return {k.removeprefix("dropped_"): v for k, v in counts.items() if k.startswith("dropped_") and v}
 
 
 def _suite(cfg, folder: Path, label: str, log: Callable[[str], None]) -> dict | None:

@@ -34,6 +34,7 @@ class Scorer:
         self.sim = cfg.simulator.model_copy(update={"users": lc.score_users, "seed": lc.score_seed + seed})
         self.spec, self.hours, self.alpha, self.log = cfg.rewards, lc.score_hours, alpha, log
         self.jobs = workers or lc.serving_jobs()      # a count, or `ServingWorkers` shared with the loop
+        self.sampling = sampling_of(cfg)              # serving's max tokens and temperature
         self.units: dict[str, pl.DataFrame] = {}      # label -> unit sums; the first scored is the baseline
 
     def score(self, folder, label: str) -> dict:
@@ -52,7 +53,7 @@ class Scorer:
 
         units, grades = [] if served is None or served.is_empty() else [served], Counter()
         for folder, only in parts:
-            u, g = served_units(folder, label, self.sim, self.spec, self.hours, self.jobs, only=only)
+            u, g = served_units(folder, label, self.sim, self.spec, self.hours, self.jobs, only=only, **self.sampling)
             units.append(u)
             grades.update(g)
         out = self._add(label, concat_units(units))
@@ -78,15 +79,22 @@ class Scorer:
         return differences(self.units[base], self.units[other], self.alpha)
 
 
-def served_units(folder, label: str, sim, spec, hours: float, jobs,
-                 only: range | None = None) -> tuple[pl.DataFrame, dict]:
+def sampling_of(cfg) -> dict:
+    """Serving's sampling settings, as `infra.offline_cycle.serve` takes them: every in-process sample is drawn as
+    serving draws it."""
+    return {"max_tokens": cfg.serving.max_tokens, "temperature": cfg.serving.temperature}
+
+
+def served_units(folder, label: str, sim, spec, hours: float, jobs, only: range | None = None,
+                 max_tokens: int = 192, temperature: float = 1.0) -> tuple[pl.DataFrame, dict]:
     """A checkpoint's unit sums (`infra.offline_ab.unit_sums`, with the long loop's per-user counts when the users
     hand tasks to the background: `with_long_loop`) on the population `sim` (its users `only`: default all), and
     the simulator's grades of its answers (outcome -> count)."""
     from infra.offline_ab import unit_sums
     from infra.offline_cycle import rewards_and_outcomes, serve
 
-    served = serve(folder, label, sim, hours, SAMPLING_SEED, jobs=jobs, only=only)
+    served = serve(folder, label, sim, hours, SAMPLING_SEED, jobs=jobs, only=only, max_tokens=max_tokens,
+                   temperature=temperature)
     rows, outcomes = rewards_and_outcomes(served.events, spec)
     return with_long_loop(unit_sums(rows), outcomes), served.outcomes
 

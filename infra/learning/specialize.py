@@ -4,15 +4,15 @@
     result["by_org"]["o1"]      # {diff, ci_low, ci_high, se, ...}: specialized - shared on edit persistence
     result["pooled"]            # {diff, ci_low, ci_high, orgs}
 
-The cycle is production's steps without the processes, as `infra.learning.loop` runs them, then the cycle's
-`specialize` step:
+One cycle of the learning loop (`infra.learning.loop`: production's cycle by the in-process executor) with the
+cycle's `specialize` step on for every org (`specialize.enabled`, `specialize.orgs`):
 
-  shared      one cycle of the learning loop: v0 serves new users; the reward and task-outcome rows; the shared
-              candidate trained, gated on held-out users against the champion and v0, and promoted if it passes
-  adapters    per org, `rtrl train --org`'s job: a LoRA adapter over the shared champion on that org's rows alone
-              (`trainer.specialize`), registered in the org's lineage
-  gate        each adapter against the shared champion on the org's held-out gate users (`UsersGate` on that org's
-              users: the same non-inferiority margin and guardrails), promoted to `champion@<org>` by the
+  shared      v0 serves new users; the reward and task-outcome rows; the shared candidate trained, gated by the one
+              gate (infra.gate_suites: every suite of gate.suites, against the champion and v0), promoted if it
+              passes
+  specialize  the cycle's step, as production runs it: per org, a LoRA adapter over the shared champion on that
+              org's rows alone, registered in the org's lineage, gated by the same gate (an org's version: the
+              held-out tasks and its org's own suite, its org's held-out users), promoted to `champion@<org>` by the
               compare-and-swap when it passes
   score       the seed's fixed scoring users: the shared champion serves every user, and the specialized policy
               serves each org's users with the org's champion (its adapter merged into the shared champion, or the
@@ -40,34 +40,39 @@ def org_ids(cfg) -> list[str]:
     return list(cfg.specialize.orgs) or [cfg.simulator.org(k).org_id for k in range(cfg.simulator.orgs)]
 
 
+def specialize_config(cfg):
+    """`cfg` with the cycle's specialize step on for every org that may get an adapter."""
+    return cfg.model_copy(update={"specialize": cfg.specialize.model_copy(update={"enabled": True,
+                                                                                   "orgs": org_ids(cfg)})})
+
+
 def run_specialization(cfg, v0: Path, seed: int, work: Path, log: Callable[[str], None] = lambda m: None) -> dict:
-    from infra.learning.gate import UsersGate
     from infra.learning.loop import run_lineage
     from infra.learning.score import Scorer
     from infra.offline_cycle import ServingWorkers
 
+    cfg = specialize_config(cfg)
     with ServingWorkers(cfg.learning.serving_jobs()) as workers:
         scorer = Scorer(cfg, seed, log, workers=workers)
-        gate = UsersGate(cfg, seed, work / "merged", log, workers=workers)
         t0 = time.monotonic()
-        lineage = run_lineage(cfg, v0, seed, 1, work, log, workers, scorer, gate)
-        seconds = {"shared": time.monotonic() - t0}
-        return _specialize(cfg, v0, seed, work, log, lineage, scorer, gate, seconds)
+        lineage = run_lineage(cfg, v0, seed, 1, work, log, workers, scorer)
+        seconds = {"cycle": time.monotonic() - t0}
+        return _specialize(cfg, v0, seed, work, log, lineage, scorer, seconds)
 
 
-def _specialize(cfg, v0: Path, seed: int, work: Path, log: Callable[[str], None], lineage: dict, scorer, gate,
+def _specialize(cfg, v0: Path, seed: int, work: Path, log: Callable[[str], None], lineage: dict, scorer,
                 seconds: dict) -> dict:
     from infra.learning.checkpoints import servable
-    from infra.learning.loop import lineage_registry, pp
+    from infra.learning.loop import lineage_config, lineage_registry, pp
+    from infra.orchestrator.ledger import Ledger
 
-    registry = lineage_registry(cfg, work, v0)
+    lcfg = lineage_config(cfg, work, seed)
+    registry = lineage_registry(lcfg, work, v0)
     shared = registry.version_of("champion")
-    trainer_cfg = cfg.trainer.model_copy(update={"seed": cfg.trainer.seed + seed})
-    orgs: dict[str, dict] = {}
-    t = time.monotonic()
+    rec = Ledger.for_config(lcfg).load("c1")
+    orgs = {org: dict(r) for org, r in ((rec.result("specialize") or {}).get("orgs") or {}).items()}
     for org in org_ids(cfg):
-        orgs[org] = adapter_step(cfg, registry, gate, org, shared, work, trainer_cfg, log)
-    seconds["adapters"] = time.monotonic() - t
+        orgs.setdefault(org, {"trained": False, "reason": "the cycle's specialize step did not run"})
     t = time.monotonic()
     parts, kept = [], []
     for org in orgs:
@@ -77,6 +82,8 @@ def _specialize(cfg, v0: Path, seed: int, work: Path, log: Callable[[str], None]
             parts.append((servable(registry, label, work / "merged"), scorer.sim.users_of(org)))
         else:               # the shared champion serves the org: its users' runs under it are scored already
             kept.append(org)
+    if shared not in scorer.units:       # the shared candidate was not promoted: v0 is the shared champion
+        scorer.score(registry.resolve("champion")[1], shared)
     scorer.score_parts("specialized", parts, scorer.units[shared].filter(pl.col("org_id").is_in(kept)))
     seconds["score"] = time.monotonic() - t
     out = {"seed": seed, "shared": lineage["cycles"][0], "shared_champion": shared, "v0": lineage["v0"],
@@ -85,37 +92,6 @@ def _specialize(cfg, v0: Path, seed: int, work: Path, log: Callable[[str], None]
     log(f"[specialize] specialized - shared on {PRIMARY}: " + ", ".join(
         f"{org} {pp(out['by_org'][org])}" for org in orgs) + f"; pooled {pp(out['pooled'])}")
     return out
-
-
-def adapter_step(cfg, registry, gate, org: str, shared: str, work: Path, trainer_cfg,
-                 log: Callable[[str], None]) -> dict:
-    """Org `org`'s adapter trained on its rows of the cycle, gated on its users against the shared champion
-    `shared`, and promoted when it passes: {trained, candidate, rows, decision, reasons, promoted}."""
-    from infra.learning.loop import pp
-    from registry.promotion import promote
-    from trainer.run import run_training
-    from trainer.selection import SelectionError
-
-    say = lambda m: log(f"[specialize {org}] {m}")   # noqa: E731
-    t = time.monotonic()
-    try:
-        trained = run_training(cfg.specialize.trainer(trainer_cfg), registry, work / "rewards", "c1",
-                               work / f"train-{org}", log=say, window="c1", org=org)
-    except SelectionError as e:          # too few usable rows: the org is served the shared champion
-        say(f"no adapter: {e}")
-        return {"trained": False, "reason": str(e)}
-    label = f"{trained.candidate}@{org}"
-    trained_s = time.monotonic() - t
-    verdict = gate.decide(registry, label, shared, None, org=org)
-    promoted = verdict["decision"] == "promote"
-    if promoted:
-        promote(registry.for_org(org), trained.candidate, work / "promotion.lock")
-    p = verdict["vs_champion"][PRIMARY]
-    say(f"{verdict['decision']} {label} against v{shared} on the org's gate users: {PRIMARY} {pp(p)} "
-        f"({', '.join(verdict['reasons']) or 'all checks passed'}; trained in {trained_s:.0f}s)")
-    return {"trained": True, "candidate": label, "rows": trained.counts.get("kept_on_policy", 0)
-            + trained.counts.get("kept_stale", 0), "decision": verdict["decision"], "reasons": verdict["reasons"],
-            "gate": p, "promoted": promoted, "train_seconds": round(trained_s, 1)}
 
 
 def compare(shared: pl.DataFrame, specialized: pl.DataFrame, orgs: list[str], alpha: float = 0.05) -> dict:

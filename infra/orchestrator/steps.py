@@ -401,6 +401,9 @@ def arms_on(status: dict | None, alias: str) -> dict[str, str]:
 
 def deploy(ctx: CycleContext) -> DeployResult:
     champion = str(ctx.result("promote").champion)
+    if ctx.cfg.orchestrator.source == "files":
+        return DeployResult(deployed=False, champion=champion, reason="traffic from files: the executor served it "
+                            "in its own process, no serving to deploy to")
     status = serving_status(ctx.cfg)
     if status is None:
         return DeployResult(deployed=False, champion=champion,
