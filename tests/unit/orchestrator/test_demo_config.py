@@ -55,6 +55,7 @@ def test_the_demo_without_flags_runs_with_exactly_these_settings(tmp_path, fixed
         "simulator.think_s": [180.0, 1440.0],
         "simulator.session_gap_s": [3599.9, 21599.6],
         "simulator.start_spread_s": 1800.0,
+        "gate.suites": ["tasks"],
         "gate.tasks.suite_dir": str(tmp_path / "eval-suites" / "default-n40-seed7"),
         "gate.tasks.suites_root": str(tmp_path / "eval-suites"),
         "gate.tasks.suite_tasks": 40,
