@@ -72,6 +72,12 @@ def add_parser(subparsers) -> None:
     bsp.add_argument("--seed", type=int, default=0, help="the seed of the traffic, trainer and users (default 0)")
     bsp.add_argument("--out", metavar="DIR", help="keep the registry, checkpoints and the result as specialize.json "
                      "here (default: a temporary folder, removed)")
+    blv = add("live", "the live loop's learning curve: N cycles of production's Dagster cycle job on the embedded "
+              "stack (Kafka, the Beam job, vLLM serving with two arms, simulated users), with production's learning "
+              "settings; then every promoted champion against v0 on the learning curve's fixed users")
+    blv.add_argument("--cycles", type=int, default=6, help="cycles (default 6)")
+    blv.add_argument("--seed", type=int, default=0, help="the scoring users' seed, as `rtrl bench learning`'s seed "
+                     "(default 0)")
     bl = add("learning", "the learning curve: the loop for N cycles in this process, over K seeds; every promoted "
              "champion against v0 on fixed simulated users (persistence, dissatisfied follow-ups, broken calls, "
              "edit and clarification rates with 95%% intervals), the slope of persistence per cycle, the last "
@@ -211,7 +217,7 @@ def main(args, cfg) -> int:
                   **run_archive(args.events, args.batch, args.bootstrap, args.config, tuple(args.overrides), log=log)}
         print(json.dumps(result))
         return 0
-    if args.bench_command in ("ranks", "gpu", "services"):   # run(args, cfg, log) -> (result, ok)
+    if args.bench_command in ("ranks", "gpu", "services", "live"):   # run(args, cfg, log) -> (result, ok)
         import contextlib
         import importlib
 

@@ -64,12 +64,14 @@ class DemoError(RuntimeError):
     pass
 
 
-def demo_config(cfg, config_path: str | None, overrides: list[str], specialize: bool = False):
+def demo_config(cfg, config_path: str | None, overrides: list[str], specialize: bool = False,
+                overlays: list[Path] | None = None):
     """(the overrides that layer the demo's overlay under the user's config, the config they give in the user's state
     dir): defaults < infra/configs/demo.toml < the user's config file < the user's --set. `cfg` is the user's own
     config (as `rtrl` loaded it); the demo works in `<its state_dir>/demo` and keeps v0 and the gate's suite in its
-    state dir."""
-    overlays = [DEMO_CONFIG, *([SPECIALIZE_CONFIG] if specialize else [])]
+    state dir. `overlays`: other overlays instead of the demo's (`rtrl bench live`)."""
+    if overlays is None:
+        overlays = [DEMO_CONFIG, *([SPECIALIZE_CONFIG] if specialize else [])]
     layered = [*(o for overlay in overlays for o in overlay_overrides(overlay, config_path)), *overrides]
     return layered, load_config(config_path, layered).model_copy(update={"state_dir": cfg.state_dir})
 
@@ -131,13 +133,14 @@ def demo_experiment(cfg, state: Path, resume: bool) -> str:
 
 class Demo:
     STATE_NAME = "demo"     # the loop's folder under the user's state dir (`rtrl bench services` has its own)
+    OVERLAYS: list[Path] | None = None    # None: the demo's (demo.toml, and specialize.toml with --specialize)
 
     def __init__(self, cfg, config_path: str | None, overrides: list[str], log: Callable[[str], None] = print,
                  resume: bool = False, specialize: bool = False):
         self.state = cfg.state_path / self.STATE_NAME
         self.config_path = config_path
         self.specialize = specialize
-        layered, self.base = demo_config(cfg, config_path, overrides, specialize)
+        layered, self.base = demo_config(cfg, config_path, overrides, specialize, self.OVERLAYS)
         self.v0_cache = policy_cache(self.base)
         self.experiment = demo_experiment(self.base, self.state, resume)
         # what every `rtrl` command of the demo runs with, and the demo itself

@@ -32,10 +32,10 @@ ALLOWED_EDGES: dict[tuple[str, str], str] = {
 }
 
 # Modules of the demo (its orchestration and time budget): nothing but the demo's own command imports them, and
-# `rtrl bench services`, a benchmark that sets the demo's loop up (v0, serving, users) in the services topology.
+# `rtrl bench services` and `rtrl bench live`, benchmarks that set the demo's loop up (v0, serving, users).
 DEMO_MODULES = ("infra.orchestrator.demo", "infra.orchestrator.budget")
 DEMO_IMPORTERS = {"infra/commands/demo.py", "infra/orchestrator/demo.py", "infra/orchestrator/demo_definitions.py",
-                  "infra/bench/services.py"}
+                  "infra/bench/services.py", "infra/bench/live.py"}
 
 
 @lru_cache(maxsize=None)
