@@ -56,10 +56,28 @@ def archive_problem(archive: str, start, end) -> str | None:
             "nothing to replay")
 
 
+def replay_summary(cfg, archive: str, start, end, out, cycles: str | None, shards: int | None = None,
+                   beam_args: list[str] | None = None) -> dict:
+    """The reward job over the archive's [start, end) into `out` (pipelines.rewards.replay_job): the summary `rtrl
+    replay` prints. ValueError for a replay that cannot run (a spec the recorded cycles do not share, ...). The
+    Dagster replay jobs call this too."""
+    from pipelines.rewards import progress, replay_job
+
+    t0 = time.perf_counter()
+    progress.reset()
+    summary = replay_job.run(archive, start, end, out, cfg.rewards, shards=shards,
+                             beam_args=cfg.beam.for_job("replay", beam_args or []), cycles=cycles)
+    return {"out": summary.out, "window": summary.window, "rows": summary.rows,
+            "partitions": [{"file": f, "rows": n} for f, n in summary.partitions],
+            "outcome_partitions": [{"file": f, "rows": n} for f, n in summary.outcome_partitions],
+            "seconds": round(time.perf_counter() - t0, 2), **summarize(summary.counters),
+            "lateness_judged_by": {"live_cycle": summary.counters.get("late_rule_live_cycle", 0),
+                                   "receipt_time": summary.counters.get("late_rule_receipt", 0)}}
+
+
 def replay(args, cfg) -> int:
     from infra.progress import ProgressLine
     from pipelines.archive.layout import archive_root
-    from pipelines.rewards import progress, replay_job
     from schemas import storage
 
     archive = args.events or str(archive_root(cfg))
@@ -73,22 +91,11 @@ def replay(args, cfg) -> int:
         return 1
     print(f"replay: {archive} [{start.isoformat()}, {end.isoformat()}) -> {args.out} "
           f"(spec {cfg.rewards.version()}; lateness from {cycles or 'receipt times'})", file=sys.stderr)
-    t0 = time.perf_counter()
-    progress.reset()
     try:
         with ProgressLine(lambda s: _line("replay", s)):
-            summary = replay_job.run(archive, start, end, args.out, cfg.rewards, shards=args.shards,
-                                     beam_args=cfg.beam.for_job("replay", args.beam_args), cycles=cycles)
+            summary = replay_summary(cfg, archive, start, end, args.out, cycles, args.shards, args.beam_args)
     except ValueError as e:
         print(f"rtrl replay: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"replay": {"out": summary.out, "window": summary.window, "rows": summary.rows,
-                                 "partitions": [{"file": f, "rows": n} for f, n in summary.partitions],
-                                 "outcome_partitions": [{"file": f, "rows": n}
-                                                        for f, n in summary.outcome_partitions],
-                                 "seconds": round(time.perf_counter() - t0, 2), **summarize(summary.counters),
-                                 "lateness_judged_by": {
-                                     "live_cycle": summary.counters.get("late_rule_live_cycle", 0),
-                                     "receipt_time": summary.counters.get("late_rule_receipt", 0)}}},
-                     indent=2))
+    print(json.dumps({"replay": summary}, indent=2))
     return 0

@@ -31,8 +31,7 @@ from infra.config import load_config
 from infra.orchestrator.cadence import count_mature_requests, decide, pid_alive
 from infra.orchestrator.clock import clock_for
 from infra.orchestrator.ledger import Ledger
-from infra.orchestrator.rtrl_cli import RtrlCli
-from infra.orchestrator.steps import STEPS, CycleContext, finish, run_step, step_log_dir
+from infra.orchestrator.steps import STEPS, CycleContext, finish, run_step
 
 CONFIG_ENV, OVERRIDES_ENV = "RTRL_CONFIG", "RTRL_SET"
 CYCLE_JOB, REPLAY_JOB = "rtrl_cycle", "rtrl_replay"
@@ -61,11 +60,6 @@ class RtrlResource(dg.ConfigurableResource):
 
     def load(self):
         return load_config(self.config_path or None, self.overrides)
-
-    def cli(self, cfg, name: str) -> RtrlCli:
-        """`rtrl` commands as processes of their own (the replay jobs)."""
-        return RtrlCli(self.config_path or None, list(self.overrides), step_log_dir(cfg, name),
-                       cfg.orchestrator.step_timeout_s)
 
     def new_cycle_settings(self, run: dg.DagsterRun) -> list[str]:
         """Overrides a new cycle starts with, fixed in its ledger record (CycleRecord.settings; a resumed cycle keeps
@@ -263,8 +257,7 @@ def replay_window(context: dg.OpExecutionContext, config: ReplayConfig, rtrl: Rt
     from infra.orchestrator.replay import replay_range
 
     cfg = rtrl.load()
-    return replay_range(cfg, rtrl.cli(cfg, "replay"), config.start, config.end, config.out or None,
-                        log=context.log.info)
+    return replay_range(cfg, config.start, config.end, config.out or None, log=context.log.info)
 
 
 @dg.job(name=REPLAY_JOB, description="Replay one time range of the event log through the reward job.")
@@ -284,8 +277,7 @@ def replayed_rewards_hourly(context: dg.AssetExecutionContext, rtrl: RtrlResourc
     cfg = rtrl.load()
     w = context.partition_time_window
     out = cfg.state_path / "replay" / "hourly" / f"window={w.start.strftime('%Y-%m-%dT%H')}"
-    r = replay_range(cfg, rtrl.cli(cfg, "replay"), w.start.isoformat(), w.end.isoformat(), str(out),
-                     log=context.log.info)
+    r = replay_range(cfg, w.start.isoformat(), w.end.isoformat(), str(out), log=context.log.info)
     return dg.MaterializeResult(metadata=_metadata(r))
 
 

@@ -2,7 +2,10 @@
 into a table of its own. The production table (`<state_dir>/rewards/table`) is never a replay's output: an `out`
 inside it is refused, and the default is `<state_dir>/replay/<start>--<end>`.
 
-    replay_range(cfg, cli, "2026-11-01T00:00Z", "2026-11-01T05:00Z")     # -> {"out", "rows", ...}
+    replay_range(cfg, "2026-11-01T00:00Z", "2026-11-01T05:00Z")     # -> {"out", "rows", ...}
+
+The replay runs in the caller's process (`rtrl replay`'s library function), its lateness judged by the live cycles'
+records under rewards_dir, as `rtrl replay` judges it by default.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from infra.orchestrator.rtrl_cli import RtrlCli, StepFailed
+from infra.orchestrator.errors import StepFailed
 from pipelines.archive.layout import archive_root
 from schemas import storage
 from schemas.instants import parse_instant
@@ -47,8 +50,7 @@ def output_for(cfg, start: datetime, end: datetime, out: str | None) -> Path | s
     return cfg.state_path / "replay" / stamp
 
 
-def replay_range(cfg, cli: RtrlCli, start: str, end: str, out: str | None = None,
-                 log: Callable[[str], None] = print) -> dict:
+def replay_range(cfg, start: str, end: str, out: str | None = None, log: Callable[[str], None] = print) -> dict:
     s, e = _instant(start, "start"), _instant(end, "end")
     if e <= s:
         raise ValueError(f"replay end {end} is not after start {start}")
@@ -56,9 +58,11 @@ def replay_range(cfg, cli: RtrlCli, start: str, end: str, out: str | None = None
     archive = archive_root(cfg)
     if not storage.exists(archive):
         raise StepFailed(f"the event archive {archive} does not exist (is `rtrl archive` running?)")
+    from infra.commands.replay import archive_problem, replay_summary
+
+    if (problem := archive_problem(str(archive), s, e)) is not None:
+        raise StepFailed(f"replay: {problem}")
     log(f"replay [{s.isoformat()}, {e.isoformat()}) from {archive} -> {target}")
-    _, summary = cli.run("replay", "--events", str(archive), "--start", s.isoformat(), "--end", e.isoformat(),
-                         "--out", str(target), step=f"replay-{s.strftime('%Y%m%dT%H%M%S')}")
-    r = summary["replay"]
+    r = replay_summary(cfg, str(archive), s, e, str(target), str(cfg.rewards_root()))
     return {"out": str(target), "rows": r.get("rows"), "outcome_rows": r.get("outcome_rows"),
             "events_read": r.get("events_read"), "dead_letters": r.get("dead_letters"), "seconds": r.get("seconds")}
