@@ -14,7 +14,8 @@ per suite, and two registries' version 2 never share episodes. A version without
 The key covers what decides an episode besides the weights: the suite folder, the sampling seed and serving's
 temperature, completion budget and context length, and the Episode record's fields (a field added later would read
 as its default from an older entry, so such entries are not reused). Entries are per (task, sample), so a gate on a
-part of the suite (an org's candidates run the first `gate.tasks.org_max_tasks` tasks) reads the part it needs from a file
+part of the suite (an org's candidates run the first `gate.tasks.org_max_tasks` tasks) reads the part it needs
+from a file
 a whole-suite gate wrote. Anything else that changes episodes (the harness or grading code, a task's content under
 the same id) needs a new suite folder or `gate.tasks.reuse_episodes = false`.
 

@@ -4,7 +4,8 @@
     run.result.decision                            # "promote" | "keep_champion"
 
 Steps (docs/gate.md):
-  1. the suite: `gate.tasks.suite_dir`, or the generated held-out suite (`gate.tasks.suite_tasks` tasks, `gate.tasks.suite_seed`),
+  1. the suite: `gate.tasks.suite_dir`, or the generated held-out suite (`gate.tasks.suite_tasks` tasks,
+     `gate.tasks.suite_seed`),
      made once under the state dir;
   2. the flaky-task check grades every task's snapshot and reference solution `gate.tasks.flaky_runs` times and
      quarantines tasks whose outcome changes (or that are mis-specified);
@@ -205,7 +206,8 @@ def gate_tasks(cfg, suite: str | Path | None = None, max_tasks: int | None = Non
 def _episode_cache(cfg, suite_dir: Path, tasks: list[Task]):
     from evals.episode_cache import EpisodeCache, cache_key, cache_root
 
-    return EpisodeCache(cache_root(suite_dir), cache_key(suite_dir, cfg.gate.tasks.seed, cfg.serving), [t.id for t in tasks])
+    return EpisodeCache(cache_root(suite_dir), cache_key(suite_dir, cfg.gate.tasks.seed, cfg.serving),
+                        [t.id for t in tasks])
 
 
 def episode_cache_of(cfg, log: Callable[[str], None] = lambda m: None, suite: str | Path | None = None):
@@ -218,7 +220,8 @@ def episode_cache_of(cfg, log: Callable[[str], None] = lambda m: None, suite: st
 def keep_episodes(cfg, version: str, registry=None, log: Callable[[str], None] | None = None,
                   suite: str | Path | None = None, samples: int | None = None) -> Path | None:
     """Run `version` alone on `suite` (default: the gate's suite; a private engine) with `samples` per task
-    (default gate.tasks.samples_per_task) and keep its episodes in the episode cache, so that a later gate whose champion
+    (default gate.tasks.samples_per_task) and keep its episodes in the episode cache, so that a later gate whose
+    champion
     or anchor has the same bytes runs only the candidate (`rtrl demo --prepare` does it for v0); nothing runs when
     they are kept already. The cache file, or None: a version without a digest, or an infrastructure failure
     (nothing kept)."""

@@ -110,8 +110,8 @@ class ServingConfig(BaseModel):
                                            "idle. 0 = none; leave 0 on GPUs.")
     spare_cpu_cores: str = Field(default="", pattern=CPU_CORES_PATTERN,
                                  description="CPU-only: cpu_cores of the spare engines (\"\" = cpu_cores), e.g. the "
-                                             "gate's (gate.tasks.engine_cpu_cores). A stage or swap asking for other cores "
-                                             "moves a spare's workers there; one left to vLLM's choice (\"\") "
+                                             "gate's (gate.tasks.engine_cpu_cores). A stage or swap asking for other "
+                                             "cores moves a spare's workers there; one left to vLLM's choice (\"\") "
                                              "starts its own engine.")
     registry_poll_s: float = Field(default=2.0, gt=0, le=3600,
                                    description="How often aliases are checked for a new version (hot swap).")

@@ -168,8 +168,8 @@ class SpecializeConfig(BaseModel):
     max_rows: int = Field(default=256, ge=0, description="An adapter trains on at most this many of its org's "
                           "usable rows per cycle (a seeded sample, as trainer.max_rows); 0 = all.")
     parallel_gates: int = Field(default=1, ge=1, le=64, description="Orgs' candidates gated at once (each its own "
-                                "`rtrl gate`): on the running serving (gate.tasks.via_serving) their episodes share one "
-                                "LoRA engine's batches; needs serving.max_loras >= the adapters in flight.")
+                                "`rtrl gate`): on the running serving (gate.tasks.via_serving) their episodes share "
+                                "one LoRA engine's batches; needs serving.max_loras >= the adapters in flight.")
 
     def trainer(self, cfg: TrainerConfig) -> TrainerConfig:
         """The trainer settings of an org's adapter: `cfg` with this section's LoRA rank and scale, learning rate,

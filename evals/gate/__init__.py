@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"GateConfig": "config", "TasksGateConfig": "config", "GuardrailMargins": "config", "GateResult": "decision", "decide": "decision",
+_EXPORTS = {"GateConfig": "config", "TasksGateConfig": "config", "GuardrailMargins": "config", "GateResult": "decision",
+            "decide": "decision",
             "PROMOTE": "decision", "KEEP": "decision", "write_report": "report", "log_to_mlflow": "tracking"}
 
 __all__ = list(_EXPORTS)

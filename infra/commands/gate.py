@@ -46,7 +46,8 @@ def add_parser(subparsers) -> None:
     gt.add_argument("--suite", metavar="DIR", help="task folders (default: gate.tasks.suite_dir, else the generated "
                     "held-out suite of gate.tasks.suite_tasks tasks)")
     gt.add_argument("--tasks", type=int, metavar="N", help="only the first N tasks of the suite")
-    gt.add_argument("--samples", type=int, metavar="K", help="samples per task and arm (default gate.tasks.samples_per_task)")
+    gt.add_argument("--samples", type=int, metavar="K",
+                    help="samples per task and arm (default gate.tasks.samples_per_task)")
     gt.add_argument("--workers", type=int, metavar="W", help="episodes in flight per arm (default gate.tasks.workers)")
     gt.add_argument("--out", metavar="DIR", help="report folder (default STATE/gate/vC-vs-vP-TIME)")
     gt.add_argument("--no-mlflow", action="store_true", help="do not log the run or tag the candidate")

@@ -68,7 +68,8 @@ class UsersGate:
         if info is None or not info.digest:
             return None
         base = info.tags.get("lora_base")    # an adapter is served merged into its base
-        key = json.dumps({"digest": info.digest, "base": base and registry.info(base).digest, "org": org, "sim": self.sim.model_dump(mode="json"),
+        key = json.dumps({"digest": info.digest, "base": base and registry.info(base).digest, "org": org,
+                          "sim": self.sim.model_dump(mode="json"),
                           "hours": self.cfg.hours, "spec": self.spec.version(), "sampling": self.sampling},
                          sort_keys=True)
         return self.cache / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.parquet"

@@ -19,7 +19,8 @@ def suite_outcomes(cfg, folder: str | Path, label: str, samples: int,
     suite_dir, tasks, _ = gate_tasks(cfg, None, None, log)
     policy = LocalPolicy(folder, version=label, arm="eval", seed=cfg.gate.tasks.seed,
                          max_new_tokens=cfg.serving.max_tokens, record=False)
-    episodes = run_suite(tasks, policy, arm="eval", samples=samples, seed=cfg.gate.tasks.seed, workers=cfg.gate.tasks.workers,
+    episodes = run_suite(tasks, policy, arm="eval", samples=samples, seed=cfg.gate.tasks.seed,
+                         workers=cfg.gate.tasks.workers,
                          suite_dirs=[suite_dir])
     valid = [e for e in episodes if e.infra_error is None]
     n = max(1, len(valid))

@@ -103,7 +103,8 @@ class Plan:
     reduced: bool              # not the demo's own settings
 
     def settings(self) -> list[str]:
-        return render_overrides({"trainer.max_rows": self.train_max_rows, "gate.tasks.samples_per_task": self.gate_samples})
+        return render_overrides({"trainer.max_rows": self.train_max_rows,
+                                 "gate.tasks.samples_per_task": self.gate_samples})
 
     def text(self) -> str:
         what = (f"at most {self.train_max_rows} rows, {self.gate_samples} gate samples per task: "

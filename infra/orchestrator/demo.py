@@ -215,7 +215,8 @@ class Demo:
         self.org_suites()
 
     def org_suites(self) -> dict[str, Path]:
-        """--specialize: each simulated org's own suite (made once, under gate.tasks.suites_root in the user's state dir,
+        """--specialize: each simulated org's own suite (made once, under gate.tasks.suites_root in the user's state
+        dir,
         when gate.tasks.org_suites_dir is not set); {} for the plain demo."""
         from evals.org_gate import org_suite
 

@@ -1,6 +1,8 @@
 """`rtrl bench learning` end to end, small: one cycle of the loop in one process (v0's traffic on new simulated
-users, the reward rows, `rtrl train`'s job, the gate on held-out users against champion and v0, promotion), v0
-and the champion scored on fixed users, and the JSON a reader of the curve needs."""
+users as the cycle's traffic file, then production's steps by the in-process executor: the reward job and its sink,
+validate, measure, training, the one gate against champion and v0, promotion), v0 and the champion scored on fixed
+users, and the JSON a reader of the curve needs. The gate here is its users suite alone (the tasks suite starts
+vLLM engines: test_gate_end_to_end covers it)."""
 
 import json
 import subprocess
@@ -15,7 +17,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).parents[2]
 SMALL = ["learning.train_users=24", "learning.cycle_hours=1.0", "learning.score_users=12", "learning.score_hours=0.5",
-         "gate.users.users=12", "gate.users.hours=0.5", "learning.suite_samples=0", "trainer.min_rows=16"]
+         "gate.users.users=12", "gate.users.hours=0.5", "learning.suite_samples=0", "trainer.min_rows=16",
+         'gate.suites=["users"]']
 
 
 def test_one_cycle_registers_a_gated_candidate_and_scores_the_champion_against_v0(bootstrapped, tmp_path):
@@ -35,13 +38,18 @@ def test_one_cycle_registers_a_gated_candidate_and_scores_the_champion_against_v
     assert cycle["champion_before"] == "1" and cycle["candidate"] == "2" and cycle["trained_rows"] == cycle["rows"]
     gate = cycle["gate"]
     assert cycle["decision"] == gate["decision"] in ("promote", "keep_champion")
-    assert [(c["name"], c["against"]) for c in gate["checks"]][:2] == [("edit_persistence_rate", "champion"),
-                                                                       ("edit_persistence_rate", "anchor")]
+    (suite,) = gate["suites"]
+    assert suite["suite"] == "users" and suite["metric"] == "edit_persistence_rate"
+    for against in ("vs_champion", "vs_anchor"):
+        assert suite[against]["low"] <= suite[against]["diff"] <= suite[against]["high"], against
+    assert set(cycle["seconds"]) >= {"traffic", "distill", "validate", "train", "evaluate", "promote"}
+    assert cycle["dropped"] == {}, "every row of the cycle was the champion's, mature and rewarded"
     registry = Registry(f"sqlite:///{tmp_path / 'seed-0' / 'mlflow.db'}", tmp_path / "seed-0" / "mlflow-artifacts",
                         "rtrl-policy", tmp_path / "seed-0" / "checkpoints")
     tags = registry.info("2").tags
     assert tags["parent"] == "1" and tags["cycle"] == "c1" and tags["gate.decision"] == cycle["decision"]
     assert tags["gate.champion_version"] == "1" and tags["gate.anchor_version"] == "1"
+    assert tags["gate.suites"] == "users" and tags["gate.users.decision"] == cycle["decision"]
     assert registry.version_of("champion") == cycle["champion"] == ("2" if cycle["decision"] == "promote" else "1")
     if cycle["decision"] == "promote":        # the new champion's point: every curve metric against v0
         assert set(cycle["score"]) == {"edit_persistence_rate", "dissatisfied_followup_rate", "broken_tool_call_rate",

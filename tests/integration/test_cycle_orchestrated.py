@@ -35,10 +35,11 @@ from tests.waiting import wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive, pytest.mark.timeout(1800)]
 REPO = Path(__file__).parents[2]
 SPEED = 600.0
-GATE_PASSES = ["gate.tasks.margin=0.5", "gate.tasks.anchor_margin=0.5", "gate.tasks.min_tasks=2", "gate.tasks.min_pairs=2",
-               "gate.tasks.suite_tasks=10", "gate.tasks.samples_per_task=2", "gate.tasks.guardrails.broken_tool_calls=1.0",
-               "gate.tasks.guardrails.edit_rate=1.0", "gate.tasks.guardrails.needless_questions=1.0",
-               "gate.tasks.guardrails.median_completion_tokens=10.0"]
+GATE_PASSES = ["gate.tasks.margin=0.5", "gate.tasks.anchor_margin=0.5", "gate.tasks.min_tasks=2",
+               "gate.tasks.min_pairs=2", "gate.tasks.suite_tasks=10", "gate.tasks.samples_per_task=2",
+               "gate.tasks.guardrails.broken_tool_calls=1.0", "gate.tasks.guardrails.edit_rate=1.0",
+               "gate.tasks.guardrails.needless_questions=1.0", "gate.tasks.guardrails.median_completion_tokens=10.0",
+               'gate.suites=["tasks"]']   # the users suite: tests/integration/test_cycle_executors.py
 
 
 class Loop:

@@ -68,9 +68,13 @@ def test_a_checkpoint_with_noisy_weights_is_rejected_and_cannot_be_promoted(boot
     # rejected: not shown non-inferior (v0 resolves few held-out tasks, so a few dozen pairs cannot prove
     # "inferior" either) and the guardrails that see the damage directly trip
     assert gate["decision"] == "keep_champion"
-    assert {"inferior", "inconclusive"} & set(gate["reasons"]), gate["reasons"]
-    assert any(r.startswith("guardrail:") for r in gate["reasons"]), gate["reasons"]
-    assert {"anchor:inferior", "anchor:inconclusive"} & set(gate["reasons"]), gate["reasons"]
+    assert all(r.startswith("tasks:") for r in gate["reasons"]), gate["reasons"]
+    reasons = {r.removeprefix("tasks:") for r in gate["reasons"]}
+    assert {"inferior", "inconclusive"} & reasons, reasons
+    assert any(r.startswith("guardrail:") for r in reasons), reasons
+    assert {"anchor:inferior", "anchor:inconclusive"} & reasons, reasons
+    # the tasks suite kept the champion: the gate ended there, the users suite recorded as not run
+    assert [(x["suite"], x["decision"]) for x in gate["suites"]] == [("tasks", "keep_champion"), ("users", "not_run")]
     assert (gate["candidate_version"], gate["champion_version"]) == (candidate, champion)
     assert gate["episodes"] == 3 * samples * gate["tasks"] and gate["tasks"] >= tasks - 2   # the anchor's too
     assert gate["arms_run"] == ["candidate", "champion"]
@@ -92,6 +96,7 @@ def test_a_checkpoint_with_noisy_weights_is_rejected_and_cannot_be_promoted(boot
     assert tags["gate.decision"] == "keep_champion" and tags["gate.champion_version"] == champion
     assert tags["gate.anchor_version"] == champion
     assert tags["gate.run_id"] == gate["mlflow_run_id"]
+    assert tags["gate.suites"] == "tasks,users" and tags["gate.tasks.decision"] == "keep_champion"
     refused = _rtrl(state, "promote", candidate, model=model, timeout=300)
     assert refused.returncode == 3, refused.stderr
     assert registry.version_of("champion") == champion

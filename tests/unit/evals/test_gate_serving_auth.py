@@ -1,4 +1,5 @@
-"""The gate's chat requests on the running gateway (gate.tasks.via_serving) carry the admin key it stages with, and trust
+"""The gate's chat requests on the running gateway (gate.tasks.via_serving) carry the admin key it stages with, and
+trust
 serving's configured certificate when serving speaks TLS; a private endpoint's client stays as it was."""
 
 from __future__ import annotations

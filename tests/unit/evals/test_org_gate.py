@@ -1,5 +1,6 @@
 """An org's specialized candidate through the gate (evals/org_gate.py): its own suite is generated in its
-workspaces with its convention (or read from gate.tasks.org_suites_dir), the champion it faces is what the org is served,
+workspaces with its convention (or read from gate.tasks.org_suites_dir), the champion it faces is what the org is
+served,
 and it passes only when the held-out suite and its own suite both pass; the tags say which failed."""
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def test_a_specialized_candidate_passes_only_when_both_suites_pass(tmp_path, mon
 @pytest.mark.parametrize("given,held_out_tasks,samples", [({}, 5, 2), ({"max_tasks": 3, "samples": 4}, 3, 4)])
 def test_an_orgs_candidate_runs_the_configured_part_of_the_held_out_suite(tmp_path, monkeypatch, given,
                                                                          held_out_tasks, samples):
-    cfg = make_config(tmp_path, "gate.tasks.org_suite_tasks=2", "gate.tasks.org_max_tasks=5", "gate.tasks.org_samples_per_task=2")
+    cfg = make_config(tmp_path, "gate.tasks.org_suite_tasks=2", "gate.tasks.org_max_tasks=5",
+                      "gate.tasks.org_samples_per_task=2")
     calls = []
 
     def fake_run_gate(cfg, candidate, champion, suite=None, **kw):

@@ -7,6 +7,7 @@ import pytest
 
 from infra.config import (CONFIGS_DIR, apply_override, load_config, overlay_overrides, render_overrides,
                           toml_value)
+from infra.bench.live import LIVE_CONFIG
 from infra.bench.specialize import OVERLAYS as BENCH_OVERLAYS, bench_config
 from infra.orchestrator.demo import DEMO_CONFIG, SPECIALIZE_CONFIG, Demo
 
@@ -114,7 +115,10 @@ def test_the_overlay_is_a_valid_config_on_its_own_and_as_overrides(tmp_path):
     assert alone == load_config(None, overlay_overrides(DEMO_CONFIG))
     assert (alone.trainer.rows_per_step, alone.gate.tasks.suite_tasks, alone.serving.busy_poll_ms) == (128, 40, 5.0)
     assert DEMO_CONFIG.parent == CONFIGS_DIR and sorted(CONFIGS_DIR.glob("*.toml")) == sorted([
-        DEMO_CONFIG, SPECIALIZE_CONFIG, *BENCH_OVERLAYS[1:]])
+        DEMO_CONFIG, SPECIALIZE_CONFIG, *BENCH_OVERLAYS[1:], LIVE_CONFIG])
+    live = load_config(LIVE_CONFIG)                   # `rtrl bench live`: production's learning settings
+    assert (live.trainer.lr, live.trainer.rows_per_step, live.gate.suites) == (2e-4, 256, ["tasks", "users"])
+    assert live.orchestrator.interval_s == 5 * 3600 and live.demo.budget_s == 0
     assert load_config(SPECIALIZE_CONFIG) == load_config(None, overlay_overrides(SPECIALIZE_CONFIG))
     bench = bench_config(None, ())                    # `rtrl bench specialize`: over specialize.toml
     assert BENCH_OVERLAYS[0] == SPECIALIZE_CONFIG and bench.policy.house_rules and bench.specialize.lr == 3e-3

@@ -24,7 +24,8 @@ def test_serving_and_gate_engines_get_disjoint_cores(cores, expected):
 
 def test_every_core_split_is_a_valid_config(tmp_path):
     cfg = make_config(tmp_path, *render_overrides(core_settings(8)))
-    assert (cfg.serving.cpu_cores, cfg.gate.tasks.engine_cpu_cores, cfg.serving.spare_cpu_cores) == ("0-3", "4-7", "4-7")
+    assert (cfg.serving.cpu_cores, cfg.gate.tasks.engine_cpu_cores, cfg.serving.spare_cpu_cores) == \
+        ("0-3", "4-7", "4-7")
 
 
 T0, T1 = datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 1, 5, tzinfo=timezone.utc)
