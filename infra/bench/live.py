@@ -35,13 +35,7 @@ class LiveBench(Demo):
 
         self.prepare_state(resume=False)
         try:
-            self.preload_steps()
-            self.start_stack()
-            v0 = self.ensure_v0()
-            self.log(f"[v0] champion = control = version {v0} ({self.elapsed():.0f}s)")
-            self.start_serving()
-            self.ensure_suite()
-            self.start_clock_and_users()
+            self.start_loop()
             done = self.run_cycles(cycles)
         finally:
             self.log("[live] stopping the stack")

@@ -483,6 +483,17 @@ class Demo:
         return cache.path(digest)
 
     # --- all of it -------------------------------------------------------------------------------------------
+    def start_loop(self, resume: bool = False) -> None:
+        """Everything the cycles need, in order: the steps' libraries (in the background), the stack and the
+        archiver, v0 as champion and control, serving, the gate's suite, the clock and the users."""
+        self.preload_steps()
+        self.start_stack()
+        v0 = self.ensure_v0()
+        self.log(f"[v0] champion = control = version {v0} ({self.elapsed():.0f}s)")
+        self.start_serving()
+        self.ensure_suite()
+        self.start_clock_and_users(resume)
+
     def run(self, cycles: int, summary_path: str | None, keep_running: bool, resume: bool = False) -> dict:
         from infra.orchestrator.summary import cycle_summary, render_table
 
@@ -498,13 +509,7 @@ class Demo:
 
         old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            self.preload_steps()
-            self.start_stack()
-            v0 = self.ensure_v0()
-            self.log(f"[v0] champion = control = version {v0} ({self.elapsed():.0f}s)")
-            self.start_serving()
-            self.ensure_suite()
-            self.start_clock_and_users(resume)
+            self.start_loop(resume)
             done = self.run_cycles(cycles)
             tail = self.measure_tail(stop_users=not keep_running) if self.cfg.demo.ab_tail else None
             records = [r for r in Ledger(self.state).all() if r.cycle_id in done]
