@@ -38,20 +38,31 @@ def set_rank_device() -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 
 
+WORLD_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+OWN_WORLD = "RTRL_OWN_WORLD_PID"   # the process that set WORLD_VARS for a world of one itself (no launcher did)
+
+
 def _single_process_env() -> None:
     """A launcher's (torchrun, deepspeed) RANK, LOCAL_RANK, WORLD_SIZE and MASTER_* are kept (setdefault); alone, the
-    values of a world of one on a free port."""
+    values of a world of one on a free port. Values a parent process set for its own world of one (a cycle step that
+    trained in the orchestrator's process, then started a process that trains) are not a launcher's: the child
+    picks a port of its own instead of the parent's, which the parent's process group still holds."""
     ops_cache_env()
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if os.environ.get(OWN_WORLD, str(os.getpid())) != str(os.getpid()):
+        for k in (*WORLD_VARS, OWN_WORLD):
+            os.environ.pop(k, None)
     for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(k, v)
-    if "MASTER_PORT" not in os.environ:
-        import socket
+    if "MASTER_PORT" in os.environ:
+        return
+    import socket
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    os.environ[OWN_WORLD] = str(os.getpid())
 
 
 class Engine:

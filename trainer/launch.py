@@ -42,7 +42,9 @@ def launch_env(ranks: int, env: dict[str, str] | None = None) -> dict[str, str]:
     import torch
 
     out = dict(os.environ if env is None else env)
-    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    from trainer.engine import OWN_WORLD, WORLD_VARS
+
+    for k in (*WORLD_VARS, "LOCAL_WORLD_SIZE", OWN_WORLD):   # a parent's world of one is not the ranks' either
         out.pop(k, None)
     if not torch.cuda.is_available():
         out.setdefault("DS_ACCELERATOR", "cpu")
