@@ -1,6 +1,6 @@
 """`rtrl bench learning`: the learning curve. For each of K seeds, the loop runs N full cycles in this process
-(`infra.learning.loop`: traffic, rewards, training, the gate against champion and v0, promotion), and every
-promoted champion is scored against v0 on the seed's fixed simulated users; then the curve over seeds
+(`infra.learning.loop`: production's cycle by the in-process executor, the one gate against champion and v0), and
+every promoted champion is scored against v0 on the seed's fixed simulated users; then the curve over seeds
 (`infra.learning.curve`) and, with --plot, its picture (`infra.learning.plot`).
 
 One JSON object: the settings, per seed its lineage (each cycle's counts, gate verdict, score against v0, seconds),
@@ -74,7 +74,10 @@ def run(cfg, cycles: int, seeds: list[int], out_dir: str | None, plot: str | Non
             shutil.rmtree(work, ignore_errors=True)
     lc = cfg.learning
     result = {"cycles": cycles, "seeds": seeds, "seconds_per_seed": seconds,
-              "settings": {"learning": lc.model_dump(), "gate_users": cfg.gate.users.model_dump(),
+              "executor": "in-process (infra.orchestrator.steps.run_cycle), traffic from files served in process",
+              "settings": {"learning": lc.model_dump(), "gate": cfg.gate.model_dump(),
+                           "serving_sampling": {"max_tokens": cfg.serving.max_tokens,
+                                                "temperature": cfg.serving.temperature},
                            "trainer": cfg.trainer.model_dump()},
               "curve": summarize(lineages, cycles), "lineages": lineages}
     if with_headroom:

@@ -1,7 +1,7 @@
 """`rtrl bench specialize`: specialization by organization on the simulated population, in one process
-(`infra.learning.specialize`): one cycle of the loop, an adapter per org over the shared champion, each gated on its
-org's held-out users, and the specialized policy against the shared champion on fixed scoring users, org by org
-and pooled. It runs in the world of `rtrl demo --specialize` (infra/configs/specialize.toml: orgs with conflicting
+(`infra.learning.specialize`): one cycle of the loop with the cycle's specialize step (an adapter per org over the
+shared champion, each gated by the one gate), and the specialized policy against the shared champion on fixed
+scoring users, org by org and pooled. It runs in the world of `rtrl demo --specialize` (infra/configs/specialize.toml: orgs with conflicting
 house rules, the house-rules v0, background tasks) with the sizes of infra/configs/bench-specialize.toml.
 
 One JSON object: the settings, the shared step (its gate and its champion against v0, the long loop's acceptance
@@ -50,7 +50,8 @@ def run(config_path: str | None, overrides: tuple[str, ...], seed: int, out_dir:
         if not out_dir:
             shutil.rmtree(work, ignore_errors=True)
     result = {"total_seconds": round(time.monotonic() - t0, 1),
-              "settings": {"learning": cfg.learning.model_dump(), "gate_users": cfg.gate.users.model_dump(),
+              "executor": "in-process (infra.orchestrator.steps.run_cycle), traffic from files served in process",
+              "settings": {"learning": cfg.learning.model_dump(), "gate": cfg.gate.model_dump(),
                            "specialize": cfg.specialize.model_dump(),
                            "simulator": {k: getattr(cfg.simulator, k) for k in
                                          ("orgs", "keyword_only_orgs", "background_rate")},
