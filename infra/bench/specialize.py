@@ -1,8 +1,9 @@
 """`rtrl bench specialize`: specialization by organization on the simulated population, in one process
 (`infra.learning.specialize`): one cycle of the loop with the cycle's specialize step (an adapter per org over the
 shared champion, each gated by the one gate), and the specialized policy against the shared champion on fixed
-scoring users, org by org and pooled. It runs in the world of `rtrl demo --specialize` (infra/configs/specialize.toml: orgs with conflicting
-house rules, the house-rules v0, background tasks) with the sizes of infra/configs/bench-specialize.toml.
+scoring users, org by org and pooled. It runs in the world of `rtrl demo --specialize`
+(infra/configs/specialize.toml: orgs with conflicting house rules, the house-rules v0, background tasks) with the
+sizes of infra/configs/bench-specialize.toml.
 
 One JSON object: the settings, the shared step (its gate and its champion against v0, the long loop's acceptance
 included), per org the adapter's training, gate and promotion and specialized - shared on edit persistence, the
