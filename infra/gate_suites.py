@@ -94,9 +94,8 @@ def _bounds(diff, low, high, margin) -> dict:
 
 
 def tasks_suite(cfg, candidate: str, champion: str, registry, log, **options) -> SuiteOutcome:
-    """The sandboxed held-out tasks (and an org's own suite for `V@ORG`), as `rtrl gate` ran them."""
-    from evals.gate_run import unstage_after
-
+    """The sandboxed held-out tasks (and an org's own suite for `V@ORG`), as `rtrl gate` ran them. On serving
+    (gate.tasks.via_serving) a candidate that passes stays staged there for its promotion."""
     t0 = time.monotonic()
     if "@" in candidate:
         from evals.org_gate import run_org_gate
@@ -122,8 +121,6 @@ def tasks_suite(cfg, candidate: str, champion: str, registry, log, **options) ->
                                              "tasks_needed": r.design.tasks_needed,
                                              "target_power": r.design.target_power},
         seconds=round(time.monotonic() - t0, 1), details=details)
-    if cfg.gate.tasks.via_serving and run.result.promote and not passed:
-        unstage_after(cfg, {"candidate": candidate}, False, log)
     return out
 
 
@@ -188,6 +185,11 @@ def run_suites(cfg, candidate: str, champion: str | None = None, *, registry=Non
         log(f"[gate] suite {suite}: {o.decision} ({', '.join(o.reasons) or 'every check passed'}); "
             f"{o.metric} {o.interval_text()}")
     outcome = GateOutcome(candidate, champion, anchor, outcomes)
+    staged = any(o.suite == "tasks" and o.decision == PROMOTE for o in outcomes) and cfg.gate.tasks.via_serving
+    if staged and outcome.decision != PROMOTE:     # a later suite kept the champion: no promotion will come
+        from evals.gate_run import unstage_after
+
+        unstage_after(cfg, {"candidate": candidate}, False, log)
     if task_options.get("track", True):
         registry.set_version_tags(candidate, outcome.tags())
     return outcome

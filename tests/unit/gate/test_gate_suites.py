@@ -118,3 +118,20 @@ def test_the_users_suite_reports_the_users_verdicts_bounds_as_its_intervals(tmp_
     assert out.vs_champion == {"diff": 0.02, "low": 0.004, "high": pytest.approx(0.036), "margin": 0.03}
     assert out.vs_anchor == {"diff": -0.02, "low": -0.05, "high": pytest.approx(0.01), "margin": 0.03}
     assert GateOutcome("3@o1", "2", "1", [out]).decision == KEEP
+
+
+def test_a_candidate_the_tasks_suite_staged_on_serving_is_unstaged_when_a_later_suite_keeps_the_champion(
+        tmp_path, ran, monkeypatch):
+    import evals.gate_run
+
+    _, decisions = ran
+    unstaged = []
+    monkeypatch.setattr(evals.gate_run, "unstage_after", lambda cfg, versions, promote, log: unstaged.append(
+        (versions, promote)))
+    cfg = make_config(tmp_path, "gate.tasks.via_serving=true")
+    decisions.update(tasks=PROMOTE, users=KEEP)
+    run_suites(cfg, "3", registry=Tags({"champion": "2"}), users_gate=object(), log=lambda m: None)
+    assert unstaged == [({"candidate": "3"}, False)]
+    decisions.update(users=PROMOTE)                # promoted: it stays staged for the swap
+    run_suites(cfg, "4", registry=Tags({"champion": "2"}), users_gate=object(), log=lambda m: None)
+    assert len(unstaged) == 1
