@@ -106,15 +106,16 @@ def collect(ctx: CycleContext) -> CollectResult:
     if champion is None:
         raise StepFailed("alias champion is not set: run `rtrl bootstrap` first")
     if ctx.cfg.orchestrator.source == "files":
-        from pipelines.rewards.files_job import drained_as_of
+        from pipelines.rewards.files_job import drained_as_of, events_read, read_items
         from schemas import storage
 
         path = traffic_file(ctx.cfg, ctx.cycle_id)
         if not storage.exists(path):
             raise StepFailed(f"no traffic for cycle {ctx.cycle_id}: {path} does not exist")
-        as_of = drained_as_of([str(path)], ctx.cfg.rewards)
-        records = storage.read_bytes(path).count(b"\n")
-        return CollectResult(champion=champion, records=records, as_of=as_of.isoformat() if as_of else None)
+        items = list(read_items([str(path)]))
+        as_of = drained_as_of(items, ctx.cfg.rewards)
+        return CollectResult(champion=champion, records=events_read(items),
+                             as_of=as_of.isoformat() if as_of else None)
     from pipelines.rewards.cycle_job import CycleStore, plan
 
     m = plan(CycleStore(ctx.cfg.rewards_root()), ctx.cycle_id, ctx.cfg.kafka, ctx.cfg.rewards,

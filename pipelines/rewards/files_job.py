@@ -63,16 +63,21 @@ def read_items(paths: list[str]):
     yield "counts", counts
 
 
-def drained_as_of(paths: list[str], spec: RewardSpec) -> datetime | None:
-    """A time past every request's maturity in the files: the last event time plus the longest window the spec
-    waits for (the long loop's horizon and its lateness included), or None for no valid events."""
-    times = [b.frame["event_time"].max() for b in read_items(paths) if isinstance(b, EventBatch)]
+def drained_as_of(items: list, spec: RewardSpec) -> datetime | None:
+    """A time past every request's maturity in the source items (`read_items`): the last event time plus the longest
+    window the spec waits for (the long loop's horizon and its lateness included), or None for no valid events."""
+    times = [b.frame["event_time"].max() for b in items if isinstance(b, EventBatch)]
     if not times:
         return None
-    last = max(times)
     longest = max(spec.maturity_delay_s(question=True) + spec.followup_window_s,
                   spec.long_horizon_s + spec.outcome_lateness_s)
-    return last + timedelta(seconds=longest + 1)
+    return max(times) + timedelta(seconds=longest + 1)
+
+
+def events_read(items: list) -> int:
+    """How many lines of the files were events (valid or not)."""
+    counts = [x[1] for x in items if isinstance(x, tuple) and x[0] == "counts"]
+    return sum(c.get("events_read", 0) for c in counts)
 
 
 def run_files(cycle_id: str, paths: list[str], table: str | Path, spec: RewardSpec, result: str | Path,
@@ -80,12 +85,12 @@ def run_files(cycle_id: str, paths: list[str], table: str | Path, spec: RewardSp
               beam_args: list[str] | None = None) -> dict:
     """The reward rows of the traffic in `paths`, as the partition `window=cycle_id` of `table` (and the outcome
     table beside it); the run's summary ({"partitions", "outcome_partitions", "counters", ...})."""
-    as_of = drained_as_of(paths, spec)
+    items = list(read_items(paths))
+    as_of = drained_as_of(items, spec)
     sink = Sink(table=str(table), window=cycle_id, result=str(result),
                 dead_letters=None if dead_letters is None else str(dead_letters))
     if as_of is None:
         return {"partitions": [], "outcome_partitions": [], "counters": {}, "carried": 0, "dead_letters": 0}
-    items = list(read_items(paths))
     p = beam.Pipeline(options=PipelineOptions(beam_args or ["--runner=DirectRunner"]))
     _ = (p | "Traffic" >> beam.Create(items, reshuffle=False)
          | "Rewards" >> BoundedRewards(spec, shards, as_of, sink))
