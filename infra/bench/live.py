@@ -46,13 +46,13 @@ class LiveBench(Demo):
 
 def cycle_row(rec) -> dict:
     """What the bench reports of a cycle's ledger record."""
-    from infra.learning.loop import dropped_rows
+    from infra.learning.loop import dropped_rows, trained_rows
 
     train, gate = rec.result("train"), rec.result("evaluate")
     counts = train.get("counts") or {}
     return {"cycle": rec.cycle_id, "status": rec.status, "error": rec.error[:300] if rec.error else "",
             "champion_before": rec.result("collect").get("champion"), "rows": rec.result("distill").get("rows"),
-            "trained": counts.get("kept_on_policy", 0) + counts.get("kept_stale", 0),
+            "trained": trained_rows(counts),
             "on_policy": counts.get("kept_on_policy", 0), "stale": counts.get("kept_stale", 0),
             "dropped": dropped_rows(counts), "candidate": train.get("candidate"),
             "decision": gate.get("decision"), "reasons": gate.get("reasons"),

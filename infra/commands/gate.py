@@ -95,7 +95,6 @@ def gate_version(cfg, candidate: str, champion: str | None = None, *, log=_log, 
 
 def gate(args, cfg) -> int:
     from evals.endpoints import EndpointError
-    from evals.tasks.spec import TaskError
 
     if args.via_serving:
         cfg = cfg.model_copy(update={"gate": cfg.gate.model_copy(update={
@@ -107,10 +106,7 @@ def gate(args, cfg) -> int:
         options["out_dir"] = args.out
     try:
         summary = gate_version(cfg, args.candidate, args.champion, **options)
-    except ValueError as e:
-        print(f"rtrl gate: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except (LookupError, TaskError) as e:
+    except (LookupError, ValueError) as e:     # TaskError (a bad suite folder) is a ValueError
         print(f"rtrl gate: {e}", file=sys.stderr)
         return EXIT_USAGE
     except EndpointError as e:

@@ -64,8 +64,8 @@ def lineage_config(cfg, work: Path, seed: int):
             "tasks": g.tasks.model_copy(update={"suites_root": str(suites_root(cfg)), "via_serving": False})})})
 
 
-def lineage_registry(cfg, work: Path, v0: Path):
-    """The lineage's MLflow registry (`lineage_config`'s, under `work`) with v0 registered as version 1, aliases
+def lineage_registry(cfg, v0: Path):
+    """The lineage's MLflow registry (`lineage_config`'s, under its work folder) with v0 registered as version 1, aliases
     champion and control."""
     from registry.client import Registry
 
@@ -127,7 +127,7 @@ def _run_lineage(cfg, v0: Path, seed: int, cycles: int, work: Path, log: Callabl
         torch.set_num_threads(lc.threads)
     work.mkdir(parents=True, exist_ok=True)
     lcfg = lineage_config(cfg, work, seed)
-    registry = lineage_registry(lcfg, work, v0)
+    registry = lineage_registry(lcfg, v0)
     scorer = scorer or Scorer(cfg, seed, log, workers=workers)
     t0 = time.monotonic()
     base = scorer.score(v0, registry.version_of("control"))["summary"] if lc.score_v0 else {}
@@ -179,8 +179,13 @@ def cycle_result(c: int, champion_before: str, rec, registry) -> CycleResult:
     gate = rec.result("evaluate")
     return CycleResult(c, champion_before, train.get("candidate"), gate.get("decision", "?"),
                        list(gate.get("reasons") or []), distill.get("rows", 0),
-                       counts.get("kept_on_policy", 0) + counts.get("kept_stale", 0), train.get("reward_mean"),
+                       trained_rows(counts), train.get("reward_mean"),
                        registry.version_of("champion"), gate, dropped=dropped_rows(counts))
+
+
+def trained_rows(counts: dict) -> int:
+    """The rows the training selection kept: on-policy, and within the staleness bound."""
+    return counts.get("kept_on_policy", 0) + counts.get("kept_stale", 0)
 
 
 def dropped_rows(counts: dict) -> dict:

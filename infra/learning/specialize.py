@@ -67,7 +67,7 @@ def _specialize(cfg, v0: Path, seed: int, work: Path, log: Callable[[str], None]
     from infra.orchestrator.ledger import Ledger
 
     lcfg = lineage_config(cfg, work, seed)
-    registry = lineage_registry(lcfg, work, v0)
+    registry = lineage_registry(lcfg, v0)
     shared = registry.version_of("champion")
     rec = Ledger.for_config(lcfg).load("c1")
     orgs = {org: dict(r) for org, r in ((rec.result("specialize") or {}).get("orgs") or {}).items()}

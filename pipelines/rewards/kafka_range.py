@@ -10,7 +10,7 @@ Event times are client clocks, so no single event may move the watermark past it
 with min(event_time, receipt + `max_skew_s`), where receipt is the record's `received_time` (stamped by the
 collector, or by the SDK's sender for direct-to-Kafka producers) or, without one, the Kafka record's timestamp; a
 record with neither does not move the watermark. One event dated 2099 once set a cycle's as_of to 2099: that cycle
-emitted immature rows and every later cycle found its requests late (issue 38).
+emitted immature rows and every later cycle found its requests late.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def fix_range(bootstrap: KafkaTarget, topics: tuple[str, ...], start: dict[str, 
     partitions not hold it back, which is only right for a partition read to its end. A slow broker (an object
     store under load, a restart) can answer a fetch of data it holds with nothing for seconds; ending the range
     there advanced the watermark past requests still unread in that partition, and the next cycle dropped them
-    as late (chaos run, issue 9).
+    as late (seen in a `rtrl chaos` run).
 
     `newest` holds each partition's newest `watermark_time` (event time bounded by receipt + `max_skew_s`)."""
     from kafka import TopicPartition

@@ -3,7 +3,7 @@
 Per request: a trajectory (10% question-only, 5% with a broken tool call, 2% cut short, no n > 1 groups), a
 suggestion (80%), applied (60%, within a minute) or rejected (20%), two snapshots of the edited file (the horizon
 one keeps 0-4 of the 4 lines), a follow-up (50%), a tool-call result (10% errors). About 6 events per request.
-Not the user simulator (issue 4): no behaviour, only shapes and joins that exercise every branch of the reward
+Not the user simulator (instrumentation/simulator/): no behaviour, only shapes and joins that exercise every branch of the reward
 spec.
 """
 

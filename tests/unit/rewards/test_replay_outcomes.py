@@ -1,4 +1,4 @@
-"""A replay of the long loop gives the live cycles' outcome rows (issue 56, item 6).
+"""A replay of the long loop gives the live cycles' outcome rows, byte for byte, with the same counts.
 
 The live side is the real cycle job (`run_cycle`: range fixing, the bounded Beam join, carry, manifests) over the
 stand-in broker of test_cycle_time_bound, four cycles of about three hours of event time each; every record it
