@@ -265,14 +265,10 @@ def _gate(ctx: CycleContext, candidate: str, champion: str | None) -> GateResult
 def evaluate(ctx: CycleContext) -> GateResult:
     trained = ctx.result("train")
     candidate, parent = str(trained.candidate), str(trained.parent)
-    tags = ctx.registry().info(candidate).tags
-    if _gate_done(ctx, tags, parent):
+    if (gated := _gated(ctx, candidate, parent)) is not None:
         ctx.log(f"[cycle {ctx.cycle_id}] evaluate: version {candidate} was already gated against {parent}: "
-                f"{tags['gate.decision']}")
-        return GateResult(decision=tags["gate.decision"],
-                          reasons=[r for r in tags.get("gate.reasons", "").split(",") if r],
-                          interval=tags.get("gate.interval"), mlflow_run_id=tags.get("gate.run_id"),
-                          candidate_version=candidate, champion_version=parent, reused=True)
+                f"{gated.decision}")
+        return gated
     return _gate(ctx, candidate, parent)
 
 
@@ -307,19 +303,16 @@ def cycle_orgs(ctx: CycleContext) -> list[str]:
     return sorted(rows.select(pl.col("org_id").unique())["org_id"].to_list())
 
 
-def _gate_done(ctx: CycleContext, tags: dict, against: str | None) -> bool:
-    """Whether a version's tags hold a whole gate's decision against `against` with this gate's suites (a cycle
-    resumed after its gate ran; a gate cut short leaves no `gate.suites`)."""
-    return bool(tags.get("gate.decision")) and tags.get("gate.champion_version") == str(against) and \
-        tags.get("gate.suites") == ",".join(ctx.cfg.gate.suites)
-
-
-def _gated(ctx: CycleContext, label: str, against: str | None) -> dict | None:
-    """The gate result recorded on `label` when it was gated against `against` already (a resumed cycle)."""
+def _gated(ctx: CycleContext, label: str, against: str | None) -> GateResult | None:
+    """The gate result tagged on `label` when a whole gate with this gate's suites ran against `against` already (a
+    resumed cycle; a gate cut short leaves no `gate.suites`), else None."""
     tags = ctx.registry().info(label).tags
-    if _gate_done(ctx, tags, against):
-        return {"decision": tags["gate.decision"], "interval": tags.get("gate.interval"), "reused": True}
-    return None
+    if not (tags.get("gate.decision") and tags.get("gate.champion_version") == str(against)
+            and tags.get("gate.suites") == ",".join(ctx.cfg.gate.suites)):
+        return None
+    return GateResult(decision=tags["gate.decision"], reasons=[r for r in tags.get("gate.reasons", "").split(",") if r],
+                      interval=tags.get("gate.interval"), mlflow_run_id=tags.get("gate.run_id"),
+                      candidate_version=label, champion_version=str(against), reused=True)
 
 
 def train_org(ctx: CycleContext, org: str) -> OrgResult:
@@ -342,11 +335,9 @@ def gate_org(ctx: CycleContext, org: str, trained: OrgResult) -> dict:
     registry = ctx.registry()
     if registry.for_org(org).version_of("champion") == parse_label(label)[0]:   # a resumed cycle promoted it
         return {"decision": "promote", "already": True}
-    gate = _gated(ctx, label, registry.version_of(f"champion@{org}") or registry.version_of("champion"))
-    if gate is None:
-        g = _gate(ctx, label, None)
-        gate = {"decision": g.decision, "interval": g.interval}
-    return gate
+    g = _gated(ctx, label, registry.version_of(f"champion@{org}") or registry.version_of("champion")) or \
+        _gate(ctx, label, None)
+    return {"decision": g.decision, "interval": g.interval}
 
 
 def promote_org(ctx: CycleContext, org: str, trained: OrgResult, gate: dict) -> OrgResult:
