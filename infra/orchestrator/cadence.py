@@ -1,8 +1,9 @@
 """When the next cycle starts (docs/orchestrator.md): a true interval measured from the last cycle's START, one
 cycle at a time, and only with enough mature traffic. `decide` is the whole rule, with no I/O; the Dagster sensor
-and `rtrl demo` call it with the ledger, the orchestrator's clock and a lazy count of mature requests.
+and `rtrl demo` call it with the ledger's latest record (`Ledger.latest()`, one read), the orchestrator's clock and a
+lazy count of mature requests.
 
-    d = decide(now, ledger.all(), lambda: count_mature_requests(cfg, now), interval_s=5 * 3600, min_rows=200)
+    d = decide(now, ledger.latest(), lambda: count_mature_requests(cfg, now), interval_s=5 * 3600, min_rows=200)
     d.start, d.cycle_id, d.reason     # True, "c4", "5.0 h since c3 started, 1,204 mature requests"
 
 Rules, in order:
@@ -10,11 +11,16 @@ Rules, in order:
      the sensor, that the Dagster run executing it (CycleRecord.dagster_run_id) is active in the instance
      (`definitions.run_alive`), whichever host it runs on; `decide`'s default, for a cycle run outside Dagster,
      checks its runner's pid on this host;
-  2. the last cycle failed, or is marked running but its runner died: start it again under the same id (resume;
-     its done steps are not redone);
-  3. less than `interval_s` since the last cycle started: skip ("too early", with the time of the next chance);
-  4. fewer than `min_rows` mature requests since the last cycle's range: skip ("too few mature rows");
-  5. otherwise start the next cycle id.
+  2. the last cycle is stuck (`retry.max_failures` failures in a row): skip, with its failures and how an operator
+     clears it; nothing starts until then;
+  3. the last cycle failed, or is marked running but its runner died (`crashed`: its Dagster run failed or is gone,
+     its process is gone; the decision's `failure` asks the caller to record that in the ledger as a failure): start
+     it again under the same id (resume; its done steps are not redone) once its backoff has passed
+     (infra.orchestrator.backoff), else skip ("backing off", with the time of the retry). A runner that finished
+     its selection of steps (the demo's measure steps alone) left no failure: its cycle resumes at once;
+  4. less than `interval_s` since the last cycle started: skip ("too early", with the time of the next chance);
+  5. fewer than `min_rows` mature requests since the last cycle's range: skip ("too few mature rows");
+  6. otherwise start the next cycle id.
 A blocked cycle (data quality failed, data refused) is finished: the next one starts on the usual interval.
 """
 
@@ -26,7 +32,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable
 
-from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, RUNNING, CycleRecord, next_cycle_id
+from infra.orchestrator.backoff import RetryPolicy, next_retry
+from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, RUNNING, STUCK, CycleRecord, next_cycle_id
 
 
 @dataclass
@@ -36,6 +43,7 @@ class CadenceDecision:
     cycle_id: str | None = None
     resume: bool = False
     details: dict = field(default_factory=dict)
+    failure: str | None = None     # a runner that died: the failure the caller records for the cycle (`cycle_id`)
 
 
 def pid_alive(rec: CycleRecord) -> bool:
@@ -52,19 +60,25 @@ def pid_alive(rec: CycleRecord) -> bool:
     return True
 
 
-def decide(now: datetime, records: list[CycleRecord], mature_rows: Callable[[], int], interval_s: float,
-           min_rows: int, alive: Callable[[CycleRecord], bool] = pid_alive) -> CadenceDecision:
-    last = records[-1] if records else None
-    next_id = next_cycle_id(records)
+def decide(now: datetime, last: CycleRecord | None, mature_rows: Callable[[], int], interval_s: float,
+           min_rows: int, alive: Callable[[CycleRecord], bool] = pid_alive,
+           crashed: Callable[[CycleRecord], bool] = lambda rec: True,
+           retry: RetryPolicy = RetryPolicy()) -> CadenceDecision:
+    """The cadence's decision at `now` after `last`, the ledger's latest cycle (None: no cycle yet). `crashed`: whether
+    a running cycle's runner that is gone died rather than finished the steps it was given."""
+    next_id = next_cycle_id([last] if last else [])
     if last is not None and last.status == RUNNING:
         if alive(last):
             return CadenceDecision(False, f"previous cycle {last.cycle_id} is still running (since "
                                           f"{last.started_at})", details={"running": last.cycle_id})
-        return CadenceDecision(True, f"cycle {last.cycle_id} was left running by a runner that died: resuming it",
-                               last.cycle_id, resume=True)
-    if last is not None and last.status == FAILED:
-        return CadenceDecision(True, f"cycle {last.cycle_id} failed ({last.error[:200]}): resuming it",
-                               last.cycle_id, resume=True)
+        if not crashed(last):
+            return CadenceDecision(True, f"cycle {last.cycle_id} was left running by a runner that finished its "
+                                         "steps: resuming it", last.cycle_id, resume=True)
+        return _retry(now, last, [*last.failure_times(), now], retry, "its runner died",
+                      failure=f"the runner of cycle {last.cycle_id} died (its Dagster run failed or is gone, or its "
+                              "process exited) before the cycle finished")
+    if last is not None and last.status in (FAILED, STUCK):
+        return _retry(now, last, last.failure_times(), retry, last.error[:200])
     if last is not None and last.status in (DONE, BLOCKED):
         due = datetime.fromisoformat(last.started_at) + timedelta(seconds=interval_s)
         if now < due:
@@ -78,6 +92,40 @@ def decide(now: datetime, records: list[CycleRecord], mature_rows: Callable[[], 
                                       f"{min_rows:,} needed", details={"mature_rows": n})
     since = f"{_hours(now - datetime.fromisoformat(last.started_at))} since {last.cycle_id} started, " if last else ""
     return CadenceDecision(True, f"{since}{n:,} mature requests", next_id, details={"mature_rows": n})
+
+
+def _retry(now: datetime, rec: CycleRecord, failure_times: list[datetime], policy: RetryPolicy, why: str,
+           failure: str | None = None) -> CadenceDecision:
+    """A failed cycle (or one whose runner just died: `failure`, counted in `failure_times` already): resumed, backing
+    off, or stuck."""
+    cid, r = rec.cycle_id, next_retry(failure_times, now, policy)
+    if r.stuck or rec.status == STUCK:
+        return CadenceDecision(False, f"cycle {cid} is stuck: {r.failures} failures in a row, at most "
+                                      f"{policy.max_failures} (orchestrator.max_failures); last: {why}. It is not "
+                                      f"retried, and no cycle starts, until an operator clears it: `rtrl cycle {cid} "
+                                      f"--unstick` (the cadence retries it) or `rtrl cycle {cid} --retry` (run here)",
+                               cid, details={"stuck": cid, "failures": r.failures}, failure=failure)
+    if not r.due:
+        return CadenceDecision(False, f"backing off: cycle {cid} failed {r.failures} time(s) in a row ({why}); "
+                                      f"retry {r.failures + 1} of at most {policy.max_failures} at "
+                                      f"{r.next_at.isoformat()}, {r.wait_s:g} s after the last failure",
+                               cid, details={"backoff": cid, "failures": r.failures, "retry_at": r.next_at.isoformat(),
+                                             "wait_s": r.wait_s}, failure=failure)
+    return CadenceDecision(True, f"cycle {cid} failed ({why}): resuming it"
+                                 + (f" (retry {r.failures + 1}, after {r.wait_s:g} s of backoff)" if r.failures
+                                    else ""), cid, resume=True, details={"failures": r.failures}, failure=failure)
+
+
+def record_outcome(ledger, last: CycleRecord | None, d: CadenceDecision, now: datetime, max_failures: int) -> None:
+    """What decision `d` about `last` says of it, written to the ledger (`decide` does no I/O): a runner that died is
+    a failure of the cycle (`d.failure`); a cycle past `max_failures` is marked stuck."""
+    if last is None:
+        return
+    if d.failure:
+        ledger.record_failure(last, now, None, d.failure, max_failures)
+    elif d.details.get("stuck") and last.status != STUCK:
+        last.status = STUCK
+        ledger.save(last)
 
 
 def _hours(d: timedelta) -> str:

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from infra.stack.logs import LOG_KEEP, LOG_MAX_BYTES
+
 
 class OrchestratorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -59,7 +61,35 @@ class OrchestratorConfig(BaseModel):
                                "killed host or process), marks it failed and resumes the cycle. Compares the run's "
                                "event times with the sensor's clock: keep it well above the hosts' clock skew and "
                                "heartbeat_s.")
+    retry_backoff_s: float = Field(default=300.0, gt=0, le=86400, description="A failed cycle (a step raised, or its "
+                                   "runner died) is retried this long after its failure, twice as long after each "
+                                   "further failure in a row (capped exponential backoff, infra.orchestrator.backoff), "
+                                   "in the orchestrator's clock.")
+    retry_backoff_max_s: float = Field(default=3600.0, gt=0, le=7 * 86400, description="The longest wait between two "
+                                       "tries of a failed cycle (the cap of the backoff).")
+    max_failures: int = Field(default=6, ge=1, le=1000, description="After this many failures in a row (no step "
+                              "finished in between) the cycle is stuck: no executor runs it and the cadence starts "
+                              "nothing, saying why, until an operator clears it (`rtrl cycle ID --unstick` lets the "
+                              "cadence retry it, `rtrl cycle ID --retry` runs it at once).")
+    log_max_bytes: int = Field(default=LOG_MAX_BYTES, ge=4096, le=2**40, description="A log over this many bytes is "
+                               "rotated (copied to <name>.1, truncated in place): the stack's processes' logs "
+                               "(<state_dir>/logs), the cycles' step logs (<state_dir>/orchestrator/logs) and the "
+                               "cadence's decisions (<state_dir>/orchestrator/cadence.jsonl), at every cadence tick "
+                               "and after every cycle; a process's log also when it starts (with the default).")
+    log_keep: int = Field(default=LOG_KEEP, ge=0, le=100, description="Rotated copies kept of each log (<name>.1 "
+                          "... <name>.N); older ones are removed.")
+    keep_cycles: int = Field(default=20, ge=1, le=100_000, description="The step logs (<state_dir>/orchestrator/"
+                             "logs/<cycle id>) and the Dagster runs, with their event logs, of the last this many "
+                             "cycles are kept; those of older finished cycles are removed as cycles go by (step logs "
+                             "after each cycle, runs when the cadence starts a new one). Failed and stuck cycles keep "
+                             "theirs.")
 
+    @model_validator(mode="after")
+    def _backoff_cap_above_base(self):
+        if self.retry_backoff_max_s < self.retry_backoff_s:
+            raise ValueError(f"orchestrator.retry_backoff_max_s ({self.retry_backoff_max_s:g}) must be at least "
+                             f"retry_backoff_s ({self.retry_backoff_s:g}): it caps the waits that start there")
+        return self
 
     @model_validator(mode="after")
     def _heartbeat_within_staleness(self):

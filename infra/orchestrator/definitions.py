@@ -12,8 +12,10 @@ re-executing a failed run (or the sensor resuming it) never doubles work or data
 Jobs: `rtrl_cycle` (every step asset for one cycle partition), `rtrl_replay` (one time range of the archived event
 log through the reward job, to a separate output; config start/end/out) and `rtrl_replay_hourly` (the same as an
 hourly-partitioned asset: a backfill over a range of hours writes one window per hour).
-Sensor: `cadence` (infra.orchestrator.cadence.decide), every orchestrator.sensor_interval_s; each tick's decision
-is also appended to <state_dir>/orchestrator/cadence.jsonl.
+Sensor: `cadence` (infra.orchestrator.cadence.decide over the ledger's latest record), every
+orchestrator.sensor_interval_s; each tick's decision is also appended to <state_dir>/orchestrator/cadence.jsonl
+(a failed cycle backing off, a stuck one and why), and each tick rotates the logs over their bound
+(infra.orchestrator.housekeeping.rotate_logs).
 """
 # no `from __future__ import annotations`: Dagster reads the context and config annotations at definition time
 import json
@@ -28,7 +30,8 @@ from pathlib import Path
 import dagster as dg
 
 from infra.config import load_config
-from infra.orchestrator.cadence import count_mature_requests, decide, pid_alive
+from infra.orchestrator.backoff import RetryPolicy
+from infra.orchestrator.cadence import count_mature_requests, decide, pid_alive, record_outcome
 from infra.orchestrator.clock import clock_for
 from infra.orchestrator.ledger import Ledger
 from infra.orchestrator.steps import STEPS, CycleContext, finish, run_step
@@ -162,6 +165,7 @@ cycle_job = dg.define_asset_job(CYCLE_JOB, selection=[ASSETS[s][0] for s in STEP
 
 ACTIVE = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
           dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+ENDED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 
 
 def record_decision(state_path: Path, now: datetime, decision, source: str) -> None:
@@ -171,7 +175,8 @@ def record_decision(state_path: Path, now: datetime, decision, source: str) -> N
     with open(p, "a", encoding="utf-8") as f:
         f.write(json.dumps({"at": now.isoformat(), "wall": datetime.now(timezone.utc).isoformat(),
                             "source": source, "start": decision.start, "cycle_id": decision.cycle_id,
-                            "resume": decision.resume, "reason": decision.reason, **decision.details}) + "\n")
+                            "resume": decision.resume, "reason": decision.reason, **decision.details,
+                            **({"failure_recorded": decision.failure} if decision.failure else {})}) + "\n")
 
 
 def run_alive(instance, rec) -> bool:
@@ -181,6 +186,16 @@ def run_alive(instance, rec) -> bool:
         return pid_alive(rec)
     run = instance.get_run_by_id(rec.dagster_run_id)
     return run is not None and run.status in ACTIVE
+
+
+def run_crashed(instance, rec) -> bool:
+    """Whether the runner of a running cycle that is no longer active died rather than finished: its Dagster run
+    failed, was canceled or is gone (a run that succeeded ran the selection of steps it was given: the demo's measure
+    steps alone). A record without a run id was run outside Dagster: its process is gone, so it died."""
+    if not rec.dagster_run_id:
+        return True
+    run = instance.get_run_by_id(rec.dagster_run_id)
+    return run is None or run.status != dg.DagsterRunStatus.SUCCESS
 
 
 def stale_runs(instance, stale_s: float, now: float | None = None) -> list:
@@ -200,9 +215,26 @@ def stale_runs(instance, stale_s: float, now: float | None = None) -> list:
     return out
 
 
+def prune_runs(instance, ledger: Ledger, latest, keep_cycles: int) -> list[str]:
+    """Delete the ended cycle-job runs, with their event logs, of the finished cycles at least `keep_cycles` older
+    than `latest` (the cycles whose step logs go: housekeeping.old_cycles); their run ids. Reads the runs the
+    instance keeps, which this bounds."""
+    from infra.orchestrator.housekeeping import old_cycles, record_of
+
+    runs = instance.get_runs(filters=dg.RunsFilter(job_name=CYCLE_JOB, statuses=ENDED))
+    cycles_of_runs = {r.tags.get("dagster/partition") for r in runs} - {None}
+    old = set(old_cycles({c: record_of(ledger, c) for c in cycles_of_runs}, latest.seq, keep_cycles))
+    gone = [r.run_id for r in runs if r.tags.get("dagster/partition") in old]
+    for run_id in gone:
+        instance.delete_run(run_id)
+    return gone
+
+
 def evaluate_cadence(instance, rtrl: RtrlResource, source: str = "sensor"):
     """One sensor tick: (decision, the run request or None). Skips while a cycle run is active in Dagster; a started
-    run that stopped sending heartbeats is marked failed first (`stale_runs`)."""
+    run that stopped sending heartbeats is marked failed first (`stale_runs`). A runner found dead is recorded as a
+    failure of its cycle (`record_outcome`); a new cycle's start removes old cycles' runs (`prune_runs`); every tick
+    rotates the logs over their bound."""
     from infra.orchestrator.cadence import CadenceDecision
 
     cfg = rtrl.load()
@@ -213,16 +245,31 @@ def evaluate_cadence(instance, rtrl: RtrlResource, source: str = "sensor"):
         d = CadenceDecision(False, f"previous cycle still running (Dagster run {active[0].run_id[:8]}, "
                                    f"partition {active[0].tags.get('dagster/partition')})")
     else:
-        o = cfg.orchestrator
-        d = decide(now, Ledger.for_config(cfg).all(), lambda: count_mature_requests(cfg, now), o.interval_s,
-                   o.min_mature_rows, alive=lambda rec: run_alive(instance, rec))
+        o, ledger = cfg.orchestrator, Ledger.for_config(cfg)
+        last = ledger.latest()
+        d = decide(now, last, lambda: count_mature_requests(cfg, now), o.interval_s, o.min_mature_rows,
+                   alive=lambda rec: run_alive(instance, rec), crashed=lambda rec: run_crashed(instance, rec),
+                   retry=RetryPolicy.of(o))
+        record_outcome(ledger, last, d, now, o.max_failures)
+        if d.start and not d.resume and last is not None:
+            d.details["runs_deleted"] = len(prune_runs(instance, ledger, last, o.keep_cycles))
     if failed:
         d.details["stale_runs_failed"] = failed
     record_decision(cfg.state_path, now, d, source)
+    _rotate_logs(cfg)
     if not d.start:
         return d, None
     return d, dg.RunRequest(partition_key=d.cycle_id, run_key=f"{d.cycle_id}@{time.time():.0f}",
                             tags={"rtrl/reason": d.reason[:200], "rtrl/resume": str(d.resume).lower()})
+
+
+def _rotate_logs(cfg) -> None:
+    from infra.orchestrator.housekeeping import rotate_logs
+
+    try:
+        rotate_logs(cfg)
+    except OSError as e:      # a log that cannot be rotated now is rotated at a later tick
+        print(f"cadence: rotating logs: {e}", file=sys.stderr, flush=True)
 
 
 def _sensor_interval() -> int:

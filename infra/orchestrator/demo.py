@@ -317,6 +317,8 @@ class Demo:
                                 f"{last_reason}")
             self.check_background()
             decision, request = defs_mod.evaluate_cadence(instance, resource, source="demo")
+            if decision.details.get("stuck"):      # only an operator clears it: waiting would end in the timeout
+                raise DemoError(decision.reason)
             if request is None:
                 if decision.reason.split(":")[0] != last_reason.split(":")[0]:
                     self.log(f"[cadence] skip: {decision.reason}")

@@ -30,6 +30,13 @@ window = cycle id and written by overwrite; training finds the candidate already
 the gate's decision is read back from the candidate's gate.* tags when it ran against the same champion; the
 promotion is a compare-and-swap (already champion = done); deploy only observes.
 
+A step that raises is a failure of the cycle (infra.orchestrator.ledger: `record_failure`): the cycle is failed, and
+retried by the cadence after a capped exponential backoff (infra.orchestrator.backoff); after
+`orchestrator.max_failures` failures in a row (no step finished in between) it is stuck, and every executor refuses
+to run it (CycleStuck) until an operator clears it (`rtrl cycle ID --unstick` or `--retry`). A cycle that ends (done
+or blocked) cleans up after itself (infra.orchestrator.housekeeping: the reward job's carry no cycle reads any more,
+step logs of old cycles, oversized logs).
+
 Failure injection for tests: `RTRL_FAIL_AFTER_STEP=<step>` raises InjectedFailure after that step's work and
 before the ledger records it — the worst moment, so the resumed run must rely on the step's own idempotency.
 """
@@ -47,7 +54,7 @@ from pathlib import Path
 from typing import Callable
 
 from infra.orchestrator.errors import StepFailed
-from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, CycleRecord, Ledger
+from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, STUCK, CycleRecord, Ledger
 from infra.orchestrator.results import (RESULTS, CollectResult, DeployResult, DistillResult, GateResult,
                                         MeasureResult, OrgResult, PromoteResult, SpecializeResult, StepResult,
                                         TrainStepResult, ValidateResult)
@@ -64,6 +71,15 @@ class CycleBlocked(StepFailed):
     """The cycle cannot go on with this data (a data-quality suite failed, too few usable rows)."""
 
 
+class CycleStuck(StepFailed):
+    """The cycle failed `orchestrator.max_failures` times in a row: no executor runs it until an operator clears it."""
+
+    def __init__(self, rec: CycleRecord):
+        super().__init__(f"cycle {rec.cycle_id} is stuck after {len(rec.failures)} failures in a row (last: "
+                         f"{rec.error[:300]}); clear it with `rtrl cycle {rec.cycle_id} --unstick` (the cadence "
+                         f"retries it) or `rtrl cycle {rec.cycle_id} --retry` (run it here)", 4)
+
+
 @dataclass
 class CycleContext:
     cfg: object                       # infra.config.RtrlConfig
@@ -72,10 +88,17 @@ class CycleContext:
     # the configuration's source, for the processes a step starts (torchrun's ranks read the same config)
     config_path: str | None = None
     overrides: list[str] = field(default_factory=list)
+    clock: object | None = None       # the orchestrator's clock (infra.orchestrator.clock); None: the config's
 
     @property
     def cycle_id(self) -> str:
         return self.record.cycle_id
+
+    def now(self):
+        """The orchestrator's time (failures are recorded in it, as the cadence's times)."""
+        from infra.orchestrator.clock import clock_for
+
+        return (self.clock or clock_for(self.cfg)).now()
 
     def registry(self):
         from registry.client import Registry
@@ -434,6 +457,8 @@ def run_step(ctx: CycleContext, ledger: Ledger, name: str) -> dict:
     rec = ctx.record
     if rec.done(name):
         return rec.result(name)
+    if rec.status == STUCK:
+        raise CycleStuck(rec)
     ctx.log(f"[cycle {rec.cycle_id}] {name} ...")
     t0 = time.monotonic()
     func = STEP_FUNCS[name]
@@ -444,13 +469,21 @@ def run_step(ctx: CycleContext, ledger: Ledger, name: str) -> dict:
         if os.environ.get(FAIL_AFTER_ENV) == name:
             raise InjectedFailure(f"injected failure after step {name} ({FAIL_AFTER_ENV})")
     except BaseException as e:
-        rec.status = BLOCKED if isinstance(e, CycleBlocked) else FAILED
-        rec.error = f"{name}: {type(e).__name__}: {e}"[:4000]
-        ledger.save(rec)
+        error = f"{name}: {type(e).__name__}: {e}"
+        if isinstance(e, CycleBlocked):
+            rec.status, rec.error = BLOCKED, error[:4000]
+            ledger.save(rec)
+            after_cycle(ctx, ledger)
+        elif isinstance(e, Exception):      # the step failed: counted, backed off, stuck after max_failures
+            ledger.record_failure(rec, ctx.now(), name, error, ctx.cfg.orchestrator.max_failures)
+        else:                               # interrupted (Ctrl-C, a run being stopped): not the step's failure
+            rec.status, rec.error = FAILED, error[:4000]
+            ledger.save(rec)
         raise
     seconds = round(time.monotonic() - t0, 2)
     rec.steps[name] = {"status": DONE, "result": result, "seconds": seconds,
                        "function": f"{func.__module__}.{func.__qualname__}", "pid": os.getpid()}
+    rec.failures = []                       # a finished step ends the cycle's failures in a row
     ledger.save(rec)
     ctx.log(f"[cycle {rec.cycle_id}] {name} done in {seconds:.1f}s: {_brief(name, result)}")
     return result
@@ -460,7 +493,16 @@ def finish(ctx: CycleContext, ledger: Ledger) -> CycleRecord:
     rec = ctx.record
     rec.status, rec.error, rec.finished_wall = DONE, "", time.time()
     ledger.save(rec)
+    after_cycle(ctx, ledger)
     return rec
+
+
+def after_cycle(ctx: CycleContext, ledger: Ledger) -> None:
+    """What a cycle that ended (done or blocked) leaves to clean up (infra.orchestrator.housekeeping), logged; a
+    failure to clean up is reported and leaves the cycle as it ended."""
+    from infra.orchestrator.housekeeping import after_cycle as clean_up
+
+    clean_up(ctx.cfg, ledger, ctx.record, ctx.say)
 
 
 def _brief(name: str, r: dict) -> str:
@@ -483,6 +525,8 @@ def run_cycle(ctx: CycleContext, ledger: Ledger) -> CycleRecord:
     if ctx.record.status in (DONE, BLOCKED):
         ctx.log(f"[cycle {ctx.cycle_id}] already {ctx.record.status}; nothing to do")
         return ctx.record
+    if ctx.record.status == STUCK:
+        raise CycleStuck(ctx.record)
     for name in STEPS:
         run_step(ctx, ledger, name)
     return finish(ctx, ledger)

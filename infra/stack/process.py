@@ -1,6 +1,8 @@
 """Supervised background processes for the local stack: pid file, log file, health wait, clean stop.
 
-Each process runs in its own session (process group) so `stop` takes its children with it: nothing is orphaned.
+Each process runs in its own session (process group) so `stop` takes its children with it: nothing is orphaned. Its
+output is appended to `<state_dir>/logs/<name>.log`, rotated by size (infra.stack.logs) when it starts and, with the
+configured bounds, by the orchestrator's housekeeping.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from infra.stack.logs import LOG_KEEP, LOG_MAX_BYTES, rotate
 
 
 # `ManagedProcess.start(..., extra={LEADER_STOPS_GROUP: True})`: `stop` signals the leader only, which stops its
@@ -88,6 +92,8 @@ def _proc_start_ticks(pid: int) -> int | None:
 class ManagedProcess:
     name: str
     state_dir: Path
+    log_max_bytes: int = LOG_MAX_BYTES     # its log is rotated at start when over this (infra.stack.logs)
+    log_keep: int = LOG_KEEP
 
     @property
     def pidfile(self) -> Path:
@@ -120,6 +126,7 @@ class ManagedProcess:
             return rec
         self.logfile.parent.mkdir(parents=True, exist_ok=True)
         self.pidfile.parent.mkdir(parents=True, exist_ok=True)
+        rotate(self.logfile, self.log_max_bytes, self.log_keep)
         with open(self.logfile, "ab") as log:
             log.write(f"\n--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(argv)}\n".encode())
             log.flush()

@@ -15,13 +15,13 @@ written first with the fixed range
 dead letters (`<state>/rewards/dead_letter/<cycle_id>.parquet`, the archive's dead-letter schema; the archiver
 publishes the same messages to the dead-letter topic, so this job does not publish them twice), then the manifest
 says "done". A started cycle is only resumed against the Kafka cluster its offsets refer to. Rerunning a started cycle reads the same range with the same carry
-and writes the same files; rerunning a done cycle does nothing.
+and writes the same files; rerunning a done cycle does nothing. A carry is read by the one cycle after it: once that
+cycle is done, the carry is removed (pipelines.rewards.carry, after each orchestrated cycle).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 
 import apache_beam as beam
@@ -31,6 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.rewards import progress
 from pipelines.rewards.batches import DEFAULT_SHARDS, EventBatch
 from pipelines.rewards.bounded import BoundedRewards, Sink, read_summary, run_to_end
+from pipelines.rewards.cycle_store import CycleManifest, CycleStore
 from pipelines.rewards.kafka_range import (MAX_SKEW_S, FixedRange, ReadRangeItemsFn, cluster_id, fix_range,
                                            parse_key, range_watermark)
 from pipelines.rewards.spec import RewardSpec
@@ -38,58 +39,6 @@ from schemas import storage
 from schemas.kafka_clients import KafkaTarget, bootstrap_of
 from schemas.storage import Location
 from schemas.topics import EVENT_TOPICS
-
-
-@dataclass
-class CycleManifest:
-    cycle_id: str
-    seq: int
-    status: str                      # "started" | "done"
-    previous: str | None
-    range: dict                      # FixedRange as a dict
-    after: str | None                # rows maturing by then were emitted by earlier cycles (ISO)
-    as_of: str | None                # rows maturing by then are emitted by this cycle (ISO)
-    spec_version: str
-    partitions: list = field(default_factory=list)
-    counters: dict = field(default_factory=dict)
-
-
-class CycleStore:
-    """The cycle job's state under `root` (a path or an object-store URL, schemas.storage): manifests, results,
-    carried join state and dead letters."""
-
-    def __init__(self, root: Location):
-        self.root = storage.normalize(root)
-
-    def manifest_path(self, cycle_id: str) -> Location:
-        return storage.join(self.root, "cycles", f"{cycle_id}.json")
-
-    def dead_letter_path(self, cycle_id: str) -> Location:
-        return storage.join(self.root, "dead_letter", f"{cycle_id}.parquet")
-
-    def result_path(self, cycle_id: str) -> Location:
-        return storage.join(self.root, "cycles", "results", f"{cycle_id}.json")
-
-    def carry_dir(self, cycle_id: str) -> Location:
-        return storage.join(self.root, "carry", cycle_id)
-
-    def carry_files(self, cycle_id: str) -> list[str]:
-        return [str(f.loc) for f in storage.list_files(self.carry_dir(cycle_id), "*.parquet", recursive=False)]
-
-    def load(self, cycle_id: str) -> CycleManifest | None:
-        p = self.manifest_path(cycle_id)
-        return CycleManifest(**json.loads(storage.read_text(p))) if storage.exists(p) else None
-
-    def manifests(self) -> list[CycleManifest]:
-        return [CycleManifest(**json.loads(storage.read_text(f.loc)))
-                for f in storage.list_files(storage.join(self.root, "cycles"), "*.json", recursive=False)]
-
-    def latest_done(self) -> CycleManifest | None:
-        done = [m for m in self.manifests() if m.status == "done"]
-        return max(done, key=lambda m: m.seq) if done else None
-
-    def save(self, m: CycleManifest) -> None:
-        storage.write_text(self.manifest_path(m.cycle_id), json.dumps(asdict(m), indent=2, sort_keys=True))
 
 
 def _iso(t: datetime | None) -> str | None:

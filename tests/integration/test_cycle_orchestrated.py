@@ -283,7 +283,8 @@ def test_the_measure_steps_alone_measure_the_next_range_and_leave_its_cycle_to_b
     assert rec.status == "running" and rec.result("measure")["measured"], rec.result("measure")
     assert (loop.state / "ab" / "cycles" / cid / "result.json").exists()
 
-    d = decide(loop.clock.now(), ledger.all(), lambda: 0, 7200, 5, alive=lambda r: False)
+    d = decide(loop.clock.now(), ledger.latest(), lambda: 0, 7200, 5, alive=lambda r: False,
+               crashed=lambda r: definitions.run_crashed(instance, r))   # its run succeeded: no failure
     assert d.start and d.resume and d.cycle_id == cid, d.reason
     measured = rec.steps["measure"]
     rec = loop.cycle(cid)

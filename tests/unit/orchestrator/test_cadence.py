@@ -20,47 +20,47 @@ def never_counted() -> int:
 
 
 def test_first_cycle_starts_once_enough_rows_are_mature():
-    d = decide(T0, [], lambda: 250, interval_s=5 * H, min_rows=200)
+    d = decide(T0, None, lambda: 250, interval_s=5 * H, min_rows=200)
     assert (d.start, d.cycle_id, d.resume) == (True, "c1", False)
     assert "250 mature requests" in d.reason
 
 
 def test_too_few_mature_rows_skip_with_the_count():
-    d = decide(T0, [], lambda: 199, interval_s=5 * H, min_rows=200)
+    d = decide(T0, None, lambda: 199, interval_s=5 * H, min_rows=200)
     assert not d.start and d.reason.startswith("too few mature rows: 199") and d.details["mature_rows"] == 199
 
 
 def test_interval_is_measured_from_the_last_start_not_its_end():
     last = rec("c1", 1, T0, DONE)
-    early = decide(T0 + timedelta(hours=4, minutes=59), [last], never_counted, interval_s=5 * H, min_rows=1)
+    early = decide(T0 + timedelta(hours=4, minutes=59), last, never_counted, interval_s=5 * H, min_rows=1)
     assert not early.start and early.reason.startswith("too early") and "next at 2026-11-01T05:00:00" in early.reason
-    due = decide(T0 + timedelta(hours=5), [last], lambda: 10, interval_s=5 * H, min_rows=1)
+    due = decide(T0 + timedelta(hours=5), last, lambda: 10, interval_s=5 * H, min_rows=1)
     assert (due.start, due.cycle_id) == (True, "c2") and "5.00 h since c1 started" in due.reason
 
 
 def test_a_running_cycle_blocks_the_next_one_while_its_runner_lives():
     running = rec("c3", 3, T0, RUNNING, pid=4242)
-    d = decide(T0 + timedelta(days=1), [running], never_counted, 5 * H, 1, alive=lambda r: r.runner_pid == 4242)
+    d = decide(T0 + timedelta(days=1), running, never_counted, 5 * H, 1, alive=lambda r: r.runner_pid == 4242)
     assert not d.start and "previous cycle c3 is still running" in d.reason
 
 
-def test_a_cycle_whose_runner_died_is_resumed_under_its_own_id():
+def test_a_cycle_whose_runner_finished_its_steps_is_resumed_under_its_own_id_at_once():
     orphan = rec("c3", 3, T0, RUNNING, pid=4242)
-    d = decide(T0 + timedelta(minutes=1), [orphan], never_counted, 5 * H, 1, alive=lambda r: False)
-    assert (d.start, d.cycle_id, d.resume) == (True, "c3", True)
+    d = decide(T0 + timedelta(minutes=1), orphan, never_counted, 5 * H, 1, alive=lambda r: False,
+               crashed=lambda r: False)
+    assert (d.start, d.cycle_id, d.resume, d.failure) == (True, "c3", True, None)
 
 
 def test_a_failed_cycle_is_resumed_before_any_new_one():
     failed = rec("c2", 2, T0, FAILED)
-    d = decide(T0 + timedelta(minutes=5), [rec("c1", 1, T0 - timedelta(hours=5), DONE), failed], never_counted,
-               5 * H, 1)
+    d = decide(T0 + timedelta(minutes=5), failed, never_counted, 5 * H, 1)
     assert (d.start, d.cycle_id, d.resume) == (True, "c2", True) and "boom" in d.reason
 
 
 def test_a_blocked_cycle_counts_as_finished():
     blocked = rec("c2", 2, T0, BLOCKED)
-    assert not decide(T0 + timedelta(hours=1), [blocked], never_counted, 5 * H, 1).start
-    d = decide(T0 + timedelta(hours=5), [blocked], lambda: 5, 5 * H, 1)
+    assert not decide(T0 + timedelta(hours=1), blocked, never_counted, 5 * H, 1).start
+    d = decide(T0 + timedelta(hours=5), blocked, lambda: 5, 5 * H, 1)
     assert (d.start, d.cycle_id) == (True, "c3")
 
 

@@ -1,4 +1,5 @@
-"""The cycle ledger and the step runner: a step recorded done never runs again; a crash leaves it to be redone."""
+"""The cycle ledger and the step runner: a step recorded done never runs again; a crash leaves it to be redone; the
+latest cycle is one read of a pointer, whatever the ledger's length."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from infra.orchestrator import steps
-from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, RUNNING, Ledger
+from infra.orchestrator.clock import ManualClock
+from infra.orchestrator.config import OrchestratorConfig
+from infra.orchestrator.ledger import BLOCKED, DONE, FAILED, LATEST, RUNNING, CycleRecord, Ledger
 from infra.orchestrator.results import StepResult
 from infra.orchestrator.steps import CycleBlocked, CycleContext, InjectedFailure, run_cycle, run_step
 
@@ -37,7 +40,8 @@ def counted(monkeypatch):
 def ctx_for(tmp_path, cycle_id="c1"):
     ledger = Ledger(tmp_path)
     rec = ledger.begin(cycle_id, NOW, 0.0)
-    return CycleContext(SimpleNamespace(state_path=tmp_path), record=rec, log=lambda m: None), ledger
+    cfg = SimpleNamespace(state_path=tmp_path, orchestrator=OrchestratorConfig(source="files"))
+    return CycleContext(cfg, record=rec, log=lambda m: None, clock=ManualClock(NOW)), ledger
 
 
 def test_a_new_cycle_gets_the_next_sequence_number_and_records_its_runner(tmp_path):
@@ -106,3 +110,30 @@ def test_run_step_returns_the_recorded_result_without_running(tmp_path, counted)
     ctx, ledger = ctx_for(tmp_path)
     first = run_step(ctx, ledger, "collect")
     assert run_step(ctx, ledger, "collect") == first and counted["collect"] == 1
+
+
+def test_the_latest_cycle_and_the_next_id_are_read_through_the_pointer_without_listing_the_ledger(tmp_path,
+                                                                                                   monkeypatch):
+    ledger = Ledger(tmp_path)
+    for cid in ("c1", "c2", "c3"):
+        ledger.begin(cid, NOW, 0.0)
+    ledger.save(ledger.load("c2"))                      # an older cycle saved again does not move the pointer
+
+    def listed():
+        raise AssertionError("the ledger was listed")
+
+    monkeypatch.setattr(Ledger, "all", lambda self: listed())
+    assert ledger.latest().cycle_id == "c3" and ledger.next_id() == "c4"
+    assert ledger.begin("c4", NOW, 0.0).seq == 4 and ledger.latest().cycle_id == "c4"
+
+
+def test_a_ledger_without_a_pointer_or_whose_pointer_names_a_removed_cycle_is_listed_once_and_gets_one(tmp_path):
+    ledger = Ledger(tmp_path)
+    for cid in ("c1", "c2"):
+        ledger.begin(cid, NOW, 0.0)
+    (ledger.root / LATEST).unlink()                     # a ledger written before the pointer existed
+    assert ledger.latest().cycle_id == "c2" and json.loads((ledger.root / LATEST).read_text())["cycle_id"] == "c2"
+    ledger.save(CycleRecord("c3", 3, NOW.isoformat(), 0.0))
+    (ledger.root / "c3.json").unlink()
+    assert ledger.latest().cycle_id == "c2" and ledger.next_id() == "c3"
+    assert [r.cycle_id for r in ledger.all()] == ["c1", "c2"], "the pointer is not a cycle"
