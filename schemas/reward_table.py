@@ -3,9 +3,13 @@ rows and reading it back (no Beam needed)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as ds
 
 from schemas import storage
 from schemas.arrow import fill_defaults, model_arrow_schema
@@ -39,16 +43,47 @@ def read_reward_table(path: str | Path, window: str | None = None) -> pl.DataFra
     return _read_table(path, window, RewardRow, ROW_SCHEMA, "reward table")
 
 
+def read_reward_rows(path: str | Path, request_ids: Iterable[str], versions: Iterable[str], since: datetime,
+                     until: datetime) -> pl.DataFrame:
+    """The reward rows of `request_ids` served by `versions` with request_time in [since, until], sorted by
+    request_id, read without the rest of the table: only the partitions `policy_version=<v>` of `versions` are
+    listed, and of each of their files only the row groups whose request_time statistics meet [since, until] are
+    read (a file of a window outside it costs its footer). The long loop's lookup of a chain's reward rows: an
+    outcome row names its request's id, version and request time, and the reward row has the same three."""
+    p = storage.normalize(path)
+    if not storage.exists(p):
+        raise FileNotFoundError(f"reward table {p} does not exist")
+    if storage.is_file(p):
+        files = [p]
+    else:
+        roots = [storage.join(p, f"policy_version={v}") for v in sorted(set(versions))]
+        files = [f for r in roots if storage.exists(r) for f in _table_files(r, None)]
+    ids = pa.array(sorted(set(request_ids)), pa.string())
+    if not files or not len(ids):
+        return pl.from_arrow(ROW_SCHEMA.empty_table())
+    t, ts = ds.field("request_time"), ROW_SCHEMA.field("request_time").type
+    where = (t >= pa.scalar(since, ts)) & (t <= pa.scalar(until, ts)) & ds.field("request_id").isin(ids)
+    return pl.concat([pl.from_arrow(fill_defaults(_scan(f, where), RewardRow)) for f in files],
+                     how="diagonal_relaxed").sort("request_id")
+
+
+def _scan(loc, where: ds.Expression) -> pa.Table:
+    fs, path = storage.resolve(loc)
+    return ds.dataset(path, format="parquet", filesystem=fs).to_table(filter=where)
+
+
+def _table_files(p, window: str | None) -> list:
+    """The Parquet files under the table (or partition) folder `p`, skipping names that start with '_' or '.'."""
+    return [f.loc for f in storage.list_files(p, "**/*.parquet")
+            if not any(part.startswith(("_", ".")) for part in f.rel.split("/"))
+            and (window is None or f"window={window}" in f.rel.split("/"))]
+
+
 def _read_table(path, window, model, schema, what: str) -> pl.DataFrame:
     p = storage.normalize(path)
     if not storage.exists(p):
         raise FileNotFoundError(f"{what} {p} does not exist")
-    if storage.is_file(p):
-        files = [p]
-    else:
-        files = [f.loc for f in storage.list_files(p, "**/*.parquet")
-                 if not any(part.startswith(("_", ".")) for part in f.rel.split("/"))
-                 and (window is None or f"window={window}" in f.rel.split("/"))]
+    files = [p] if storage.is_file(p) else _table_files(p, window)
     if not files:
         return pl.from_arrow(schema.empty_table())
     # pyarrow reads each file (its errors -- ArrowInvalid for a file that is not Parquet -- are what callers

@@ -109,7 +109,7 @@ def _run_training(ranks, cfg: TrainerConfig, registry, rewards: Path, cycle: str
     from schemas.reward_table import outcome_table, read_outcome_table, read_reward_table
     from trainer.adapters import base_of
     from trainer.adapters import lineage as adapter_tags
-    from trainer.outcomes import with_outcomes
+    from trainer.outcomes import read_chain_rows, with_outcomes
     from trainer.specialize import check_isolation, org_lookup, org_rows
     from trainer.train import Trainer
 
@@ -145,7 +145,8 @@ def _run_training(ranks, cfg: TrainerConfig, registry, rewards: Path, cycle: str
         table = org_rows(table, org)
     outcomes = read_outcome_table(outcome_table(rewards), window)
     rows, outcome_counts = with_outcomes(table, outcomes if org is None else org_rows(outcomes, org),
-                                         lambda: _rows_of(read_reward_table(rewards), org), cfg.outcome_weight)
+                                         lambda missing: _rows_of(read_chain_rows(rewards, missing), org),
+                                         cfg.outcome_weight)
     sel = select_rows(rows, parent, lineage, cfg.staleness, cfg.min_rows, as_of,
                       max_rows=cfg.max_rows, seed=cfg.seed, train_on_cut_short=cfg.train_on_cut_short,
                       chain_staleness=cfg.outcome_staleness)

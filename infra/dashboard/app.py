@@ -1,8 +1,9 @@
 """The rtrl dashboard (Streamlit): A/B experiment, trends, reward-hacking monitors, pipeline health, lineage.
 
 Run by `rtrl dashboard` (which sets RTRL_DASHBOARD_CONFIG / RTRL_DASHBOARD_SET to the rtrl config file and its
---set overrides). Reads only the state dir and the MLflow registry (infra/dashboard/data.py). A page can be opened
-directly with ?page=experiment|trends|monitors|health|lineage.
+--set overrides). Reads only the state dir and the MLflow registry (infra/dashboard/data.py), and of the per-cycle
+files only the last `dashboard.max_cycles` cycles' (the sidebar's "Load older cycles" reads as many again per
+press). A page can be opened directly with ?page=experiment|trends|monitors|health|lineage.
 """
 
 from __future__ import annotations
@@ -42,9 +43,14 @@ STATE = CFG.state_path
 TTL = CFG.dashboard.refresh_s
 
 
+def window() -> int:
+    """How many recent cycles the pages read: dashboard.max_cycles, and as many again per "Load older cycles"."""
+    return st.session_state.get("window", CFG.dashboard.max_cycles)
+
+
 @st.cache_data(ttl=TTL, show_spinner=False)
-def ab_history(state: str) -> pl.DataFrame:
-    return MetricsStore.for_state_dir(state).history()
+def ab_history(state: str, last: int) -> pl.DataFrame:
+    return MetricsStore.for_state_dir(state).history(last=last)
 
 
 @st.cache_data(ttl=TTL, show_spinner=False)
@@ -112,7 +118,7 @@ def page_experiment() -> None:
     if not cycles:
         empty_state()
         return
-    cycle = st.selectbox("Cycle", cycles[::-1], index=0, key="cycle")
+    cycle = st.selectbox("Cycle", cycles[::-1][:window()], index=0, key="cycle")
     r = ab_result(str(STATE), cycle)
     c = r.counts
     cols = st.columns(4)
@@ -193,18 +199,12 @@ def values_chart(h: pl.DataFrame, unit: str, title: str) -> alt.Chart:
         tooltip=["cycle_id", "arm", "value"]).properties(title=title, height=220)
 
 
-def _recent(h: pl.DataFrame) -> pl.DataFrame:
-    seqs = h["seq"].unique().sort().tail(CFG.dashboard.max_cycles)
-    return h.filter(pl.col("seq").is_in(seqs.implode()))
-
-
 def page_trends() -> None:
     st.header("Trends per cycle")
-    h = ab_history(str(STATE))
+    h = ab_history(str(STATE), window())
     if h.is_empty():
         empty_state()
         return
-    h = _recent(h)
     chosen = st.multiselect("Metrics", [m.name for m in METRICS], default=["edit_persistence_rate",
                             "dissatisfied_followup_rate", "latency_p50"], format_func=lambda m: BY_NAME[m].label,
                             key="trend_metrics")
@@ -229,7 +229,7 @@ def page_monitors() -> None:
         empty_state()
         return
     latest = ab_result(str(STATE), cycles[-1])
-    h = _recent(ab_history(str(STATE)))
+    h = ab_history(str(STATE), window())
     st.caption(f"Treatment vs control in cycle {latest.cycle_id}; thresholds from [ab.monitors] in rtrl.toml "
                "(red lines in the charts).")
     for m in latest.monitors:
@@ -262,7 +262,7 @@ def page_monitors() -> None:
 
 def _monitor_history(cycles: list[str]) -> list[dict]:
     out = []
-    for c in cycles[-CFG.dashboard.max_cycles:]:
+    for c in cycles[-window():]:
         for m in ab_result(str(STATE), c).monitors:
             if m["status"] == "red":
                 out.append({"cycle_id": c, "metric": BY_NAME[m["metric"]].label})
@@ -272,13 +272,13 @@ def _monitor_history(cycles: list[str]) -> list[dict]:
 # --- Pipeline health -----------------------------------------------------------------------------------------------
 
 @st.cache_data(ttl=TTL, show_spinner=False)
-def reward_cycles(state: str) -> list[dict]:
-    return data.reward_cycles(Path(state))
+def reward_cycles(state: str, last: int) -> list[dict]:
+    return data.reward_cycles(Path(state), last)
 
 
 def page_health() -> None:
     st.header("Pipeline health")
-    cycles = reward_cycles(str(STATE))
+    cycles = reward_cycles(str(STATE), window())
     quality = data.quality_runs(STATE)
     if not cycles and not quality:
         empty_state()
@@ -325,7 +325,7 @@ def page_health() -> None:
 def page_lineage() -> None:
     st.header("Checkpoint lineage")
     lin = lineage(CFG, str(STATE))
-    gates = data.gate_reports(STATE)
+    gates = data.gate_reports(STATE, window())
     if lin.error:
         st.info(lin.error)
     if lin.versions:
@@ -371,6 +371,10 @@ def main() -> None:
     page = st.sidebar.radio("Page", keys, index=keys.index(wanted) if wanted in keys else 0,
                             format_func=PAGES.get, key="page")
     st.sidebar.caption(f"state dir: {STATE}")
+    if st.sidebar.button("Load older cycles", key="older",
+                         help=f"Read {CFG.dashboard.max_cycles} more cycles of history (dashboard.max_cycles)"):
+        st.session_state["window"] = window() + CFG.dashboard.max_cycles
+    st.sidebar.caption(f"reading the last {window():,} cycles")
     if st.sidebar.button("Refresh"):
         st.cache_data.clear()
     {"experiment": page_experiment, "trends": page_trends, "monitors": page_monitors, "health": page_health,

@@ -15,5 +15,6 @@ class DashboardConfig(BaseModel):
                                                        "http://{mlflow.ui_host}:{mlflow.ui_port} (`rtrl up --mlflow-ui`).")
     refresh_s: float = Field(default=30.0, ge=1, le=3600,
                              description="How long read files and registry answers are cached before a re-read.")
-    max_cycles: int = Field(default=200, ge=1, le=100_000, description="Trend charts show at most this many recent "
-                                                                      "cycles.")
+    max_cycles: int = Field(default=200, ge=1, le=100_000, description="The pages read the last this many cycles "
+                            "(A/B results, reward-cycle manifests, gate reports): a render costs the same however "
+                            "long the history. The sidebar's 'Load older cycles' reads as many again per press.")

@@ -1,5 +1,7 @@
 """What the dashboard shows, read from files under the state dir and from the MLflow registry (no Streamlit here,
-so every reader is testable on its own).
+so every reader is testable on its own). The per-cycle readers read a bounded recent window (`last`, `limit`:
+the app passes `dashboard.max_cycles`, more on demand), so a render costs the same after a year of cycles as
+after a week: the newest files are chosen by listing and modification time, and only they are read.
 
     <state>/ab/cycles/<id>/result.json             A/B results per cycle (pipelines/metrics/store.py)
     <state>/rewards/cycles/<id>.json               reward-cycle manifests: range, as_of, counters, dead letters
@@ -47,10 +49,23 @@ COUNTERS = ("events_read", "duplicates_dropped", "rows_emitted", "requests_pendi
             "late_requests", "late_events")
 
 
-def reward_cycles(state: Path) -> list[dict[str, Any]]:
-    """Reward-cycle manifests, in order (seq): id, status, as_of, records in range, rows, counters, dead letters."""
+def newest(paths, last: int | None) -> list[Path]:
+    """The `last` most recently modified of `paths` (None: all), oldest first; only their metadata is read."""
+    dated = []
+    for p in paths:
+        try:
+            dated.append((p.stat().st_mtime_ns, str(p), p))
+        except OSError:
+            continue    # removed since it was listed
+    dated.sort()
+    return [p for _, _, p in (dated if last is None else dated[-last:] if last > 0 else [])]
+
+
+def reward_cycles(state: Path, last: int | None = None) -> list[dict[str, Any]]:
+    """Reward-cycle manifests, in order (seq): id, status, as_of, records in range, rows, counters, dead letters.
+    `last`: only the most recently written `last` manifests are read."""
     out = []
-    for p in (state / "rewards" / "cycles").glob("*.json"):
+    for p in newest((state / "rewards" / "cycles").glob("*.json"), last):
         m = _json(p)
         if not m or "cycle_id" not in m:
             continue
@@ -126,9 +141,10 @@ def consumer_lag(archive_root: Path | str, cycles: list[dict[str, Any]]) -> dict
 # --- data quality --------------------------------------------------------------------------------------------------
 
 def quality_runs(state: Path, limit: int = 50) -> list[dict[str, Any]]:
-    """Data-quality reports, newest first: where, pass/fail, each suite's failed rules."""
+    """Data-quality reports, newest first: where, pass/fail, each suite's failed rules (the newest `limit`
+    reports are read)."""
     out = []
-    for p in (state / "quality").rglob("report.json"):
+    for p in newest((state / "quality").rglob("report.json"), limit):
         d = _json(p)
         if not d or "suites" not in d:
             continue
@@ -142,10 +158,10 @@ def quality_runs(state: Path, limit: int = 50) -> list[dict[str, Any]]:
 
 # --- gate and lineage ----------------------------------------------------------------------------------------------
 
-def gate_reports(state: Path) -> list[dict[str, Any]]:
-    """Gate reports (report.json under <state>/gate/*/), newest first."""
+def gate_reports(state: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Gate reports (report.json under <state>/gate/*/), newest first (only the newest `limit` are read)."""
     out = []
-    for p in (state / "gate").glob("*/report.json"):
+    for p in newest((state / "gate").glob("*/report.json"), limit):
         d = _json(p)
         if not d or "decision" not in d:
             continue

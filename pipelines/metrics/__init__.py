@@ -35,13 +35,15 @@ The contract (what the orchestrator calls after a cycle's rewards are written)::
   other arm are counted and left out.
 - `as_of`: the cycle's cut (datetime with zone or ISO text; the reward cycle manifest's `as_of`). Rows with
   `mature_time` after it are excluded and counted; None keeps every row.
-- `config`: `AbConfig` (`[ab]`); `store`: when given, cumulative and always-valid results use every cycle
-  stored before this one (their per-user sums, not their rows); `pre_period`: reward rows from before the arms
-  split, for CUPED (omit it otherwise).
+- `config`: `AbConfig` (`[ab]`); `store`: when given, cumulative and always-valid results cover every cycle
+  stored before this one, through the totals the previous cycle keeps (per-user sums and latency counts over
+  every cycle so far, `cumulative.py`): a cycle reads its own rows, the previous cycle's result and those totals,
+  never the earlier cycles; `pre_period`: reward rows from before the arms split, for CUPED (omit it otherwise).
 
 The result is a `CycleMetrics` (result.py): `metrics` (the experiment table), `srm`, `srm_cumulative`,
-`counts`, `by_version`, `by_org`, `monitors`, plus the per-user sums and latency histogram that `store.write`
-keeps. `MetricsStore.history()` gives every cycle's table as one small frame (the dashboard's trends);
+`counts`, `by_version`, `by_org`, `monitors`, plus the per-user sums, latency histogram and totals that
+`store.write` keeps. `MetricsStore.history(last=N)` gives the last N cycles' tables as one small frame (the
+dashboard's trends);
 `report.py` renders a cycle as Markdown, HTML or JSON (`rtrl ab report`).
 """
 

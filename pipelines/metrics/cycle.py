@@ -11,6 +11,7 @@ from pipelines.metrics import quantiles, sequential
 from pipelines.metrics.catalog import BY_NAME, METRICS, RATIO_METRICS
 from pipelines.metrics.config import AbConfig
 from pipelines.metrics.cuped import cuped_arms
+from pipelines.metrics.cumulative import Totals, advance, rebuild
 from pipelines.metrics.intervals import Change, moments, moments_of, ratio_change, relative_change
 from pipelines.metrics.monitors import evaluate
 from pipelines.metrics.rates import DEFINITIONS, INPUT_COLUMNS, den_col, rates, unit_stats
@@ -140,15 +141,30 @@ def _users(units: pl.DataFrame, arm: str) -> int:
     return units.filter(pl.col("arm") == arm)["user_id"].n_unique()
 
 
-def _check_definitions(store: MetricsStore | None, prior: list[str], cycle_id: str) -> None:
-    """Refuse to accumulate this cycle with earlier ones whose per-user sums were made under other metric
+def _check_definitions(earlier: CycleMetrics, cycle_id: str) -> None:
+    """Refuse to accumulate this cycle with an earlier one whose per-user sums were made under other metric
     definitions (rates.DEFINITIONS): the same column names would mean other things."""
-    for c in prior:
-        found = store.read(c).settings.get("metric_definitions", 1)
-        if found != DEFINITIONS:
-            raise ValueError(f"cycle {c!r} was measured with A/B metric definitions {found}, this code has "
-                             f"{DEFINITIONS} (pipelines/metrics/rates.py): compute the stored cycles again, oldest "
-                             f"first (`rtrl ab compute --cycle {c}` ...), before measuring {cycle_id!r}")
+    found = earlier.settings.get("metric_definitions", 1)
+    if found != DEFINITIONS:
+        c = earlier.cycle_id
+        raise ValueError(f"cycle {c!r} was measured with A/B metric definitions {found}, this code has "
+                         f"{DEFINITIONS} (pipelines/metrics/rates.py): compute the stored cycles again, oldest "
+                         f"first (`rtrl ab compute --cycle {c}` ...), before measuring {cycle_id!r}")
+
+
+def _totals_before(store: MetricsStore, prior: list[str], prev: CycleMetrics | None, cycle_id: str) -> Totals | None:
+    """The totals over the cycles before this one (cumulative.py): those the previous cycle keeps, or, when it keeps
+    none for exactly these cycles, rebuilt once from every earlier cycle's per-user sums. Each cycle checked the
+    definitions of the one before it when it was measured, so only the previous one is read here."""
+    if prev is None:
+        return None
+    _check_definitions(prev, cycle_id)
+    kept = store.totals(prev.cycle_id) if prev.cumulative_cycles == prior else None
+    if kept is not None:
+        return kept
+    for c in prior[:-1]:
+        _check_definitions(store.read(c), cycle_id)
+    return rebuild([(store.units(c), store.latency(c)) for c in prior])
 
 
 def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, control_arm: str | None = None,
@@ -166,13 +182,11 @@ def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, c
                                               quantiles.latency_histogram(rows, cfg.buckets, cfg.latency_resolution)])
 
     prior = store.prior(cycle_id) if store is not None else []
-    _check_definitions(store, prior, cycle_id)
-    cum_units = pl.concat([*(store.units(c) for c in prior), units], how="vertical_relaxed") if prior else units
-    cum_hist = pl.concat([*(store.latency(c) for c in prior), hist], how="vertical_relaxed") if prior else hist
     prev = store.read(prior[-1]) if prior else None
+    totals = advance(_totals_before(store, prior, prev, cycle_id), units, hist)   # every cycle so far
 
     cyc = _changes(units, hist, control, treatment, cfg)
-    cum = _changes(cum_units, cum_hist, control, treatment, cfg, seed_offset=1) if prior else cyc
+    cum = _changes(totals.units, totals.latency, control, treatment, cfg, seed_offset=1) if prior else cyc
     den_c, den_t = _denominators(units, hist, control), _denominators(units, hist, treatment)
     pre_units = (unit_stats(pre_period.lazy().select(INPUT_COLUMNS)).collect()
                  if pre_period is not None and cfg.cuped else None)
@@ -208,8 +222,8 @@ def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, c
     shares = {control: 1 - cfg.treatment_share, treatment: cfg.treatment_share}
     srm = srm_check({control: _users(units, control), treatment: _users(units, treatment)}, shares,
                     cfg.srm_p_threshold)
-    srm_cum = srm_check({control: _users(cum_units, control), treatment: _users(cum_units, treatment)}, shares,
-                        cfg.srm_p_threshold)
+    srm_cum = srm_check({control: _users(totals.units, control), treatment: _users(totals.units, treatment)},
+                        shares, cfg.srm_p_threshold)
 
     by_arm = {r["arm"]: r for r in arm_counts.iter_rows(named=True)}
     unknown = {a: int(units.filter(pl.col("arm") == a)["unknown_labels"].sum()) for a in (control, treatment)}
@@ -241,4 +255,5 @@ def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, c
         seq=store.seq_of(cycle_id) if store is not None else None, versions=versions, counts=counts,
         metrics=metrics, srm=srm.to_dict(), srm_cumulative=srm_cum.to_dict(),
         by_version=_by_version(units, hist, control, cfg), by_org=_by_org(units, control, treatment, cfg),
-        monitors=monitors, cumulative_cycles=[*prior, cycle_id], settings=settings, units=units, latency=hist)
+        monitors=monitors, cumulative_cycles=[*prior, cycle_id], settings=settings, units=units, latency=hist,
+        totals=totals)

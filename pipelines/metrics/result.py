@@ -1,5 +1,6 @@
 """What one cycle's A/B computation yields: `CycleMetrics` (JSON-ready) plus its unit stats and latency histogram
-(the frames the store keeps beside it, from which later cycles compute cumulative results)."""
+and the totals over every cycle so far (the frames the store keeps beside it; the next cycle adds its own to the
+totals to compute its cumulative results)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ def verdict(low: float | None, high: float | None, better: str) -> str:
     return "better" if up == (better == "higher") else "worse"
 
 
+FRAMES = ("units", "latency", "totals")   # what the store keeps beside the JSON
+
+
 @dataclass
 class CycleMetrics:
     cycle_id: str
@@ -79,6 +83,7 @@ class CycleMetrics:
     # frames kept by the store next to the JSON (not part of to_dict)
     units: pl.DataFrame | None = field(default=None, repr=False, compare=False)
     latency: pl.DataFrame | None = field(default=None, repr=False, compare=False)
+    totals: Any = field(default=None, repr=False, compare=False)   # cumulative.Totals after this cycle
 
     def metric(self, name: str) -> MetricResult:
         for m in self.metrics:
@@ -87,13 +92,13 @@ class CycleMetrics:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("units", "latency")}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in FRAMES}
         d["metrics"] = [asdict(m) for m in self.metrics]
         return _finite(d)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CycleMetrics":
-        known = {f.name for f in fields(cls)} - {"units", "latency", "metrics"}
+        known = {f.name for f in fields(cls)} - {*FRAMES, "metrics"}
         mfields = {f.name for f in fields(MetricResult)}
         return cls(**{k: v for k, v in d.items() if k in known},
                    metrics=[MetricResult(**{k: v for k, v in m.items() if k in mfields}) for m in d["metrics"]])

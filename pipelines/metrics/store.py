@@ -3,10 +3,19 @@
     <state_dir>/ab/cycles/<cycle_id>/result.json     CycleMetrics.to_dict(): the table, SRM, breakdowns, monitors
     <state_dir>/ab/cycles/<cycle_id>/units.parquet   per-user sums (rates.py), what later cycles accumulate
     <state_dir>/ab/cycles/<cycle_id>/latency.parquet latency histogram per (arm, policy_version, bucket, bin)
+    <state_dir>/ab/cycles/<cycle_id>/cumulative_units.parquet, cumulative_latency.parquet
+                                                     the totals over this cycle and every one before it
+                                                     (cumulative.py): the next cycle adds its own to them
+    <state_dir>/ab/index.json                        {"cycles": {cycle_id: seq}}: the order, without reading
+                                                     every result
 
 A cycle's folder is written beside the old one and swapped in by renames, so a reader sees the old result or
 the new one. Writing a cycle again replaces it and keeps its place (`seq`) in the order; a new cycle goes last.
-`history()` is one small frame with a row per (cycle, metric), read from the JSON files only.
+Writing a cycle that is not the last drops the totals kept by the cycles after it (they summed its old rows): the
+next cycle then rebuilds its totals from every earlier cycle's per-user sums, once. A cycle folder the index does
+not name (a store written before there was one, or a crash between the swap and the index) is found by listing
+and its seq read from its result. `history(last=N)` is one small frame with a row per (cycle, metric) of the last
+N cycles, read from their JSON files only.
 """
 
 from __future__ import annotations
@@ -20,9 +29,11 @@ from pathlib import Path
 
 import polars as pl
 
+from pipelines.metrics.cumulative import Totals
 from pipelines.metrics.result import CycleMetrics
 
 CYCLE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+TOTALS = ("cumulative_units.parquet", "cumulative_latency.parquet")
 
 
 def check_cycle_id(cycle_id: str) -> str:
@@ -42,15 +53,32 @@ class MetricsStore:
     def _dir(self, cycle_id: str) -> Path:
         return self.root / "cycles" / check_cycle_id(cycle_id)
 
+    def _index(self) -> dict[str, int]:
+        try:
+            return {str(c): int(s) for c, s in json.loads((self.root / "index.json").read_text())["cycles"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}     # none yet, or damaged: every folder is read instead
+
     def _meta(self) -> list[tuple[int, str]]:
-        out = []
-        for p in (self.root / "cycles").glob("*/result.json"):
+        """(seq, cycle_id) of every stored cycle, oldest first: the index's, plus any folder it does not name."""
+        try:
+            names = {e.name for e in os.scandir(self.root / "cycles") if e.is_dir() and not e.name.startswith(".")}
+        except FileNotFoundError:
+            return []
+        index = self._index()
+        out = [(s, c) for c, s in index.items() if c in names]
+        for c in names - index.keys():
             try:
-                seq = json.loads(p.read_text()).get("seq")
+                seq = json.loads((self.root / "cycles" / c / "result.json").read_text()).get("seq")
             except (OSError, ValueError):
                 continue  # a folder being swapped in right now, or damaged: not a stored cycle
-            out.append((int(seq) if seq is not None else 0, p.parent.name))
+            out.append((int(seq) if seq is not None else 0, c))
         return sorted(out)
+
+    def _write_index(self, meta: list[tuple[int, str]]) -> None:
+        tmp = self.root / f".index-{os.getpid()}.json"
+        tmp.write_text(json.dumps({"cycles": {c: s for s, c in meta}}), encoding="utf-8")
+        os.replace(tmp, self.root / "index.json")
 
     def cycles(self) -> list[str]:
         """Stored cycle ids, oldest first."""
@@ -92,6 +120,13 @@ class MetricsStore:
     def latency(self, cycle_id: str) -> pl.DataFrame:
         return pl.read_parquet(self._dir(cycle_id) / "latency.parquet")
 
+    def totals(self, cycle_id: str) -> Totals | None:
+        """The totals over `cycle_id` and every cycle before it, or None when the cycle keeps none."""
+        paths = [self._dir(cycle_id) / name for name in TOTALS]
+        if not all(p.is_file() for p in paths):
+            return None
+        return Totals(*(pl.read_parquet(p) for p in paths))
+
     def write(self, cycle_id: str, result: CycleMetrics) -> Path:
         """Store `result` (with its frames) as cycle `cycle_id`; returns the cycle's folder."""
         if result.cycle_id != cycle_id:
@@ -106,6 +141,9 @@ class MetricsStore:
         try:
             result.units.write_parquet(tmp / "units.parquet", compression="zstd")
             result.latency.write_parquet(tmp / "latency.parquet", compression="zstd")
+            if result.totals is not None:
+                for frame, name in zip((result.totals.units, result.totals.latency), TOTALS):
+                    frame.write_parquet(tmp / name, compression="zstd")
             with open(tmp / "result.json", "w", encoding="utf-8") as fh:
                 json.dump(result.to_dict(), fh, indent=2, allow_nan=False)
                 fh.flush()
@@ -120,13 +158,21 @@ class MetricsStore:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+        meta = self._meta()
+        for s, c in meta:
+            if s > result.seq:      # their totals summed this cycle's old rows
+                for name in TOTALS:
+                    (self._dir(c) / name).unlink(missing_ok=True)
+        self._write_index(meta)
         return final
 
-    def history(self) -> pl.DataFrame:
-        """One row per (cycle, metric): seq, cycle_id, as_of, metric, control, treatment, relative, low, high,
-        change, scale, cum_change, seq_low, seq_high, verdict, seq_verdict, srm_p_value, srm_flagged, treatment_versions."""
+    def history(self, last: int | None = None) -> pl.DataFrame:
+        """One row per (cycle, metric) of the last `last` cycles (None: every one): seq, cycle_id, as_of, metric,
+        control, treatment, relative, low, high, change, scale, cum_change, seq_low, seq_high, verdict,
+        seq_verdict, srm_p_value, srm_flagged, treatment_versions."""
         rows = []
-        for cycle_id in self.cycles():
+        cycles = self.cycles()
+        for cycle_id in (cycles if last is None else cycles[-last:] if last > 0 else []):
             r = self.read(cycle_id)
             tv = ",".join(r.versions.get(r.treatment_arm, []))
             for m in r.metrics:

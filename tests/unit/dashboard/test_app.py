@@ -18,10 +18,10 @@ APP = str(Path(__file__).resolve().parents[3] / "infra" / "dashboard" / "app.py"
 PAGES = ("experiment", "trends", "monitors", "health", "lineage")
 
 
-def _run(monkeypatch, state: Path, page: str):
+def _run(monkeypatch, state: Path, page: str, *overrides: str):
     from streamlit.testing.v1 import AppTest
 
-    monkeypatch.setenv("RTRL_DASHBOARD_SET", json.dumps([f'state_dir="{state}"']))
+    monkeypatch.setenv("RTRL_DASHBOARD_SET", json.dumps([f'state_dir="{state}"', *overrides]))
     at = AppTest.from_file(APP, default_timeout=120)
     at.query_params["page"] = page
     at.run()
@@ -63,6 +63,14 @@ def test_experiment_page_shows_the_stored_table(monkeypatch, demo_state):
     assert f"users {srm['observed']}" in verdicts[0][1]
     at.selectbox(key="cycle").select("c2").run()
     assert at.table[0].value.to_dict("records") == table_rows(MetricsStore.for_state_dir(demo_state).read("c2"))
+
+
+def test_older_cycles_load_on_demand(monkeypatch, demo_state):
+    at = _run(monkeypatch, demo_state, "experiment", "dashboard.max_cycles=2")
+    newest_first = MetricsStore.for_state_dir(demo_state).cycles()[::-1]
+    assert at.selectbox(key="cycle").options == newest_first[:2]
+    at.button(key="older").click().run()
+    assert at.selectbox(key="cycle").options == newest_first[:4]
 
 
 def _charts(at) -> int:

@@ -26,8 +26,16 @@ def _outcomes(ids, r, label="known"):
                         schema={"request_id": pl.String, "r_outcome": pl.Float64, "outcome_label": pl.String})
 
 
-def _never():
-    raise AssertionError("the whole table was read though every chain row is in the window")
+def _never(missing):
+    raise AssertionError(f"earlier windows were read though every chain row is in the window ({missing})")
+
+
+def _lookup(table):
+    """A read of earlier windows that returns `table` and checks it is asked for only the rows not in the window."""
+    def read(missing):
+        assert "a3" not in missing["request_id"].to_list()     # a3's reward row is in the window
+        return table
+    return read
 
 
 def test_task_rows_wait_for_their_outcome_and_interactive_rows_train_now():
@@ -41,13 +49,13 @@ def test_the_outcome_reweights_every_chain_row_once_from_this_window_and_earlier
     earlier = _rows(["a1", "a2", "x"], ["A", "A", None], [0.2, -0.4, 0.0], versions=["1", "2", "2"])
     window = _rows(["i1", "a3", "b1"], [None, "A", "B"], [0.5, 1.0, -1.0])
     table = pl.concat([earlier, window])
-    rows, counts = with_outcomes(window, _outcomes(["a1", "a2", "a3"], -1.25), lambda: table, 0.5)
+    rows, counts = with_outcomes(window, _outcomes(["a1", "a2", "a3"], -1.25), _lookup(table), 0.5)
     got = dict(zip(rows["request_id"], rows["reward"]))
     assert got == pytest.approx({"i1": 0.5, "a1": 0.2 - 0.625, "a2": -0.4 - 0.625, "a3": 1.0 - 0.625})
     assert dict(zip(rows["request_id"], rows["chain"])) == {"i1": False, "a1": True, "a2": True, "a3": True}
     assert counts == {"outcome_rows": 3, "outcome_rows_known": 3, "chain_rows": 3, "held_for_outcome": 1,
                       "outcome_without_reward_row": 0}                      # b1 waits for task B's outcome
-    _, missing = with_outcomes(window, _outcomes(["a3", "gone"], 1.0), lambda: table, 1.0)
+    _, missing = with_outcomes(window, _outcomes(["a3", "gone"], 1.0), _lookup(table), 1.0)
     assert missing["outcome_without_reward_row"] == 1
 
 
