@@ -1,6 +1,9 @@
 """A reward cycle's state under the rewards root (a path or an object-store URL, schemas.storage; every write atomic):
 
     <root>/cycles/<cycle_id>.json               the manifest: the fixed range, status "started" | "done"
+    <root>/cycles/LATEST_DONE                   {"cycle_id", "seq"} of the done cycle with the highest sequence
+                                                number, rewritten (atomically) when a later one is saved done: the
+                                                next range's start and the cadence's count read one manifest
     <root>/cycles/results/<cycle_id>.json       the Beam job's summary
     <root>/carry/<cycle_id>/<type>.parquet      the open join state the cycle hands to the next one
     <root>/dead_letter/<cycle_id>.parquet       its dead letters
@@ -16,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 
 from schemas import storage
 from schemas.storage import Location
+
+LATEST_DONE = "LATEST_DONE"      # the pointer to the newest done cycle (not a manifest: no .json)
 
 
 @dataclass
@@ -63,11 +68,33 @@ class CycleStore:
                 for f in storage.list_files(storage.join(self.root, "cycles"), "*.json", recursive=False)]
 
     def latest_done(self) -> CycleManifest | None:
+        """The done cycle with the highest sequence number, through the LATEST_DONE pointer (one small read and the
+        manifest); a store without the pointer, or whose pointer names a manifest that is gone or not done, is
+        listed once and the pointer written."""
+        pointer = self._pointer()
+        m = self.load(pointer["cycle_id"]) if pointer else None
+        if m is not None and m.status == "done":
+            return m
         done = [m for m in self.manifests() if m.status == "done"]
-        return max(done, key=lambda m: m.seq) if done else None
+        latest = max(done, key=lambda m: m.seq) if done else None
+        if latest is not None:
+            self._point_to(latest)
+        return latest
 
     def save(self, m: CycleManifest) -> None:
         storage.write_text(self.manifest_path(m.cycle_id), json.dumps(asdict(m), indent=2, sort_keys=True))
+        if m.status == "done":
+            pointer = self._pointer()
+            if pointer is None or m.seq > pointer["seq"]:
+                self._point_to(m)
+
+    def _pointer(self) -> dict | None:
+        p = storage.join(self.root, "cycles", LATEST_DONE)
+        return json.loads(storage.read_text(p)) if storage.exists(p) else None
+
+    def _point_to(self, m: CycleManifest) -> None:
+        storage.write_text(storage.join(self.root, "cycles", LATEST_DONE),
+                           json.dumps({"cycle_id": m.cycle_id, "seq": m.seq}))
 
     def carried(self) -> list[str]:
         """The cycle ids that have a carry folder."""
