@@ -175,3 +175,14 @@ def test_the_demo_trains_with_its_own_negative_kinds_and_an_empty_list_turns_the
     for given, expected in (([], ["question"]), (["trainer.negative_kinds=[]"], [])):
         base = make_config(tmp_path, *given)
         assert Demo(base, None, given, log=lambda _: None).cfg.trainer.negative_kinds == expected
+
+
+def test_the_demo_counts_its_finished_cycles_from_the_ledgers_latest_record():
+    from infra.orchestrator.demo import finished_cycles
+    from infra.orchestrator.ledger import BLOCKED, DONE, RUNNING, CycleRecord
+
+    def latest(seq, status):
+        return CycleRecord(f"c{seq}", seq, "2026-11-01T00:00:00+00:00", 0.0, status=status)
+
+    assert finished_cycles(None) == 0
+    assert [finished_cycles(latest(3, s)) for s in (DONE, BLOCKED, RUNNING)] == [3, 3, 2]
