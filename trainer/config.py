@@ -101,7 +101,9 @@ class TrainerConfig(BaseModel):
                                   "the same, and the per-step monitors (entropy, mismatch, clipping) cover the rows "
                                   "that carry gradient.")
     # run
-    checkpoint_every: int = Field(default=1, ge=1, description="Optimizer steps between resumable checkpoints.")
+    checkpoint_every: int = Field(default=1, ge=1, description="Optimizer steps between resumable checkpoints. Only "
+                                  "the newest is kept (a killed run resumes from it); the run folder goes once the "
+                                  "candidate is registered.")
     threads: int = Field(default=0, ge=0, le=1024, description="torch CPU threads; 0 = all cores.")
     ranks: int = Field(default=1, ge=1, le=1024, description="Data-parallel ranks `rtrl train` runs (one process "
                        "each, under torchrun: GPUs on a GPU machine, gloo on CPU). Rank 0 alone writes the MLflow run, "

@@ -89,6 +89,11 @@ class Engine:
         return int(self.engine.global_rank)
 
     @property
+    def local_rank(self) -> int:
+        """This rank's index on its machine: local rank 0 tidies the machine's step checkpoints."""
+        return int(os.environ.get("LOCAL_RANK", "0"))
+
+    @property
     def world_size(self) -> int:
         return int(self.engine.world_size)
 
@@ -137,6 +142,8 @@ class Engine:
         return t.tolist()
 
     def save(self, directory: Path, tag: str, client_state: dict) -> None:
+        """A resumable checkpoint under `directory/tag`. Collective: every rank calls it, and when it returns every
+        rank has written its part (a barrier ends it) and `directory/latest` names `tag`."""
         self.engine.save_checkpoint(str(directory), tag=tag, client_state=client_state)
 
     def load(self, directory: Path) -> dict | None:

@@ -24,6 +24,11 @@ class Ranks:
     def main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def local_main(self) -> bool:
+        """Rank 0 of its machine (LOCAL_RANK 0; the only rank with one rank): it tidies the machine's run folders."""
+        return self.world == 1 or os.environ.get("LOCAL_RANK", "0") == "0"
+
     @classmethod
     def start(cls) -> "Ranks":
         world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -8,8 +8,10 @@
 Several ranks (`trainer.ranks`, started by trainer/launch.py): rank 0 alone creates the MLflow run, logs, writes the
 checkpoint and registers the one candidate; the other ranks get the champion and the candidate version from it.
 
-A run directory per cycle (`<state>/train/<cycle>`) holds the resumable step checkpoints: rerunning a killed
-`rtrl train --cycle C` resumes it; a cycle whose candidate is registered is not trained twice.
+A run directory per cycle (`<state>/train/<cycle>`) holds the newest resumable step checkpoint and the candidate's
+folder: rerunning a killed `rtrl train --cycle C` resumes it; a cycle whose candidate is registered is not trained
+twice. The folder is removed once the candidate is registered, and a run of another cycle removes the folders of
+cycles that failed for good (trainer/scratch.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Callable
 
 from trainer.bootstrap.bootstrap import code_version
 from trainer.config import TrainerConfig
+from trainer.scratch import remove, stale_runs
 from trainer.selection import select_rows
 
 EXPERIMENT = "rtrl-training"
@@ -39,7 +42,7 @@ class TrainResult:
     tokens: int = 0
     reward_mean: float = 0.0
     seconds: float = 0.0
-    folder: str = ""
+    folder: str = ""               # where the candidate was written; removed once registered (the registry holds it)
     resumed_from_step: int = 0
     already_done: bool = False
     loop_seconds: float = 0.0      # the optimizer steps alone (seconds is from the model's load to the saved candidate)
@@ -132,7 +135,11 @@ def _run_training(ranks, cfg: TrainerConfig, registry, rewards: Path, cycle: str
     existing, parent, parent_dir, parent_base, base_dir, lineage, adapter = ranks.share(lookup)
     if org is not None:
         registry = target
+    if ranks.local_main:      # the run folders of other cycles: failed for good (trainer/scratch.py)
+        remove(stale_runs(run_root, cycle))
     if existing is not None:
+        if ranks.local_main:  # registered by a run that stopped before it removed its folder
+            remove([run_root / cycle])
         if ranks.main:
             log(f"train: cycle {cycle} already produced candidate version {existing}; nothing to do")
         return TrainResult(cycle, parent, existing, already_done=True)
@@ -206,7 +213,7 @@ def _run_training(ranks, cfg: TrainerConfig, registry, rewards: Path, cycle: str
         if ranks.main:
             registry.client.set_terminated(run_id, "FAILED")
         raise
-    if ranks.main:
+    if ranks.local_main:      # every rank is past the registration (`share` above)
         trainer.cleanup()
     return TrainResult(cycle, parent, candidate, sel.counts, summary.steps, summary.tokens,
                        float(sel.rows["reward"].mean()), time.perf_counter() - t0, str(folder),

@@ -2,9 +2,9 @@
 
     trainer = Trainer(cfg, rows, parent_dir, run_dir)
     trainer.setup()            # model, frozen parent (old/reference log-probs), advantages, plan, engine
-    trainer.train()            # one pass; resumes from the last step checkpoint under run_dir
+    trainer.train()            # one pass; resumes from the last step checkpoint under run_dir (the only one kept)
     folder = trainer.save_checkpoint(metadata)   # HF folder + rtrl_metadata.json
-    trainer.cleanup()
+    trainer.cleanup()          # once the folder is registered: the run folder goes (trainer/scratch.py)
 
 Per micro-batch: the policy's log-probs (with gradient) and entropy of the completion tokens; the frozen parent's
 log-probs (theta_old: the ratio's denominator and the truncated-IS numerator against serving's behaviour
@@ -32,6 +32,7 @@ from trainer.config import TrainerConfig
 from trainer.data import build_micro_batch, steps
 from trainer.logprobs import linear_token_logprobs, token_logprobs
 from trainer.losses import LossConfig, LossInputs, advantages, policy_loss
+from trainer.scratch import STEPS, remove, stale_step_checkpoints
 
 
 # decoder -> final norm -> lm_head with nothing after the head (no logit soft-capping or scaling)
@@ -233,7 +234,14 @@ class Trainer:
         return out, float((entropy.detach() * m).sum()), mb, grad_norm
 
     def _checkpoint_dir(self) -> Path:
-        return self.run_dir / "steps"
+        return self.run_dir / STEPS
+
+    def _save_step(self, step: int) -> None:
+        """A resumable checkpoint after optimizer step `step`; then the ones before it are removed (only the newest is
+        kept: a run resumes from it alone)."""
+        self.engine.save(self._checkpoint_dir(), f"step{step}", {"step": step})
+        if self.engine.local_rank == 0:
+            remove(stale_step_checkpoints(self._checkpoint_dir()))
 
     def train(self) -> TrainSummary:
         t0 = time.perf_counter()
@@ -276,7 +284,7 @@ class Trainer:
                                   grad_norm, acc["clip"] / tokens, acc["tis"] / tokens, acc["mismatch"] / tokens,
                                   acc["kl"] / tokens, time.perf_counter() - t_step)
             if (index + 1) % self.cfg.checkpoint_every == 0 and index + 1 < len(self.plan):
-                self.engine.save(self._checkpoint_dir(), f"step{index + 1}", {"step": index + 1})
+                self._save_step(index + 1)
             self.summary.history.append(metrics)
             self.summary.tokens += acc["tokens"]
             self.on_step(metrics)
@@ -309,6 +317,6 @@ class Trainer:
         return folder
 
     def cleanup(self) -> None:
-        import shutil
-
-        shutil.rmtree(self._checkpoint_dir(), ignore_errors=True)
+        """Remove the run folder: its step checkpoint and the candidate's folder. Call it once the candidate is
+        registered (the registry holds it from then on)."""
+        remove([self.run_dir])

@@ -10,14 +10,23 @@ Consumers in rtrl never rely on end offsets to decide that they are caught up.
 
 With `kafka.tls_terminator_dir` set, clients reach the broker over mutual TLS only: stunnel listens on kafka.port
 (infra/stack/tls_proxy.py) and Tansu on a free loopback port behind it, advertising the terminator's address.
+
+Retention: topics are created with `kafka.retention_s` / `kafka.retention_bytes` (`KafkaConfig.topic_configs`), and
+a topic that exists with other values is set to them (`align_topic_configs`). Tansu 0.6 records these settings
+(DescribeConfigs returns them) but deletes no record by them, over either storage engine, and it has no flag for
+it; its log stays in memory (the broker's over "memory", the object store's over "s3"). So `rtrl up` also starts
+`broker-watch` (infra/stack/broker_watch.py), which logs a warning when that memory passes
+`kafka.memory_warn_bytes`. A Kafka cluster (`kafka.bootstrap_servers`) enforces the retention.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 import uuid
 from pathlib import Path
 
+from infra.stack.broker_watch import NAME as WATCHER
 from infra.stack.config import KafkaConfig
 from infra.stack.process import ManagedProcess, StackError, port_accepts, port_is_free
 from infra.stack.tls_proxy import NAME as TERMINATOR, TlsTerminator
@@ -91,6 +100,7 @@ class Broker:
         self.store = ObjectStore(cfg, state_dir) if cfg.storage_engine == "s3" else None
         self.terminator = (TlsTerminator(cfg.tls_terminator_dir, cfg.host, cfg.port, state_dir)
                            if cfg.tls_terminator_dir else None)
+        self.watcher = ManagedProcess(WATCHER, state_dir)
 
     @property
     def url(self) -> str:
@@ -101,6 +111,7 @@ class Broker:
         if (rec := self.proc.info()) is not None:
             if self.terminator is not None and rec.get("backend_port"):
                 self.terminator.start(rec["backend_port"], self.cfg.startup_timeout_s)
+            self._watch()
             return rec
         if not port_is_free(self.cfg.host, self.cfg.port):
             raise StackError(f"port {self.cfg.port} on {self.cfg.host} is taken by another process (not this "
@@ -134,7 +145,16 @@ class Broker:
             self.terminator.start(backend, self.cfg.startup_timeout_s)
         self.proc.wait_healthy(self._healthy, self.cfg.startup_timeout_s, f"Kafka metadata request at "
                                f"{self.cfg.bootstrap()} ({self.cfg.security_protocol})")
+        self._watch()
         return rec
+
+    def _watch(self) -> None:
+        """Start `broker-watch` on the process that holds the log (unless one runs, or kafka.memory_warn_bytes is 0)."""
+        if not self.cfg.memory_warn_bytes:
+            return
+        holder = "objectstore" if self.store is not None else "broker"
+        self.watcher.start([sys.executable, "-m", "infra.stack.broker_watch", "--state-dir", str(self.state_dir),
+                            "--process", holder, "--bound", str(self.cfg.memory_warn_bytes)])
 
     def _healthy(self) -> bool:
         """answers_metadata, failing at once when the TLS handshake is refused (waiting will not fix the certs)."""
@@ -154,26 +174,23 @@ class Broker:
         whatever `kafka.storage_engine` says now: `rtrl --set state_dir=D down` on a state dir another command
         started with storage "s3" (rtrl chaos) must not leave the store running."""
         stopped = ManagedProcess(TERMINATOR, self.state_dir).stop()
+        self.watcher.stop()
         stopped = self.proc.stop() or stopped
         return ManagedProcess("objectstore", self.state_dir).stop() or stopped
 
 
 def ensure_topics(kafka: KafkaTarget, topics: dict[str, int], timeout_s: float = 30.0,
-                  replication: dict[str, int] | None = None) -> list[str]:
-    """Create any missing topic with its partition count and replication factor (`replication`, default 1: the
-    embedded broker). Returns the created ones."""
-    from kafka import KafkaAdminClient
+                  replication: dict[str, int] | None = None, configs: dict[str, str] | None = None) -> list[str]:
+    """Create any missing topic with its partition count, replication factor (`replication`, default 1: the
+    embedded broker) and topic `configs` (the retention: `KafkaConfig.topic_configs`). Returns the created ones."""
     from kafka.admin import NewTopic
-    from kafka.errors import KafkaError, TopicAlreadyExistsError
+    from kafka.errors import TopicAlreadyExistsError
 
-    try:
-        admin = KafkaAdminClient(**kafka_client_args(kafka), request_timeout_ms=int(timeout_s * 1000))
-    except KafkaError as e:   # kafka-python says "Unable to bootstrap" for a refused TLS handshake too
-        raise StackError(f"cannot create the topics: {explain_unreachable(kafka, e)}") from None
+    admin = _admin(kafka, timeout_s, "create the topics")
     try:
         existing = set(admin.list_topics())
-        missing = [NewTopic(name, n, (replication or {}).get(name, 1)) for name, n in sorted(topics.items())
-                   if name not in existing]
+        missing = [NewTopic(name, n, (replication or {}).get(name, 1), topic_configs=dict(configs or {}))
+                   for name, n in sorted(topics.items()) if name not in existing]
         created = []
         for t in missing:
             try:
@@ -184,3 +201,44 @@ def ensure_topics(kafka: KafkaTarget, topics: dict[str, int], timeout_s: float =
         return created
     finally:
         admin.close()
+
+
+def configs_to_set(current: dict[str, str | None], wanted: dict[str, str]) -> dict[str, str]:
+    """The settings of `wanted` that a topic's `current` configs lack or hold another value of."""
+    return {k: v for k, v in wanted.items() if current.get(k) != v}
+
+
+def align_topic_configs(kafka: KafkaTarget, topics: list[str], configs: dict[str, str],
+                        timeout_s: float = 30.0) -> dict[str, dict[str, str]]:
+    """Set `configs` on each of `topics` whose value differs (IncrementalAlterConfigs: its other settings stay), so a
+    topic created before a retention setting, or under another value, gets it. Returns what was set, by topic;
+    StackError when the cluster refuses a change (no AlterConfigs right on a topic, say)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    if not topics or not configs:
+        return {}
+    admin = _admin(kafka, timeout_s, "read the topics' settings")
+    try:
+        # every setting of each topic (config keys None): Tansu 0.6 cannot decode a request naming keys
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t) for t in topics],
+                                           config_filter="all").get("topic", {})
+        changes = {t: c for t in topics
+                   if (c := configs_to_set({k: v.get("value") for k, v in (described.get(t) or {}).items()}, configs))}
+        if changes:
+            results = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t, c) for t, c in changes.items()],
+                                          raise_on_unknown=False).get("topic", {})
+            if refused := {t: r for t, r in results.items() if r != "OK"}:
+                raise StackError(f"the cluster refused the topic settings {configs}: {refused}")
+        return changes
+    finally:
+        admin.close()
+
+
+def _admin(kafka: KafkaTarget, timeout_s: float, what: str):
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    try:
+        return KafkaAdminClient(**kafka_client_args(kafka), request_timeout_ms=int(timeout_s * 1000))
+    except KafkaError as e:   # kafka-python says "Unable to bootstrap" for a refused TLS handshake too
+        raise StackError(f"cannot {what}: {explain_unreachable(kafka, e)}") from None

@@ -69,6 +69,23 @@ class KafkaConfig(BaseModel):
                                     "unless overridden (1 for the embedded broker; 3 is usual on a cluster).")
     topic_replication: dict[str, Annotated[int, Field(ge=1, le=16)]] = Field(
         default_factory=dict, description="Per-topic replication overrides.")
+    retention_s: int = Field(
+        default=24 * 3600, ge=0, le=365 * 86400, description="How long every topic keeps a record (its "
+        "retention.ms): set when `rtrl up` creates a topic, and on a topic that exists with another value. 24 h = "
+        "two cycles at the production cadence (orchestrator.interval_s, 5 h: a record waits up to one interval for "
+        "the collect step that fixes its range, up to another when that cycle runs late) plus 14 h for an outage of "
+        "the orchestrator or the archiver to be noticed and mended. 0 = no time bound (retention.ms = -1). The "
+        "embedded broker (Tansu 0.6) records the setting but deletes nothing by it: see memory_warn_bytes.")
+    retention_bytes: int = Field(
+        default=0, ge=0, le=2**62, description="Most bytes a partition keeps (its retention.bytes; a cluster "
+        "deletes the oldest segments past it); 0 = no size bound (-1). Off by default: a size bound can drop "
+        "records a late cycle has not read yet; the time bound (retention_s) is the rule.")
+    memory_warn_bytes: int = Field(
+        default=2 * 2**30, ge=0, le=2**50, description="Embedded broker only: `rtrl up` starts a watcher "
+        "(`broker-watch`, its log in <state_dir>/logs) that logs a warning each time the resident memory of the "
+        "process holding the Kafka log (the broker over storage \"memory\", the object store over \"s3\") passes "
+        "this many bytes: both keep the whole log in memory, and the broker deletes no record by retention. 0 = no "
+        "watcher.")
     startup_timeout_s: float = Field(default=30.0, gt=0, le=600, description="Health-check deadline at start.")
 
     def bootstrap(self) -> str:
@@ -128,6 +145,11 @@ class KafkaConfig(BaseModel):
 
     def replication_for(self, topic: str) -> int:
         return self.topic_replication.get(topic, self.replication_factor)
+
+    def topic_configs(self) -> dict[str, str]:
+        """The retention settings every topic is created with, as Kafka topic configs (-1: no bound)."""
+        return {"retention.ms": str(self.retention_s * 1000 if self.retention_s else -1),
+                "retention.bytes": str(self.retention_bytes or -1)}
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

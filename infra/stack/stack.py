@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 
 from infra.config import RtrlConfig
-from infra.stack.broker import Broker, ensure_topics
+from infra.stack.broker import Broker, align_topic_configs, ensure_topics
 from infra.stack.mlflow_store import MlflowStore
-from infra.stack.process import ManagedProcess, stop_together
+from infra.stack.process import ManagedProcess, StackError, stop_together
 from schemas.topics import TOPICS
 
 # Services started by other subcommands that `rtrl down` also stops, so nothing is left behind.
@@ -47,9 +47,11 @@ class Stack:
             log(f"broker: starting Tansu on {self.cfg.kafka.bootstrap()}{tls} (storage: "
                 f"{self.cfg.kafka.storage_engine})")
             self.broker.start()
+        configs = self.cfg.kafka.topic_configs()
         created = ensure_topics(self.cfg.kafka, self.topic_partitions(),
-                                replication={t: self.cfg.kafka.replication_for(t) for t in TOPICS})
-        log(f"topics: {len(TOPICS)} ready ({len(created)} created)")
+                                replication={t: self.cfg.kafka.replication_for(t) for t in TOPICS}, configs=configs)
+        log(f"topics: {len(TOPICS)} ready ({len(created)} created); retention {_retention(configs)}")
+        self._align([t for t in TOPICS if t not in created], configs, log)
         self.mlflow.ensure_store()
         log(f"mlflow: tracking store {self.mlflow.tracking_uri}")
         if mlflow_ui:
@@ -58,8 +60,24 @@ class Stack:
         log(f"up in {time.monotonic() - t0:.1f}s; state in {self.cfg.state_path}")
         return self.status()
 
+    def _align(self, topics: list[str], configs: dict[str, str], log) -> None:
+        """The retention settings on topics that existed already; a cluster that refuses (no AlterConfigs right, say)
+        leaves them as they are, with a warning."""
+        from kafka.errors import KafkaError
+
+        try:
+            changed = align_topic_configs(self.cfg.kafka, topics, configs)
+        except (KafkaError, StackError) as e:
+            log(f"WARNING topics: could not set the retention of the existing topics ({e}); set "
+                f"{_retention(configs)} on them by hand")
+            return
+        for topic, c in changed.items():
+            log(f"topics: {topic}: set {_retention(c)}")
+
     def status(self) -> dict:
         procs = {"broker": self.broker.proc, "mlflow-ui": self.mlflow.ui}
+        if self.broker.watcher.is_running():
+            procs["broker-watch"] = self.broker.watcher
         if self.broker.store is not None:
             procs["objectstore"] = self.broker.store.proc
         if self.broker.terminator is not None:
@@ -86,3 +104,7 @@ class Stack:
         log(f"stopped: {', '.join(stopped) or 'nothing was running'}"
             + (f" in {time.monotonic() - t0:.1f}s" if stopped else ""))
         return stopped
+
+
+def _retention(configs: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in configs.items())

@@ -278,22 +278,25 @@ def test_the_cadence_consumer_receives_the_sasl_settings(sasl_ssl, recorded, mon
     _assert_secured(recorded[0][1], sasl_ssl)
 
 
-def test_topics_get_their_configured_replication(tmp_path, recorded, monkeypatch):
+def test_topics_get_their_configured_replication_and_retention(tmp_path, recorded, monkeypatch):
     import kafka.admin
 
     made = []
-    monkeypatch.setattr(kafka.admin, "NewTopic", lambda name, n, r: made.append((name, n, r)) or
-                        type("T", (), {"name": name})())
+    monkeypatch.setattr(kafka.admin, "NewTopic", lambda name, n, r, topic_configs=None:
+                        made.append((name, n, r, topic_configs)) or type("T", (), {"name": name})())
     from infra.stack.broker import ensure_topics
 
     cfg = load_config(None, [f'state_dir="{tmp_path}"', "kafka.replication_factor=3",
-                             "kafka.topic_replication.dead-letter=2", "kafka.topic_partitions.trajectories=6"])
+                             "kafka.topic_replication.dead-letter=2", "kafka.topic_partitions.trajectories=6",
+                             "kafka.retention_s=50400"])
     from schemas.topics import TOPICS
 
     ensure_topics(cfg.kafka, {t: cfg.kafka.partitions_for(t) for t in TOPICS},
-                  replication={t: cfg.kafka.replication_for(t) for t in TOPICS})
-    got = {name: (n, r) for name, n, r in made}
+                  replication={t: cfg.kafka.replication_for(t) for t in TOPICS}, configs=cfg.kafka.topic_configs())
+    got = {name: (n, r) for name, n, r, _ in made}
     assert got["trajectories"] == (6, 3) and got["dead-letter"] == (3, 2) and got["telemetry.edits"] == (3, 3)
+    assert {name: c for name, _, _, c in made} == {t: {"retention.ms": "50400000", "retention.bytes": "-1"}
+                                                   for t in TOPICS}
 
 
 def test_the_default_replication_is_1(tmp_path):

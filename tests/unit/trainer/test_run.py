@@ -1,5 +1,6 @@
 """`run_training` end to end on a tiny checkpoint: champion from the registry, a reward table on disk, a
-candidate version registered with its lineage and metrics in MLflow; a second run of the cycle does nothing."""
+candidate version registered with its lineage and metrics in MLflow; a second run of the cycle does nothing. What a run
+leaves on disk: nothing of its own once the candidate is registered, nor of earlier cycles that failed for good."""
 
 import polars as pl
 import pytest
@@ -25,6 +26,10 @@ def test_candidate_is_registered_with_lineage_metrics_and_config_and_a_rerun_is_
         request_id=rows["request_id"].head(5) + "x", cut_short=pl.lit(False))
     rows.vstack(other).write_parquet(table / "part-0.parquet")
     cfg = TrainerConfig(micro_batch=4, rows_per_step=16, lr=1e-3, max_tokens=8, min_rows=8, threads=1)
+    failed = tmp_path / "train" / "c0" / "steps" / "step1"          # a cycle that failed for good left its scratch
+    org_run = tmp_path / "train" / "org-acme" / "c0" / "steps"      # an org lineage's run root is not a cycle's
+    failed.mkdir(parents=True)
+    org_run.mkdir(parents=True)
     result = run_training(cfg, reg, tmp_path / "rewards", "c1", tmp_path / "train", log=lambda *_: None)
     assert result.candidate == "2" and result.parent == "1" and result.steps == 3
     assert result.counts["kept_on_policy"] == 40 and result.counts["dropped_other_version"] == 5
@@ -35,9 +40,13 @@ def test_candidate_is_registered_with_lineage_metrics_and_config_and_a_rerun_is_
     assert [m.step for m in history] == [1, 2, 3]
     params = reg.client.get_run(tags["train_run"]).data.params
     assert params["lr"] == "0.001" and params["rows_per_step"] == "16" and len(params) == len(cfg.model_dump())
-    assert (reg.local_path("2") / "rtrl_metadata.json").is_file() and not (tmp_path / "train" / "c1" / "steps").exists()
+    assert (reg.local_path("2") / "rtrl_metadata.json").is_file()
+    # the registry holds the candidate: the run folder (step checkpoints, candidate folder) is gone, and so is c0's
+    assert not (tmp_path / "train" / "c1").exists() and not (tmp_path / "train" / "c0").exists()
+    assert org_run.is_dir()
+    (tmp_path / "train" / "c1" / "checkpoint").mkdir(parents=True)  # a run that stopped before it removed it
     again = run_training(cfg, reg, tmp_path / "rewards", "c1", tmp_path / "train", log=lambda *_: None)
-    assert again.already_done and again.candidate == "2"
+    assert again.already_done and again.candidate == "2" and not (tmp_path / "train" / "c1").exists()
     with pytest.raises(SelectionError, match="minimum batch"):
         run_training(cfg.model_copy(update={"min_rows": 1000}), reg, tmp_path / "rewards", "c2", tmp_path / "train",
                      log=lambda *_: None)

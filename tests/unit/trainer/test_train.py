@@ -1,5 +1,6 @@
 """The trainer on a tiny random Llama with DeepSpeed (CPU): parameters change in the rewarded direction,
-runs are deterministic, micro-batch splits do not change the update, a killed run resumes to the same weights."""
+runs are deterministic, micro-batch splits do not change the update, a killed run resumes to the same weights from
+the one step checkpoint it keeps."""
 
 import polars as pl
 import pytest
@@ -71,6 +72,9 @@ def test_a_run_killed_mid_way_resumes_to_the_same_weights(parent, tmp_path):
     full, _ = _run(parent, tmp_path / "full")
     with pytest.raises(KeyboardInterrupt):
         _run(parent, tmp_path / "resumed", crash_after=2)
+    steps = tmp_path / "resumed" / "steps"      # a checkpoint after each step: only the newest is kept
+    assert sorted(p.name for p in steps.iterdir() if p.is_dir()) == ["step2"]
+    assert (steps / "latest").read_text() == "step2"
     resumed, summary = _run(parent, tmp_path / "resumed")
     assert summary.resumed_from_step == 2
     assert _close(full, resumed, 1e-6)
