@@ -1,5 +1,7 @@
 """`rtrl archive [--until-idle S] [--detach]`: archive the event topics to the Parquet event log.
-`rtrl archive import FILE_OR_DIR`: build an archive from wire-format JSON lines, without Kafka."""
+`rtrl archive import FILE_OR_DIR`: build an archive from wire-format JSON lines, without Kafka.
+`rtrl archive compact`: checkpoint, compact, expire and delete retired files once (what the archiver does every
+archive.compact_every_s)."""
 
 from __future__ import annotations
 
@@ -52,6 +54,20 @@ exit status: 0 imported (dead letters or not), 1 nothing valid to import, no suc
 by a running archiver, 3 with --strict when any line was a dead letter (the valid ones are imported)."""
 
 
+COMPACT_HELP = "maintain the archive once: checkpoint, compaction, age retention, deletion of retired files"
+
+COMPACT_DESCRIPTION = COMPACT_HELP + """
+
+What the running archiver does every archive.compact_every_s (docs/operations.md): the committed manifests are
+folded into a new checkpoint; each partition's small files are merged into files of about
+archive.compact_target_bytes; partitions older than archive.retention_s are retired; files retired more than
+archive.retire_grace_s ago are deleted. Orphans of crashed writes are deleted first, as the archiver's start-up
+does. It takes the root's lock, so it refuses to run beside a running archiver (which maintains the root itself).
+Prints one JSON summary.
+
+exit status: 0 done (or nothing to do), 1 the root is locked by a running archiver, missing, or unreadable."""
+
+
 def add_parser(subparsers) -> None:
     p = add_command(subparsers, "archive", main, "archive Kafka topics to the Parquet event log")
     p.add_argument("--detach", action="store_true", help="run in the background (stopped by `rtrl down`)")
@@ -70,6 +86,12 @@ def add_parser(subparsers) -> None:
     imp.add_argument("--dead-letters", metavar="FILE", help="dead-letter JSON-lines file or URL (default: "
                      "<archive>/_imports/<import id>.dead_letters.jsonl, written only when there are any)")
     imp.add_argument("--strict", action="store_true", help="exit 3 when any line is a dead letter")
+    comp = subs.add_parser("compact", help=COMPACT_HELP, description=COMPACT_DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    comp.set_defaults(handler=compact_main)
+    comp.add_argument("--archive", metavar="PATH_OR_URL",
+                      help="archive root, a folder or an s3://bucket/prefix URL (default: archive.output_dir, else "
+                      "<state_dir>/archive)")
 
 
 def main(args, cfg) -> int:
@@ -143,4 +165,45 @@ def import_main(args, cfg) -> int:
               file=sys.stderr)
         if args.strict:
             return 3
+    return 0
+
+
+def compact_main(args, cfg) -> int:
+    from datetime import datetime, timezone
+
+    from pipelines.archive.layout import archive_root
+    from pipelines.archive.lock import RootLock
+    from pipelines.archive.maintenance import maintain
+    from pipelines.archive.manifest import ArchiveError, recover
+    from schemas.storage import StorageError, exists, normalize
+
+    try:
+        root = normalize(args.archive) if args.archive else archive_root(cfg)
+    except StorageError as e:
+        print(f"rtrl archive compact: --archive: {e}", file=sys.stderr)
+        return 1
+    if not exists(root):
+        print(f"rtrl archive compact: no archive at {root}", file=sys.stderr)
+        return 1
+    lock = RootLock(root)
+    try:
+        lock.acquire()
+    except ArchiveError as e:
+        print(f"rtrl archive compact: {e} (a running archiver maintains its root itself every "
+              f"{cfg.archive.compact_every_s:g}s)", file=sys.stderr)
+        return 1
+    try:
+        rec = recover(root, "", 0)
+        result = maintain(root, cfg.archive, datetime.now(timezone.utc), renew=lock.renew,
+                          log=lambda line: print(line, file=sys.stderr))
+    except (ArchiveError, OSError) as e:
+        print(f"rtrl archive compact: {root}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        lock.release()
+    print(result.line(), file=sys.stderr)
+    print(json.dumps({"archive_compact": {"root": str(root), "checkpoint_read": rec.checkpoint,
+                                          "manifests_read": rec.manifests_read,
+                                          "orphans_deleted": len(rec.orphans_deleted), **result.as_dict()}},
+                     indent=2), flush=True)
     return 0

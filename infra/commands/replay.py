@@ -36,7 +36,7 @@ BUILD_ONE = ("build one with `rtrl archive` (from Kafka) or `rtrl archive import
 def archive_problem(archive: str, start, end) -> str | None:
     """Why a replay of [start, end) over `archive` (a local folder or an object-store URL) would have nothing to
     read, or None when it has events there."""
-    from pipelines.archive.manifest import ArchiveError, load_manifests
+    from pipelines.archive.manifest import ArchiveError, committed_files
     from pipelines.archive.reader import event_time_span
     from schemas import storage
 
@@ -44,7 +44,7 @@ def archive_problem(archive: str, start, end) -> str | None:
     if not storage.exists(root):
         return f"no archive at {root}: {BUILD_ONE}"
     try:
-        if not any(m.files for m in load_manifests(root)):
+        if not committed_files(root):
             return f"the archive at {root} holds no committed events: {BUILD_ONE}"
         if event_time_span(root, start, end) is not None:
             return None

@@ -5,7 +5,7 @@ after a week: the newest files are chosen by listing and modification time, and 
 
     <state>/ab/cycles/<id>/result.json             A/B results per cycle (pipelines/metrics/store.py)
     <state>/rewards/cycles/<id>.json               reward-cycle manifests: range, as_of, counters, dead letters
-    <archive>/_manifests/<cluster>/<t>-<p>-<first>-<last>.json   the archiver's committed offsets (for lag)
+    <archive>/_checkpoints/ + the names under _manifests/   the archiver's committed offsets (for lag)
     <state>/quality/**/report.json                 data-quality results (pipelines/quality/report.py)
     <state>/gate/*/report.json                     gate reports (evals/gate/report.py)
     MLflow registry                                versions, their tags (parent, cycle, gate.*, promotion.*), aliases
@@ -14,7 +14,6 @@ after a week: the newest files are chosen by listing and modification time, and 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,6 @@ from typing import Any
 import polars as pl
 
 from pipelines.metrics.store import MetricsStore
-
-_MANIFEST_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)-(?P<first>\d+)-(?P<last>\d+)\.json$")
 
 
 def _json(p: Path) -> dict | None:
@@ -114,24 +111,16 @@ def dead_letters_frame(cycles: list[dict[str, Any]]) -> pl.DataFrame:
 
 def consumer_lag(archive_root: Path | str, cycles: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Records the archiver has committed but no reward cycle has read yet, per partition: the archiver's next
-    offset (from its manifests, same Kafka cluster) minus the latest done cycle's range end. None without both.
-    `archive_root` is a local folder or an object-store URL (`schemas.storage`)."""
-    from pipelines.archive import layout
-    from schemas import storage
+    offset (from its checkpoint and the names of the manifests after it, same Kafka cluster) minus the latest done
+    cycle's range end. None without both. `archive_root` is a local folder or an object-store URL
+    (`schemas.storage`)."""
+    from pipelines.archive.state import archived_positions
 
     done = [c for c in cycles if c["status"] == "done" and c["stop"]]
     if not done:
         return None
     last = done[-1]
-    clusters = ([last["cluster_id"]] if last.get("cluster_id") else
-                storage.list_dirs(storage.join(archive_root, layout.MANIFEST_DIR)))
-    positions: dict[str, int] = {}
-    for cluster in clusters:
-        for f in storage.list_files(layout.manifest_dir(archive_root, cluster), "*.json", recursive=False):
-            m = None if storage.is_temp(f.loc) else _MANIFEST_NAME.match(storage.name(f.loc))
-            if m:
-                key = f"{m['topic']}/{m['partition']}"
-                positions[key] = max(positions.get(key, 0), int(m["last"]) + 1)
+    positions = archived_positions(archive_root, last.get("cluster_id") or None)
     if not positions:
         return None
     per = {k: max(0, pos - int(last["stop"].get(k, 0))) for k, pos in sorted(positions.items())}

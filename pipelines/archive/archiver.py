@@ -3,13 +3,16 @@
     start:  lock the root (an flock; for an object-store root a lease the loop renews); read the cluster id;
             `recover` (delete orphans, positions from manifests, dedupe window from the newest files); assign
             every partition at its position.
-    loop:   poll -> `Batch.add` (parse, dedupe, dead-letter) -> flush at `batch_max_events` or `batch_max_seconds`.
+    loop:   poll -> `Batch.add` (parse, dedupe, dead-letter) -> flush at `batch_max_events`, `batch_max_bytes` or
+            `batch_max_seconds` -> between flushes, maintenance (`maintenance.py`: checkpoint, compaction, retention)
+            every `compact_every_s` or after `checkpoint_every_manifests` manifests.
     flush:  1. data + dead-letter files, each durable (`writer`)
             2. dead letters published to the dead-letter topic (acks=all; at least once)
             3. one manifest per partition batch (`manifest`): the commit point
             4. offsets committed to Kafka (monitoring only; a failure is counted, never fatal)
 A crash anywhere before 3 leaves files no manifest lists; the next start deletes them and reads those offsets
-again. A crash after 3 loses nothing: the next start resumes after the manifested offsets.
+again. A crash after 3 loses nothing: the next start resumes after the manifested offsets. Recovery reads the
+current checkpoint and the manifests after it, and logs how many.
 
 `run` stops on SIGTERM/SIGINT (or `stop_event`) after committing the batch in flight; a second signal abandons it
 uncommitted. After an exception from `flush` the instance must not be reused: restarting (recovery) is the fix.
@@ -21,18 +24,20 @@ import signal
 import threading
 import time
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from kafka.errors import KafkaError
 
 from pipelines.archive import layout
-from pipelines.archive.batch import Batch
+from pipelines.archive.batch import Batch, flush_due
 from pipelines.archive.config import ArchiveConfig
 from pipelines.archive.consumer import KafkaSource, Source
 from pipelines.archive.deadletter import DeadLetterSink, KafkaDeadLetterSink
 from pipelines.archive.dedupe import RecentIds
 from pipelines.archive.lock import RootLock
+from pipelines.archive.maintenance import MaintenanceResult, maintain, maintenance_due
 from pipelines.archive.manifest import Manifest, Recovery, recover, write_manifest
 from pipelines.archive.messages import SourceMessage, tp_name
 from pipelines.archive.stats import ArchiveStats
@@ -50,16 +55,21 @@ def _no_fault(point: str) -> None:
     pass
 
 
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 class Archiver:
     def __init__(self, root: Path | str, cfg: ArchiveConfig, source: Source, sink: DeadLetterSink, *,
                  log: Log = print, clock: Callable[[], float] = time.monotonic,
-                 fault: Callable[[str], None] = _no_fault):
+                 wall_clock: Callable[[], datetime] = _utc_now, fault: Callable[[str], None] = _no_fault):
         self.root = storage.normalize(root)   # a local Path, or an object-store URL (schemas.storage)
         self.cfg = cfg
         self.source = source
         self.sink = sink
         self.log = log
         self.clock = clock
+        self.wall_clock = wall_clock      # retention and retirement compare commit times with it
         self.fault = fault
         self.stats = ArchiveStats()
         self.window = RecentIds(cfg.dedupe_window)
@@ -74,6 +84,9 @@ class Archiver:
         self._started = False
         self._behind = False
         self._behind_checked_at = float("-inf")
+        self._maintained_at = 0.0
+        self._maintenance_failed = False
+        self._manifests_since_checkpoint = 0
 
     @classmethod
     def from_config(cls, cfg, log: Log = print) -> "Archiver":
@@ -100,11 +113,17 @@ class Archiver:
         self.cluster_id = self.source.cluster_id()
         self._last_cluster_check = self.clock()
         rec = self._recover_and_assign()
+        self._maintained_at = self.clock()
+        self._manifests_since_checkpoint = rec.manifests_read
         self.window.add_all(rec.recent_ids)
         self.stats.orphans_deleted += len(rec.orphans_deleted)
         self.stats.missing_files += len(rec.missing_files)
-        self.log(f"archive: root {self.root}; cluster {self.cluster_id}; {rec.manifests} manifests "
-                 f"({rec.manifests_other_clusters} from other clusters); {len(rec.orphans_deleted)} orphan files "
+        self.stats.recovery_manifests_read = rec.manifests_read
+        checkpoint = (f"checkpoint {rec.checkpoint} ({rec.checkpoint_files} files)" if rec.checkpoint is not None
+                      else "no checkpoint")
+        self.log(f"archive: root {self.root}; cluster {self.cluster_id}; recovery read {checkpoint} and "
+                 f"{rec.manifests_read} manifests after it ({rec.manifests_other_clusters} from other clusters); "
+                 f"{len(rec.orphans_deleted)} orphan files "
                  f"deleted; {len(rec.recent_ids)} recent event ids remembered; resuming "
                  f"{len(rec.positions)} of {len(self.partitions)} partitions from manifests, the rest from the start")
         for p in rec.missing_files[:10]:
@@ -155,10 +174,9 @@ class Archiver:
         return len(messages)
 
     def batch_due(self) -> bool:
-        if not len(self.batch):
-            return False
-        return (len(self.batch) >= self.cfg.batch_max_events
-                or self.clock() - (self._batch_started or 0.0) >= self.cfg.batch_max_seconds)
+        c = self.cfg
+        return flush_due(len(self.batch), self.batch.bytes, self.clock() - (self._batch_started or 0.0),
+                         c.batch_max_events, c.batch_max_bytes, c.batch_max_seconds)
 
     # -- the cluster id ---------------------------------------------------------------------------------------
 
@@ -233,6 +251,7 @@ class Archiver:
             s.files_written += len(m.files)
             s.bytes_written += sum(f.bytes for f in m.files)
             s.set_position(m.tp, m.last_offset + 1)
+        self._manifests_since_checkpoint += len(manifests)
         if self._first_record_at is not None:
             s.busy_s = self.clock() - self._first_record_at
 
@@ -248,7 +267,8 @@ class Archiver:
 
     def run(self, until_idle_s: float | None = None, stop_event: threading.Event | None = None) -> ArchiveStats:
         """Archive until stopped (SIGTERM/SIGINT or `stop_event`), or until `until_idle_s` seconds pass without a
-        new record while Kafka reports no unread record. Commits the batch in flight before returning."""
+        new record while Kafka reports no unread record; in that draining mode a poll that finds nothing commits
+        the batch in flight at once. Commits the batch in flight before returning."""
         stop = stop_event or threading.Event()
         restore = _install_signal_handlers(stop, self.log)
         try:
@@ -261,10 +281,13 @@ class Archiver:
                 now = self.clock()
                 if n:
                     last_record = now
-                if self.batch_due():
-                    self.flush()
+                if self.batch_due() or (until_idle_s is not None and not n and len(self.batch)):
+                    self.flush()   # draining (--until-idle): a poll that found nothing commits what was read
                 elif now - self._last_cluster_check >= self.cfg.cluster_check_s:
                     self.check_cluster()
+                since = 0 if self._maintenance_failed else self._manifests_since_checkpoint  # retry on the timer
+                if maintenance_due(self.clock(), self._maintained_at, since, self.cfg):
+                    self.maintain()
                 if (until_idle_s is not None and not n and not len(self.batch) and now - last_record >= until_idle_s
                         and not self._certainly_behind(now - last_record - until_idle_s)):
                     self.log(f"archive: idle for {until_idle_s:g}s; stopping")
@@ -278,6 +301,28 @@ class Archiver:
         finally:
             restore()
             self.close()
+
+    # -- maintenance ------------------------------------------------------------------------------------------
+
+    def maintain(self) -> MaintenanceResult | None:
+        """Checkpoint, compact, expire and delete retired files (`maintenance.py`), between two flushes. A storage
+        error is logged and counted (the next run retries); a lost lease (ArchiveError) stops the archiver."""
+        self._maintained_at = self.clock()
+        try:
+            r = maintain(self.root, self.cfg, self.wall_clock(), renew=self._lock.renew, log=self.log)
+        except OSError as e:
+            self._maintenance_failed = True
+            self.stats.maintenance_errors += 1
+            self.log(f"archive: maintenance failed ({type(e).__name__}: {e}); retrying in "
+                     f"{self.cfg.compact_every_s:g}s")
+            return None
+        self._maintained_at = self.clock()
+        self._maintenance_failed = False
+        if r.checkpoint is not None:
+            self._manifests_since_checkpoint = 0
+            self.stats.record_maintenance(r)
+            self.log(r.line())
+        return r
 
     def _certainly_behind(self, overdue_s: float) -> bool:
         """Whether Kafka says records are waiting although none arrived for the idle time (a slow fetch): then

@@ -1,9 +1,10 @@
 """One batch in flight: consumed messages sorted into events, duplicates and dead letters, per partition.
 
-Nothing here touches disk or Kafka; `Archiver.flush` commits a batch. Duplicates (same `event_id`) are dropped
-within the batch and against the `RecentIds` window of what is already archived; the first copy wins. Each dropped
-copy's identity, times and Kafka position are kept (`duplicate_copies`, written as the batch's duplicates file), so
-a replay counts late and duplicate copies exactly as the live reward cycles did.
+Nothing here touches disk or Kafka; `Archiver.flush` commits a batch when `flush_due` says so (by messages, bytes
+or age). Duplicates (same `event_id`) are dropped within the batch and against the `RecentIds` window of what is
+already archived; the first copy wins. Each dropped copy's identity, times and Kafka position are kept
+(`duplicate_copies`, written as the batch's duplicates file), so a replay counts late and duplicate copies exactly
+as the live reward cycles did.
 """
 
 from __future__ import annotations
@@ -35,12 +36,20 @@ class PartitionBatch:
         return (self.topic, self.partition)
 
 
+def flush_due(messages: int, nbytes: int, age_s: float, max_messages: int, max_bytes: int,
+              max_seconds: float) -> bool:
+    """Whether a batch of `messages` messages (`nbytes` bytes of values), the first consumed `age_s` seconds ago,
+    is committed now: when it reaches `max_messages` messages or `max_bytes` bytes, or is `max_seconds` old."""
+    return messages > 0 and (messages >= max_messages or nbytes >= max_bytes or age_s >= max_seconds)
+
+
 class Batch:
     def __init__(self, window: RecentIds):
         self.window = window
         self.partitions: dict[tuple[str, int], PartitionBatch] = {}
         self.event_ids: set[str] = set()
         self.messages = 0
+        self.bytes = 0            # of the messages' values
 
     def __len__(self) -> int:
         return self.messages
@@ -54,6 +63,7 @@ class Batch:
         pb.last_offset = m.offset
         pb.messages += 1
         self.messages += 1
+        self.bytes += len(m.value) if m.value else 0
         if m.value is None:
             pb.dead_letters.append(DeadLetter.of(m, None))
             return

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from pipelines.archive import layout
 from pipelines.archive.manifest import Manifest, write_manifest
+from pipelines.archive.state import archived_positions
 from pipelines.archive.writer import EVENTS, PROVENANCE, FileEntry, write_table
 from schemas import EVENT_TYPES, arrow_schema, from_arrow, storage, to_arrow, topic_for
 from schemas.arrow import fill_defaults
@@ -54,10 +55,13 @@ def import_frames(root: str | Path, frames: dict[str, pl.DataFrame], cluster_id:
                   chunk_rows: int = 500_000, offsets: dict[str, int] | None = None) -> int:
     """Write every frame's rows as committed archive files; returns the number of events imported.
 
-    `offsets` (topic -> next synthetic offset, updated in place) lets several calls with the same `cluster_id`
-    append to one import instead of overwriting each other's files; without it each topic starts at 0."""
+    `offsets` (topic -> next synthetic offset, updated in place) says where each topic's synthetic offsets go on;
+    without it they go on after what the archive already holds under `cluster_id` (from 0 in a new one), so a
+    second import under the same id appends instead of overwriting the first one's files."""
     root = storage.normalize(root)
-    offsets = {} if offsets is None else offsets
+    if offsets is None:
+        offsets = {name.rsplit("/", 1)[0]: n for name, n in archived_positions(root, cluster_id).items()
+                   if name.endswith("/0")}
     by_topic: dict[str, list[tuple[str, pl.DataFrame]]] = defaultdict(list)
     for event_type, frame in sorted(frames.items()):
         if frame.height:

@@ -3,6 +3,8 @@
     <root>/event_type=<t>/event_date=<YYYY-MM-DD>/part-<topic>-<partition>-<first>-<last>-<cluster>.parquet
     <root>/_dead_letter/part-<topic>-<partition>-<first>-<last>-<cluster>.parquet
     <root>/_manifests/<cluster>/<topic>-<partition>-<first>-<last>.json      (the commit point of one batch)
+    <root>/_checkpoints/checkpoint-<seq>.json     (every manifest up to it folded in: the commit point of maintenance)
+    <root>/event_type=<t>/event_date=<YYYY-MM-DD>/part-compacted-<seq>-<i>-<cluster>.parquet   (a compacted file)
     <root>/_archiver.lock                                                    (one archiver per root)
 
 `first`/`last` are the Kafka offsets the batch covers (inclusive). `<cluster>` is the Kafka cluster id the offsets
@@ -22,6 +24,7 @@ from pathlib import Path
 from schemas import storage
 
 MANIFEST_DIR = "_manifests"
+CHECKPOINT_DIR = "_checkpoints"
 DEAD_LETTER_DIR = "_dead_letter"
 DUPLICATE_DIR = "_duplicates"   # the copies dropped as duplicates: identity, times, provenance (for replays)
 LOCK_FILE = "_archiver.lock"
@@ -60,6 +63,20 @@ def dead_letter_file(topic: str, partition: int, first: int, last: int, cluster_
 
 def duplicate_file(topic: str, partition: int, first: int, last: int, cluster_id: str) -> str:
     return f"{DUPLICATE_DIR}/part-{batch_key(topic, partition, first, last)}-{safe(cluster_id)}.parquet"
+
+
+def compacted_file(kind_dir: str, seq: int, index: int, cluster_id: str) -> str:
+    """A compacted file written by the maintenance that commits checkpoint `seq`; `kind_dir` is the folder of the
+    files it replaces (`event_type=<t>/event_date=<d>`, or the dead-letter or duplicate folder)."""
+    return f"{kind_dir}/part-compacted-{seq}-{index}-{safe(cluster_id)}.parquet"
+
+
+def partition_dir(event_type: str, event_date: str) -> str:
+    return f"event_type={event_type}/event_date={event_date}"
+
+
+def checkpoint_file(root: Path | str, seq: int) -> Path | str:
+    return storage.join(root, CHECKPOINT_DIR, f"checkpoint-{seq:012d}.json")
 
 
 def manifest_dir(root: Path | str, cluster_id: str) -> Path | str:

@@ -1,7 +1,7 @@
 """Read the Parquet event log: the replay source for the reward job and for data engineers.
 
-Only files of committed batches (listed by a manifest) are read, so a reader running beside the archiver never
-sees a half-committed batch. Results are `polars.DataFrame`s with the Arrow schema of `schemas/` (timestamps are
+Only live files are read (listed by the current checkpoint or a manifest after it: `state.load_state`), so a
+reader running beside the archiver never sees a half-committed batch, nor a compacted file and its inputs both. Results are `polars.DataFrame`s with the Arrow schema of `schemas/` (timestamps are
 `Datetime("us", "UTC")`, nested hunks/tool calls are structs/lists) plus the provenance columns `_topic`,
 `_partition`, `_offset`. Files written under an older schema version read at the current one: when the versions
 since only added fields, their columns take the fields' defaults (`schemas.arrow.fill_defaults`); otherwise rows
@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipelines.archive.deadletter import DEAD_LETTER_SCHEMA
-from pipelines.archive.manifest import ArchiveError, load_manifests, manifested_files
+from pipelines.archive.manifest import ArchiveError, committed_files, manifested_files
 from pipelines.archive.writer import (DEAD_LETTERS, DUPLICATE_SCHEMA, DUPLICATES, EVENTS, PROVENANCE,
                                      PROVENANCE_COLUMNS, FileEntry)
 from schemas import EVENT_TYPES, Event, arrow_schema, from_arrow, storage, to_arrow
@@ -59,7 +59,9 @@ def _read(root: Path | str, f: FileEntry, columns: list[str] | None = None) -> p
     try:
         return storage.read_parquet(loc, columns)
     except FileNotFoundError:
-        raise ArchiveError(f"{loc} is listed by a manifest but missing: the archive is damaged") from None
+        raise ArchiveError(f"{loc} is listed as committed but missing: the archive is damaged, or this read "
+                           "listed the archive longer than archive.retire_grace_s before the file was compacted "
+                           "or expired (read again)") from None
 
 
 def _file_version(table: pa.Table) -> int | None:
@@ -187,8 +189,8 @@ def read_duplicates(root: str | Path) -> pl.DataFrame:
     """Every duplicate copy the archiver dropped (event_type, event_id, event_time, received_time, provenance)
     with `cluster_id`, in source order."""
     root = storage.normalize(root)
-    frames = [pl.from_arrow(_read(root, f)).with_columns(cluster_id=pl.lit(m.cluster_id))
-              for m in load_manifests(root) for f in m.files if f.kind == DUPLICATES]
+    frames = [pl.from_arrow(_read(root, f.entry)).with_columns(cluster_id=pl.lit(f.cluster_id))
+              for f in committed_files(root, DUPLICATES)]
     if not frames:
         return pl.from_arrow(DUPLICATE_SCHEMA.empty_table()).with_columns(cluster_id=pl.lit(None, pl.String))
     return pl.concat(frames).sort(["cluster_id", "_topic", "_partition", "_offset"])

@@ -26,6 +26,14 @@ class ArchiveStats:
     kafka_commit_errors: int = 0        # monitoring commits that failed (harmless: the manifests are the truth)
     poll_errors: int = 0
     busy_s: float = 0.0                 # seconds from the first consumed record to the last commit
+    recovery_manifests_read: int = 0    # at start-up: manifests read after the checkpoint
+    checkpoints: int = 0                # maintenance runs that committed a checkpoint
+    manifests_folded: int = 0
+    files_compacted: int = 0            # small files replaced by compacted ones
+    compacted_files_written: int = 0
+    files_expired: int = 0              # retired by age retention
+    retired_deleted: int = 0            # retired files deleted after their grace period
+    maintenance_errors: int = 0
 
     @property
     def dead_letters_total(self) -> int:
@@ -37,6 +45,15 @@ class ArchiveStats:
 
     def set_position(self, tp: tuple[str, int], next_offset: int) -> None:
         self.positions[tp_name(tp)] = next_offset
+
+    def record_maintenance(self, r) -> None:
+        """Add what one maintenance run (`maintenance.MaintenanceResult`) did."""
+        self.checkpoints += 1
+        self.manifests_folded += r.manifests_folded
+        self.files_compacted += r.files_compacted
+        self.compacted_files_written += r.files_written
+        self.files_expired += r.files_expired
+        self.retired_deleted += r.retired_deleted
 
     def as_dict(self) -> dict:
         return {**asdict(self), "dead_letters_total": self.dead_letters_total,

@@ -18,7 +18,7 @@ from pathlib import Path
 import apache_beam as beam
 import polars as pl
 
-from pipelines.archive.manifest import load_manifests
+from pipelines.archive.manifest import committed_files
 from pipelines.archive.reader import list_files, read_columns, read_duplicates, read_file, read_times
 from pipelines.archive.writer import EVENTS
 from pipelines.rewards import progress
@@ -89,8 +89,7 @@ class ReadArchiveFileFn(beam.DoFn):
 
 def file_clusters(root: str | Path) -> dict[str, str]:
     """The Kafka cluster id each committed data file's offsets refer to (path relative to the root)."""
-    return {f.path: m.cluster_id for m in load_manifests(storage.normalize(root)) for f in m.files
-            if f.kind == EVENTS}
+    return {f.entry.path: f.cluster_id for f in committed_files(storage.normalize(root), EVENTS)}
 
 
 def _in(frame: pl.DataFrame, start: datetime | None, end: datetime | None) -> pl.DataFrame:

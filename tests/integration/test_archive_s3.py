@@ -165,3 +165,35 @@ def test_rtrl_archive_import_writes_an_s3_archive_that_reads_like_a_local_one(s3
     bad = subprocess.run(rtrl_argv("archive", "import", str(wire), "--archive", "gs://elsewhere/x"),
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert bad.returncode == 1 and "unsupported storage URL scheme" in bad.stderr
+
+
+def test_maintenance_on_an_s3_root_checkpoints_compacts_and_expires_as_on_a_local_root(s3_server, tmp_path,
+                                                                                       no_local_writes):
+    from datetime import timedelta
+
+    from pipelines.archive.config import ArchiveConfig
+    from pipelines.archive.maintenance import maintain
+    from pipelines.archive.manifest import recovery_reads
+    from pipelines.archive.retention import partition_end
+
+    log, events = hostile_log()
+    local, remote = tmp_path / "local", s3_server.url("maint")
+    for root in (local, remote):
+        archive_all(root, log, batch_max_events=4)
+    cfg = ArchiveConfig(compact_min_files=2, retire_grace_s=0, retention_s=30 * 86400)
+    now = partition_end(T0.date().isoformat()) + timedelta(days=29)      # nothing expired yet
+    for root in (local, remote):
+        first, second = maintain(root, cfg, now), maintain(root, cfg, now)   # compact; then delete the retired
+        assert first.files_compacted > 10 and second.retired_deleted == first.files_compacted
+        assert recovery_reads(root)["manifests"] == 0
+    assert read_events(remote, dedupe=False).equals(read_events(local, dedupe=False))
+    assert len(read_events(remote)) == len(events)
+    keys = sorted(k.split("/", 1)[1] for k in s3_server.keys(remote))
+    local_files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    assert keys == [p for p in local_files if p != layout.LOCK_FILE]
+
+    later = now + timedelta(days=1)                                     # the first day's partitions expire
+    for root in (local, remote):
+        assert maintain(root, cfg, later).partitions_expired > 0
+    day2 = {e.event_id for e in events if e.event_time.day == 2}
+    assert set(read_events(remote)["event_id"]) == day2 == set(read_events(local)["event_id"])

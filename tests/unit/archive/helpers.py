@@ -129,10 +129,12 @@ TOPICS = EVENT_TOPICS
 
 
 def make_archiver(root: Path, log: FakeLog, cluster_id: str = "cluster-a", sink=None, fault=None,
-                  **cfg) -> tuple[Archiver, FakeSource]:
+                  wall_clock=None, **cfg) -> tuple[Archiver, FakeSource]:
     clock = FakeClock()
     source = FakeSource(log, TOPICS, cluster_id, clock)
     kw = {"fault": fault} if fault is not None else {}
+    if wall_clock is not None:
+        kw["wall_clock"] = wall_clock
     a = Archiver(root, ArchiveConfig(**cfg), source, sink or RecordingSink(), log=lambda _: None, clock=clock, **kw)
     return a, source
 

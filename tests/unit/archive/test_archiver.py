@@ -176,3 +176,47 @@ def test_until_idle_gives_up_on_records_that_never_arrive(tmp_path):
     a.source = Stalling(source, stalls=10**9)
     stats = a.run(until_idle_s=1.0)  # returns after IDLE_MAX_EXTRA_S of fake time instead of hanging
     assert stats.events_written == 0
+
+
+def test_flush_is_due_at_the_first_of_messages_bytes_or_age():
+    from pipelines.archive.batch import flush_due
+
+    limits = dict(max_messages=100, max_bytes=10_000, max_seconds=30.0)
+    assert not flush_due(0, 0, 999.0, **limits)                # nothing to commit
+    assert not flush_due(99, 9_999, 29.9, **limits)
+    assert flush_due(100, 10, 0.0, **limits)
+    assert flush_due(1, 10_000, 0.0, **limits)
+    assert flush_due(1, 10, 30.0, **limits)
+
+
+def test_a_batch_is_flushed_when_its_messages_reach_batch_max_bytes(tmp_path):
+    log = FakeLog(partitions=1)
+    log.produce(all_types(40))
+    size = sum(len(m.value) for recs in log.records.values() for m in recs)
+    a, _ = make_archiver(tmp_path, log, batch_max_events=10_000, batch_max_seconds=3600, batch_max_bytes=1024,
+                         poll_timeout_ms=1)
+    a.start()
+    a.poll_once()                                  # one poll takes every record: one batch over the bound
+    assert a.batch.bytes == size > 1024 and a.batch_due()
+    a.flush()
+    assert not a.batch_due() and a.stats.events_written == 40
+    a.close()
+
+
+def test_the_default_flush_interval_writes_far_fewer_batches_than_one_every_2_seconds(tmp_path):
+    """Records arriving for 5 minutes: about one batch per batch_max_seconds (30 s by default), not 150."""
+    from pipelines.archive.config import ArchiveConfig
+
+    assert ArchiveConfig().batch_max_seconds == 30.0
+    log = FakeLog(partitions=1)
+    a, source = make_archiver(tmp_path, log)
+    a.start()
+    for _ in range(150):                           # a trickle: a few events every 2 s
+        log.produce(all_types(3))
+        a.poll_once()
+        if a.batch_due():
+            a.flush()
+        source.clock.advance(2.0)
+    a.flush()
+    assert a.stats.events_written == 450 and 10 <= a.stats.batches <= 11
+    a.close()
