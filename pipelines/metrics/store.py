@@ -5,14 +5,17 @@
     <state_dir>/ab/cycles/<cycle_id>/latency.parquet latency histogram per (arm, policy_version, bucket, bin)
     <state_dir>/ab/cycles/<cycle_id>/cumulative_units.parquet, cumulative_latency.parquet
                                                      the totals over this cycle and every one before it
-                                                     (cumulative.py): the next cycle adds its own to them
+                                                     (cumulative.py): the next cycle adds its own to them;
+                                                     only the last two cycles keep them
     <state_dir>/ab/index.json                        {"cycles": {cycle_id: seq}}: the order, without reading
                                                      every result
 
 A cycle's folder is written beside the old one and swapped in by renames, so a reader sees the old result or
 the new one. Writing a cycle again replaces it and keeps its place (`seq`) in the order; a new cycle goes last.
-Writing a cycle that is not the last drops the totals kept by the cycles after it (they summed its old rows): the
-next cycle then rebuilds its totals from every earlier cycle's per-user sums, once. A cycle folder the index does
+Writing a new cycle drops the totals of the cycle two before it (only the newest and its previous are read: a
+cycle measured again reads its previous one's). Writing a cycle that is not the last drops the totals kept by the
+cycles after it (they summed its old rows). A cycle whose previous one keeps no totals rebuilds them from every
+earlier cycle's per-user sums, once. A cycle folder the index does
 not name (a store written before there was one, or a crash between the swap and the index) is found by listing
 and its seq read from its result. `history(last=N)` is one small frame with a row per (cycle, metric) of the last
 N cycles, read from their JSON files only.
@@ -159,10 +162,12 @@ class MetricsStore:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
         meta = self._meta()
-        for s, c in meta:
-            if s > result.seq:      # their totals summed this cycle's old rows
-                for name in TOTALS:
-                    (self._dir(c) / name).unlink(missing_ok=True)
+        stale = [c for s, c in meta if s > result.seq]      # their totals summed this cycle's old rows
+        if not stale and len(meta) > 2:
+            stale = [meta[-3][1]]   # the last two cycles keep theirs (the newest measured again reads its previous)
+        for c in stale:
+            for name in TOTALS:
+                (self._dir(c) / name).unlink(missing_ok=True)
         self._write_index(meta)
         return final
 
