@@ -12,8 +12,8 @@ import sys
 # Each command's module adds its command(s), their arguments and handlers (`add_parser`). Importing one stays cheap
 # (stdlib at module level; torch, vllm, beam, dagster load inside the handlers): tests/unit/infra/test_cli.py checks.
 from infra.commands import (ab, archive, bench, bootstrap, chaos, collector, config, cycle, dashboard, demo, gate,
-                            mlflow_server, offline_ab, orchestrator, promote, quality, replay, rewards, schemas, serve,
-                            simulate, stack, train)
+                            mlflow_server, offline_ab, orchestrator, promote, quality, replay, retention, rewards,
+                            schemas, serve, simulate, stack, train)
 
 EPILOG = """examples:
   rtrl up                      start the embedded broker (+ topics) and the MLflow store
@@ -35,6 +35,7 @@ EPILOG = """examples:
   rtrl orchestrator            Dagster UI + daemon: cycles every 5 hours, replay jobs
   rtrl chaos --faults 20 --json   kill and restart the loop's parts; every served request rewarded exactly once?
   rtrl rollback                champion back to the version it replaced
+  rtrl retention --dry-run     which versions keep their checkpoint files and why (without: delete the rest)
   rtrl ab report --cycle c3 --format md   a cycle's A/B table (also html, json)
   rtrl dashboard               the Streamlit dashboard on http://127.0.0.1:18501
   rtrl down                    stop everything this state dir started
@@ -42,7 +43,7 @@ EPILOG = """examples:
 
 # in the order `rtrl --help` lists their commands
 COMMANDS = (stack, config, schemas, collector, archive, serve, quality, rewards, train, replay, simulate, offline_ab,
-            bootstrap, gate, promote, cycle, ab, dashboard, demo, orchestrator, mlflow_server, chaos, bench)
+            bootstrap, gate, promote, retention, cycle, ab, dashboard, demo, orchestrator, mlflow_server, chaos, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,7 @@ from evals.gate.config import GateConfig
 from infra.dashboard.config import DashboardConfig
 from infra.learning.config import LearningConfig
 from infra.orchestrator.config import DemoConfig, OrchestratorConfig
+from infra.retention.config import RetentionConfig
 from infra.stack.config import KafkaConfig, MlflowConfig
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.config import SdkConfig
@@ -95,6 +96,9 @@ class RtrlConfig(BaseModel):
     demo: DemoConfig = Field(default_factory=DemoConfig)
     learning: LearningConfig = Field(default_factory=LearningConfig, description="`rtrl bench learning`: the loop "
                                      "for many cycles in one process (docs/learning.md).")
+    retention: RetentionConfig = Field(default_factory=RetentionConfig, description="Registry retention, after each "
+                                       "cycle's deploy and `rtrl retention`: which versions keep their checkpoint "
+                                       "files; the bound of each host's checkpoint cache (docs/operations.md).")
 
     # --- rules across sections: each names both keys and the fix ---------------------------------------------
 

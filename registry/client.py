@@ -23,6 +23,12 @@ registered model `<model>.org-<org>` (`org_model`, `Registry.for_org`), with its
 (`lora_base`, with `lora_base_model` naming the shared model). Requests served by one carry the policy version label
 `<version>@<org>` (`version_label`), so no org version is ever taken for a shared one.
 
+**Retention.** `registry.retention` plans which versions keep their artifacts, `registry.retention_apply` deletes
+the others' (the version, its tags and metrics stay): it tags a version `retention.deleting` before it deletes its
+files and `retention.artifacts_deleted` once they are gone. `local_path` refuses such a version (`ArtifactsDeleted`),
+and checks the tags again after a download, before the folder enters the cache: a download that raced with a
+deletion never becomes a cached checkpoint.
+
 **Promotion lock.** `promotion_lock` is where `registry.promotion` serialises its compare-and-swap: None (the
 caller's local lock file), a local path (an flock on it), or an object-store URL (a lease object there, which holds
 across hosts). `from_config` takes `mlflow.promotion_lock`, else a lease under an object-store artifact root.
@@ -49,6 +55,8 @@ DIGEST_TAG = "rtrl.content_sha256"
 LOCKS_DIR = "_rtrl-locks"   # under an object-store artifact root: the promotion lease (not an experiment's folder)
 ORG_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ORG_MODEL = ".org-"
+DELETING_TAG = "retention.deleting"            # set before retention deletes a version's artifacts (time, ISO)
+DELETED_TAG = "retention.artifacts_deleted"    # set once they are deleted (time, ISO)
 
 
 def check_org(org: str) -> str:
@@ -153,6 +161,15 @@ def content_digest(folder: str | Path) -> str:
                 h.update(chunk)
         h.update(b"\0")
     return h.hexdigest()
+
+
+class ArtifactsDeleted(LookupError):
+    """Retention deleted the version's checkpoint files: it cannot be loaded (its tags and metrics remain)."""
+
+
+def artifacts_deleted(tags: dict[str, str]) -> str | None:
+    """When retention deleted (or began deleting) the artifacts of a version with these tags, else None."""
+    return tags.get(DELETED_TAG) or tags.get(DELETING_TAG)
 
 
 @dataclass(frozen=True)
@@ -324,11 +341,17 @@ class Registry:
         dest = self.cache_dir / self.model / f"v{version}"
         if is_checkpoint(dest):
             return dest
+        info = self._loadable(version)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".v{version}-", dir=dest.parent))
         try:
-            got = mlflow.artifacts.download_artifacts(run_id=self.info(version).run_id, artifact_path=ARTIFACT_DIR,
-                                                      dst_path=str(tmp), tracking_uri=self.tracking_uri)
+            try:
+                got = mlflow.artifacts.download_artifacts(run_id=info.run_id, artifact_path=ARTIFACT_DIR,
+                                                          dst_path=str(tmp), tracking_uri=self.tracking_uri)
+            except Exception:  # noqa: BLE001 -- re-raised, unless retention deleted the files (said instead)
+                self._loadable(version)       # files gone because retention deleted them: say so
+                raise
+            self._loadable(version)           # a deletion that began during the download: the copy may be partial
             try:
                 os.replace(got, dest)
             except OSError:
@@ -337,6 +360,15 @@ class Registry:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return dest
+
+    def _loadable(self, version: str) -> VersionInfo:
+        """The version's info; ArtifactsDeleted when retention deleted (or is deleting) its files."""
+        info = self.info(version)
+        if (when := artifacts_deleted(info.tags)) is not None:
+            raise ArtifactsDeleted(f"version {version} of model {self.model!r} cannot be loaded: retention deleted its "
+                                   f"checkpoint files at {when} (no alias, rollback chain, stage or cycle in flight "
+                                   "held it); its tags, metrics and gate reports remain in MLflow")
+        return info
 
     def resolve(self, alias: str) -> tuple[str, Path]:
         """(version, local folder) of `alias`; a clear error when the alias is not set."""

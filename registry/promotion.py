@@ -8,7 +8,10 @@
     the candidate must be gated again against the new champion. `force` never skips this check.
 Then the old champion becomes alias `previous` and the version gets `promotion.*` audit tags. `rollback` makes
 `previous` the champion again and walks `previous` one promotion further back (each version's
-`promotion.previous_version`), so repeated rollbacks undo promotions in order.
+`promotion.previous_version`), so repeated rollbacks undo promotions in order. Neither serves a version whose
+checkpoint files retention deleted (registry.retention_apply): promote and rollback refuse it, and a rollback whose
+next `previous` is such a version removes alias `previous` instead (the rollback chain retention keeps ends there).
+Retention takes the same lock, so it never deletes what a promotion or rollback racing with it makes an alias.
 
 **The lock.** MLflow's alias API has no compare-and-swap, so the read-check-write runs under a mutual-exclusion
 lock. Which one: `registry.promotion_lock` when the registry has one (`mlflow.promotion_lock`, or by default a lease
@@ -331,6 +334,29 @@ def _tags(registry, version: str) -> dict[str, str]:
         raise PromotionRefused(f"version {version} of model {registry.model!r} does not exist") from None
 
 
+def _refuse_deleted(version: str, tags: dict[str, str]) -> None:
+    from registry.client import artifacts_deleted
+
+    if (when := artifacts_deleted(tags)) is not None:
+        raise PromotionRefused(f"version {version}'s checkpoint files were deleted by retention at {when}: it cannot "
+                               "be served (it was beyond the rollback chain retention keeps)")
+
+
+def _deleted(registry, label: str) -> bool:
+    """Whether retention deleted the files of `label`, a `promotion.previous_version` of `registry`'s lineage
+    (its own version, `<v>@<org>` in an org's lineage, or there a plain one: the shared model's)."""
+    from mlflow.exceptions import MlflowException
+
+    from registry.client import artifacts_deleted, parse_label
+
+    version, org = parse_label(label)
+    reg = registry if org is not None or getattr(registry, "org", None) is None else registry.shared()
+    try:
+        return artifacts_deleted(reg.info(version).tags) is not None
+    except MlflowException:      # not a version of that model: nothing retention did
+        return False
+
+
 def _champion(registry) -> tuple[str | None, str | None]:
     """(what the gate compared against, the champion alias's own version) of `registry`'s lineage. For an org's
     lineage (Registry.for_org) the first is its champion's label `<v>@<org>`, or, while the org has none, the shared
@@ -352,6 +378,7 @@ def promote(registry, version: str, lock: str | Path, force: bool = False, expec
     version = str(version)
     with registry_lock(lock_for(registry, lock), name=f"promotion-{registry.model}") as check:
         tags = _tags(registry, version)
+        _refuse_deleted(version, tags)
         decision, gated_against = tags.get("gate.decision"), tags.get("gate.champion_version")
         if not force and decision != "promote":
             why = ("has no gate result (run the gate first)" if decision is None else
@@ -396,7 +423,11 @@ def rollback(registry, lock: str | Path, now: datetime | None = None) -> Promoti
             raise PromotionRefused("alias previous is not set: there is no promotion to roll back")
         if prev == current:
             raise PromotionRefused(f"alias previous already equals champion ({current})")
-        before = _tags(registry, prev).get("promotion.previous_version") or None
+        prev_tags = _tags(registry, prev)
+        _refuse_deleted(prev, prev_tags)
+        before = prev_tags.get("promotion.previous_version") or None
+        if before is not None and _deleted(registry, before):
+            before = None      # retention deleted it (beyond the rollback chain it keeps): the chain ends here
         check()
         registry.set_alias(CHAMPION, prev)
         if before is not None and before != prev:

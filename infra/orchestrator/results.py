@@ -135,6 +135,9 @@ class DeployResult(StepResult):
     waited_s: float | None = None
     swap_load_s: float | None = None
     reason: str = ""
+    retention: dict[str, Any] | None = Field(None, description="What registry retention did after the deploy "
+                                             "(infra.retention.run.brief: artifacts deleted, cache evicted), "
+                                             "{'error': ...} when it failed; None when retention.enabled is off.")
 
 
 RESULTS: dict[str, type[StepResult]] = {

@@ -16,7 +16,9 @@
               evals.org_gate; `specialize.parallel_gates` orgs at once) and the compare-and-swap of
               `champion@ORG`; an org with too few usable rows is skipped this cycle
     deploy    serving reports the new champion on its treatment arm (blue/green hot swap; a switch without a load
-              when the gate staged the candidate there), or, when the champion stayed, that serving still serves it
+              when the gate staged the candidate there), or, when the champion stayed, that serving still serves it;
+              then registry retention (`[retention]`, infra.retention): the artifacts of versions nothing holds
+              any more are deleted, this host's checkpoint cache is bounded
 
 The steps run in the executor's process: the only processes a cycle starts are the ones where isolation is the
 point (torchrun's ranks, vLLM engines, the sandbox). Two executors run these same functions through `run_step`: the
@@ -415,6 +417,15 @@ def arms_on(status: dict | None, alias: str) -> dict[str, str]:
 
 
 def deploy(ctx: CycleContext) -> DeployResult:
+    """Serving serves the champion (`_deploy`); then registry retention (infra.retention.run.after_deploy), whose
+    summary the result records."""
+    from infra.retention.run import after_deploy
+
+    out = _deploy(ctx)
+    return out.model_copy(update={"retention": after_deploy(ctx.cfg, ctx.say)})
+
+
+def _deploy(ctx: CycleContext) -> DeployResult:
     champion = str(ctx.result("promote").champion)
     if ctx.cfg.orchestrator.source == "files":
         return DeployResult(deployed=False, champion=champion, reason="traffic from files: the executor served it "
