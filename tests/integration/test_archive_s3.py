@@ -176,10 +176,10 @@ def test_maintenance_on_an_s3_root_checkpoints_compacts_and_expires_as_on_a_loca
     from pipelines.archive.manifest import recovery_reads
     from pipelines.archive.retention import partition_end
 
-    log, events = hostile_log()
+    log, events = hostile_log(40)
     local, remote = tmp_path / "local", s3_server.url("maint")
     for root in (local, remote):
-        archive_all(root, log, batch_max_events=4)
+        archive_all(root, log, batch_max_events=5)
     cfg = ArchiveConfig(compact_min_files=2, retire_grace_s=0, retention_s=30 * 86400)
     now = partition_end(T0.date().isoformat()) + timedelta(days=29)      # nothing expired yet
     for root in (local, remote):
