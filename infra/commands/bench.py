@@ -78,6 +78,14 @@ def add_parser(subparsers) -> None:
     blv.add_argument("--cycles", type=int, default=6, help="cycles (default 6)")
     blv.add_argument("--seed", type=int, default=0, help="the scoring users' seed, as `rtrl bench learning`'s seed "
                      "(default 0)")
+    bsk = add("soak", "the loop for many cycles on the embedded stack with retention on (the demo's loop, "
+              "infra/configs/bench-soak.toml): per cycle each step's seconds, each long-lived process's memory, "
+              "the state's bytes and files by part, the versions holding artifacts; then rollback through the "
+              "last K champions and an archiver restart; exit 1 unless time, memory and disk stay flat")
+    bsk.add_argument("--cycles", type=int, default=24, help="cycles (default 24: five simulated days at "
+                     "production's cadence)")
+    bsk.add_argument("--plot", metavar="FILE", help="draw steps' seconds, state bytes and memory per cycle (PNG or "
+                     "SVG, by the name)")
     bl = add("learning", "the learning curve: the loop for N cycles in this process, over K seeds; every promoted "
              "champion against v0 on fixed simulated users (persistence, dissatisfied follow-ups, broken calls, "
              "edit and clarification rates with 95%% intervals), the slope of persistence per cycle, the last "
@@ -217,7 +225,7 @@ def main(args, cfg) -> int:
                   **run_archive(args.events, args.batch, args.bootstrap, args.config, tuple(args.overrides), log=log)}
         print(json.dumps(result))
         return 0
-    if args.bench_command in ("ranks", "gpu", "services", "live"):   # run(args, cfg, log) -> (result, ok)
+    if args.bench_command in ("ranks", "gpu", "services", "live", "soak"):   # run(args, cfg, log) -> (result, ok)
         import contextlib
         import importlib
 

@@ -32,10 +32,11 @@ ALLOWED_EDGES: dict[tuple[str, str], str] = {
 }
 
 # Modules of the demo (its orchestration and time budget): nothing but the demo's own command imports them, and
-# `rtrl bench services` and `rtrl bench live`, benchmarks that set the demo's loop up (v0, serving, users).
+# `rtrl bench services`, `rtrl bench live` and `rtrl bench soak`, benchmarks that set the demo's loop up (v0,
+# serving, users).
 DEMO_MODULES = ("infra.orchestrator.demo", "infra.orchestrator.budget")
 DEMO_IMPORTERS = {"infra/commands/demo.py", "infra/orchestrator/demo.py", "infra/orchestrator/demo_definitions.py",
-                  "infra/bench/services.py", "infra/bench/live.py"}
+                  "infra/bench/services.py", "infra/bench/live.py", "infra/bench/soak.py"}
 
 
 @lru_cache(maxsize=None)
