@@ -8,6 +8,7 @@ import pytest
 from infra.config import (CONFIGS_DIR, apply_override, load_config, overlay_overrides, render_overrides,
                           toml_value)
 from infra.bench.live import LIVE_CONFIG
+from infra.bench.soak import SOAK_CONFIG
 from infra.bench.specialize import OVERLAYS as BENCH_OVERLAYS, bench_config
 from infra.orchestrator.demo import DEMO_CONFIG, SPECIALIZE_CONFIG, Demo
 
@@ -115,7 +116,9 @@ def test_the_overlay_is_a_valid_config_on_its_own_and_as_overrides(tmp_path):
     assert alone == load_config(None, overlay_overrides(DEMO_CONFIG))
     assert (alone.trainer.rows_per_step, alone.gate.tasks.suite_tasks, alone.serving.busy_poll_ms) == (128, 40, 5.0)
     assert DEMO_CONFIG.parent == CONFIGS_DIR and sorted(CONFIGS_DIR.glob("*.toml")) == sorted([
-        DEMO_CONFIG, SPECIALIZE_CONFIG, *BENCH_OVERLAYS[1:], LIVE_CONFIG])
+        DEMO_CONFIG, SPECIALIZE_CONFIG, *BENCH_OVERLAYS[1:], LIVE_CONFIG, SOAK_CONFIG])
+    soak = load_config(None, [*overlay_overrides(DEMO_CONFIG), *overlay_overrides(SOAK_CONFIG)])  # over the demo's
+    assert soak.orchestrator.interval_s == 5 * 3600 and soak.retention.min_age_s == 0 and soak.demo.budget_s == 0
     live = load_config(LIVE_CONFIG)                   # `rtrl bench live`: production's learning settings
     assert (live.trainer.lr, live.trainer.rows_per_step, live.gate.suites) == (2e-4, 256, ["tasks", "users"])
     assert live.orchestrator.interval_s == 5 * 3600 and live.demo.budget_s == 0
