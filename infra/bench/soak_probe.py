@@ -78,15 +78,17 @@ def children(pid: int, proc: Path = Path("/proc")) -> list[int]:
     return sorted(kids)
 
 
-def tree_rss(pid: int, proc: Path = Path("/proc")) -> dict[str, int]:
-    """{"self": the process's RSS, "children": the sum over its descendants} in bytes; {} when it is gone."""
+def tree_rss(pid: int, proc: Path = Path("/proc"), skip: frozenset[int] = frozenset()) -> dict[str, int]:
+    """{"self": the process's RSS, "children": the sum over its descendants} in bytes; {} when it is gone. The
+    subtrees of the pids in `skip` (processes measured on their own) are left out. Shared pages count in each
+    process that maps them (vLLM's engines share their parent's), so the sums are upper bounds."""
     own = rss_bytes(pid, proc)
     if own is None:
         return {}
     total, todo, seen = 0, children(pid, proc), {pid}
     while todo:
         kid = todo.pop()
-        if kid in seen:
+        if kid in seen or kid in skip:
             continue
         seen.add(kid)
         total += rss_bytes(kid, proc) or 0
@@ -95,5 +97,7 @@ def tree_rss(pid: int, proc: Path = Path("/proc")) -> dict[str, int]:
 
 
 def process_rss(pids: dict[str, int], proc: Path = Path("/proc")) -> dict[str, dict[str, int]]:
-    """{name: tree_rss} for each named long-lived process that is still running."""
-    return {name: r for name, pid in sorted(pids.items()) if (r := tree_rss(pid, proc))}
+    """{name: tree_rss} for each named long-lived process that is still running; a named process started by
+    another (serving, started by the orchestrator) counts under its own name only."""
+    named = frozenset(pids.values())
+    return {name: r for name, pid in sorted(pids.items()) if (r := tree_rss(pid, proc, named - {pid}))}

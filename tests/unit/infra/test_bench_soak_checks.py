@@ -49,6 +49,16 @@ def test_process_memory_sums_a_process_tree_from_proc(tmp_path):
                    "archiver": {"self": 300 * 1024, "children": 0}}
 
 
+def test_a_named_process_started_by_another_counts_under_its_own_name_only(tmp_path):
+    _fake_proc(tmp_path, 5, 1, 400)        # the orchestrator
+    _fake_proc(tmp_path, 10, 5, 1000)      # serving, its child
+    _fake_proc(tmp_path, 11, 10, 2000)     # serving's engine
+    _fake_proc(tmp_path, 30, 5, 100)       # a step's helper process
+    got = process_rss({"orchestrator": 5, "serving": 10}, tmp_path)
+    assert got["orchestrator"] == {"self": 400 * 1024, "children": 100 * 1024}
+    assert got["serving"] == {"self": 1000 * 1024, "children": 2000 * 1024}
+
+
 def test_process_memory_of_this_process_is_read_from_the_real_proc():
     mine = tree_rss(os.getpid())
     assert mine["self"] > 10 * 2**20
@@ -94,6 +104,14 @@ def test_more_unaliased_versions_with_artifacts_than_k_fail_the_disk_check():
     recs = [_rec(i, artifacts=7, aliased=3) for i in range(1, 25)]
     d = check_disk(recs, keep=3)
     assert not d["ok"] and d["versions"] == {"max_unaliased_with_artifacts": 4, "keep": 3, "ok": False}
+
+
+def test_one_version_more_or_less_after_the_window_filled_is_the_level_not_growth():
+    sizes = [1, 2, 3, 4, 5, 6, 5, 5, 6, 5, 6, 5, 5, 6, 6, 5, 5, 6, 5, 6]     # versions held: a kept candidate adds one
+    recs = [_rec(i + 1, reg=100 * n) for i, n in enumerate(sizes)]
+    assert check_disk(recs, keep=3)["ok"]
+    recs[-1]["state"]["registry_artifacts"]["bytes"] = 700                     # a seventh one: growth
+    assert not check_disk(recs, keep=3)["registry_artifacts"]["ok"]
 
 
 def test_archive_files_growing_faster_than_bytes_fail():
