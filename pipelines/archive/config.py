@@ -56,7 +56,8 @@ class ArchiveConfig(BaseModel):
     retention_s: float = Field(default=30 * 86400.0, ge=0, le=3650 * 86400.0,
                                description="Age retention: an event date's partition is deleted, whole, once its "
                                "end is this long ago (dead letters and duplicate records: once committed this long "
-                               "ago); 0 keeps everything.")
+                               "ago; `rtrl archive import`'s records in _imports/: once written this long ago); 0 "
+                               "keeps everything.")
     retire_grace_s: float = Field(default=3600.0, ge=0, le=7 * 86400.0,
                                   description="A file replaced by compaction or expired by retention leaves the "
                                   "archive at once but is deleted from storage this long after, so a reader (a "

@@ -28,6 +28,7 @@ CHECKPOINT_DIR = "_checkpoints"
 DEAD_LETTER_DIR = "_dead_letter"
 DUPLICATE_DIR = "_duplicates"   # the copies dropped as duplicates: identity, times, provenance (for replays)
 LOCK_FILE = "_archiver.lock"
+IMPORTS_DIR = "_imports"      # `rtrl archive import`'s records and dead letters (retention: archive.retention_s)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 

@@ -11,6 +11,8 @@ root's lock runs it (the archiver, or the command while no archiver runs), so no
        inputs and expired files listed as retired (from now); retired files past their grace dropped.
        THE COMMIT POINT
     5. delete: retired files past their grace, the manifests folded, all but the last two checkpoints
+    6. delete the import records (`_imports/`) written `retention_s` or more ago (`retention.expired_imports`;
+       nothing reads them, so at once and whether or not there was anything else to do)
 
 Crash-safe at each point: before 4 the compacted files are listed nowhere (recovery deletes them as orphans) and
 the old checkpoint + manifests still describe the archive; after 4 the new checkpoint does, the manifests it folded
@@ -28,6 +30,7 @@ from typing import Callable
 
 from pipelines.archive import compaction, retention
 from pipelines.archive.config import ArchiveConfig
+from pipelines.archive.layout import IMPORTS_DIR
 from pipelines.archive.records import ArchiveError, Checkpoint, Retired, prune_checkpoints, write_checkpoint
 from pipelines.archive.state import load_state
 from schemas import storage
@@ -63,18 +66,21 @@ class MaintenanceResult:
     live_files: int = 0
     live_bytes: int = 0
     retired_pending: int = 0          # retired files still within their grace period
+    imports_expired: int = 0          # import records (`_imports/`) deleted by age
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def line(self) -> str:
         if self.checkpoint is None:
-            return f"archive: maintenance: nothing to do ({self.live_files} live files)"
+            return (f"archive: maintenance: nothing to do ({self.live_files} live files)"
+                    + (f"; {self.imports_expired} import records expired" if self.imports_expired else ""))
         return (f"archive: checkpoint {self.checkpoint}: {self.manifests_folded} manifests folded; "
                 f"{self.files_compacted} files compacted into {self.files_written}; {self.partitions_expired} "
                 f"partitions ({self.files_expired} files) expired; {self.retired_deleted} retired files deleted; "
                 f"{self.live_files} live files ({self.live_bytes / 2**20:,.1f} MiB), {self.retired_pending} retired "
-                "within their grace period")
+                "within their grace period" + (f"; {self.imports_expired} import records expired"
+                                               if self.imports_expired else ""))
 
 
 def maintain(root: Path | str, cfg: ArchiveConfig, now: datetime, *, renew: Callable[[], None] = lambda: None,
@@ -94,6 +100,7 @@ def maintain(root: Path | str, cfg: ArchiveConfig, now: datetime, *, renew: Call
     due = [r for r in retired if retire_due(r, now, cfg.retire_grace_s)]
     result = MaintenanceResult(live_files=len(files), live_bytes=sum(f.entry.bytes for f in files),
                                retired_pending=len(retired))
+    result.imports_expired = expire_import_records(root, now, cfg.retention_s)
     if not (state.manifests or expired or groups or due):
         return result
 
@@ -145,6 +152,19 @@ def maintain(root: Path | str, cfg: ArchiveConfig, now: datetime, *, renew: Call
     result.live_bytes = sum(f.entry.bytes for f in live)
     result.retired_pending = len(kept)
     return result
+
+
+def expire_import_records(root: Path | str, now: datetime, retention_s: float) -> int:
+    """Delete the import records (`_imports/*`) `retention.expired_imports` names at `now`; how many."""
+    if retention_s <= 0:
+        return 0
+    folder = storage.join(root, IMPORTS_DIR)
+    found = {f.rel: f for f in storage.list_files(folder, recursive=False)}
+    gone = retention.expired_imports([(rel, f.mtime_ns / 1e9 if f.mtime_ns is not None else None)
+                                      for rel, f in found.items()], now, retention_s)
+    for rel in gone:
+        storage.delete(found[rel].loc)
+    return len(gone)
 
 
 def _remove_empty_dirs(root: Path | str, rels: list[str]) -> None:

@@ -40,12 +40,12 @@ from typing import IO, Iterator
 import polars as pl
 
 from pipelines.archive.deadletter import reason_code
+from pipelines.archive.layout import IMPORTS_DIR
 from pipelines.archive.importer import import_frames
 from pipelines.archive.lock import RootLock
 from schemas import Event, SchemaError, parse_wire, storage, to_arrow
 
 SUFFIXES = (".jsonl", ".ndjson", ".json")
-IMPORTS_DIR = "_imports"
 RAW_KEPT = 4096  # characters of a bad line kept in its dead letter
 
 
