@@ -19,6 +19,10 @@ from a file
 a whole-suite gate wrote. Anything else that changes episodes (the harness or grading code, a task's content under
 the same id) needs a new suite folder or `gate.tasks.reuse_episodes = false`.
 
+Retention (`gate.keep_cached_versions`, after each orchestrated cycle): each suite's cache keeps the files of the
+checkpoints most recently used; a file is used when written or reused (`load` touches it), so the champion's and
+the anchor's, which every gate reads, stay. An evicted checkpoint's arm is run again when a gate next needs it.
+
 Samples per task are not in the key: sample k of a task has the same seeds whatever the count (`harness.turn_seed`),
 so a file of 4 samples per task serves a gate of 2 (its samples 0 and 1), and a gate that runs more samples adds
 them to the file. A gate reuses a file only when it holds every (task, sample) it needs.
@@ -50,6 +54,14 @@ def cache_root(suite_dir: Path) -> Path:
     return Path(suite_dir) / CACHE_DIR
 
 
+def touch(path: Path) -> None:
+    """Mark a kept file used now: retention evicts the least recently used first (infra/retention/stores.py)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass       # removed meanwhile: the gate already holds its episodes
+
+
 class EpisodeCache:
     """`<root>/<digest>-<key>.jsonl`: one checkpoint's episodes under one key; `task_ids`: the tasks a gate wants."""
 
@@ -78,6 +90,7 @@ class EpisodeCache:
         for e in episodes.values():
             e.arm = arm
             e.notes = {**e.notes, "reused_from": str(self.path(digest))}
+        touch(self.path(digest))
         return [episodes[k] for k in sorted(episodes)]
 
     def covers(self, digest: str, samples: int) -> bool:

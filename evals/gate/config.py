@@ -151,6 +151,17 @@ class GateConfig(BaseModel):
                               "set: no anchor.")
     experiment: str = Field(default="rtrl-gate", min_length=1, description="MLflow experiment of the gate runs; "
                             "the decision is also tagged on the candidate version.")
+    keep_reports: int = Field(default=20, ge=0, le=100_000, description="Retention of the gate's reports "
+                              "(<state_dir>/gate/v*-vs-v*-*, after each cycle): the newest N keep every file; an "
+                              "older one keeps its report.json (decision, interval, counts: the dashboard's row) and "
+                              "loses episodes.jsonl, report.md and report.html (MLflow's gate run keeps them). The "
+                              "report of a version an alias points to keeps every file. 0 keeps every file.")
+    keep_cached_versions: int = Field(default=20, ge=0, le=100_000, description="Retention of the per-checkpoint "
+                                      "measurements gates reuse (after each cycle): each suite folder's kept "
+                                      "episodes (<suite>/.episode-cache) and the users suite's unit sums "
+                                      "(<state_dir>/gate/users/units) keep the N checkpoints used most recently; "
+                                      "every gate reads its champion's and anchor's, so those stay. An evicted "
+                                      "checkpoint is measured again when a gate needs it. 0 keeps all.")
     tasks: TasksGateConfig = Field(default_factory=TasksGateConfig, description="The suite of sandboxed held-out "
                                    "tasks (evals/gate/decision.py).")
     users: UsersGateConfig = Field(default_factory=UsersGateConfig, description="The suite of held-out simulated "

@@ -160,7 +160,8 @@ def gate_reports(state: Path, limit: int | None = None) -> list[dict[str, Any]]:
                     "reasons": ", ".join(d.get("reasons") or []), "difference": prim.get("difference"),
                     "lower": prim.get("lower"), "upper": prim.get("upper"),
                     "candidate_rate": prim.get("candidate_rate"), "champion_rate": prim.get("champion_rate"),
-                    "report": str(p.parent / "report.html")})
+                    # retention (gate.keep_reports) leaves an older report its report.json only
+                    "report": str(p.parent / "report.html") if (p.parent / "report.html").is_file() else str(p)})
     return sorted(out, key=lambda r: -r["mtime"])
 
 

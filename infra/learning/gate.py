@@ -14,6 +14,7 @@ from typing import Callable
 
 import polars as pl
 
+from evals.episode_cache import touch
 from infra.learning.checkpoints import servable
 from infra.learning.score import CURVE_METRICS, served_units
 
@@ -22,7 +23,8 @@ class UsersGate:
     """Decides candidates on the lineage's held-out gate users. `merged`: the folder where an adapter version is
     merged into its base to be served in-process. `cache`: a folder where each checkpoint's unit sums are kept by
     its content digest and everything else they depend on (the users, the hours, the reward spec, the sampling), so
-    that the champion and the anchor are served once across gates (none: in memory only)."""
+    that the champion and the anchor are served once across gates (none: in memory only); a file read is touched,
+    and retention (`gate.keep_cached_versions`) evicts the least recently used."""
 
     def __init__(self, cfg, seed: int, merged: Path, log: Callable[[str], None] = lambda m: None, workers=None,
                  cache: Path | None = None):
@@ -46,6 +48,7 @@ class UsersGate:
             kept = self._kept(registry, version, org)
             if kept is not None and kept.is_file():
                 self.units[(version, org)] = pl.read_parquet(kept)
+                touch(kept)      # used now: retention evicts the least recently used (infra/retention/stores.py)
                 return self.units[(version, org)]
             folder = servable(registry, version, self.merged)
             only = None if org is None else self.sim.users_of(org)

@@ -31,12 +31,13 @@ SPECIALIZED, SHARED = "specialized", "treatment"
 def specialization_summary(cfg, records) -> dict:
     import polars as pl
 
+    from infra.orchestrator.summary import with_rows
     from pipelines.metrics import scan_cycle
     from pipelines.metrics.by_org import by_org, wins
     from pipelines.metrics.rates import INPUT_COLUMNS, unit_stats
 
     table = Path(cfg.state_path) / "rewards" / "table"
-    measured = [r for r in records if r.result("measure").get("measured")]
+    measured, _ = with_rows(table, [r for r in records if r.result("measure").get("measured")])
     out: dict = {"specialized_cycles": [r.cycle_id for r in records
                                         if any(o.get("promoted") for o in
                                                (r.result("specialize").get("orgs") or {}).values())]}

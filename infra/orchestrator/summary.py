@@ -56,6 +56,15 @@ def _cycle_row(rec) -> dict:
     return row
 
 
+def with_rows(table, records) -> tuple[list, list[str]]:
+    """(the records whose cycle's reward rows are in `table`, the ids of those whose window reward table retention
+    removed, `rewards.retention_s`)."""
+    from pipelines.metrics import cycle_files
+
+    kept = [r for r in records if cycle_files(table, r.cycle_id)]
+    return kept, [r.cycle_id for r in records if r not in kept]
+
+
 def ab_object(cfg, records, window: str) -> dict:
     """Treatment − control on the chosen cycles' reward rows (see the module docstring)."""
     import polars as pl
@@ -63,7 +72,7 @@ def ab_object(cfg, records, window: str) -> dict:
     from pipelines.metrics import compute_cycle_metrics, scan_cycle
 
     table = Path(cfg.state_path) / "rewards" / "table"
-    measured = [r for r in records if r.result("measure").get("measured")]
+    measured, removed = with_rows(table, [r for r in records if r.result("measure").get("measured")])
     if window == "last_cycle":
         chosen = measured[-1:]
     else:
@@ -86,6 +95,8 @@ def ab_object(cfg, records, window: str) -> dict:
     res = compute_cycle_metrics(rows, "ab-" + chosen[-1].cycle_id, as_of=as_of, config=cfg.ab)
     out: dict = {"cycles": [r.cycle_id for r in chosen], "window": window,
                  "since": since.isoformat() if since is not None else None, **_comparison(cfg, res)}
+    if removed:
+        out["cycles_removed_by_retention"] = removed
     if before is not None:
         out["before_promotion"] = before
     return out

@@ -63,6 +63,12 @@ class AbConfig(BaseModel):
     seed: int = Field(default=0, ge=0, description="Bootstrap seed (results are reproducible).")
     cuped: bool = Field(default=True, description="Add CUPED-adjusted changes when a pre-experiment period is "
                                                   "given (`rtrl ab compute --pre-period`); ignored without one.")
+    keep_cycle_frames: int = Field(default=20, ge=0, le=100_000,
+                                   description="Retention of <state_dir>/ab (after each cycle): the newest N cycles "
+                                   "keep their per-user sums and latency histogram (units.parquet, latency.parquet); "
+                                   "an older cycle's are added to the folded running totals (<state_dir>/ab/folded) "
+                                   "and removed. A cycle can be measured again while it keeps them. Every cycle's "
+                                   "result.json is kept (the dashboards' history, for audit). 0 keeps every cycle's.")
     monitors: dict[str, MonitorThreshold] = Field(
         default_factory=_default_monitors,
         description="Reward-hacking monitors: metric name -> threshold on treatment vs control, per cycle (red past "

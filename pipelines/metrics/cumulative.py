@@ -42,10 +42,12 @@ def advance(before: Totals | None, units: pl.DataFrame, latency: pl.DataFrame) -
                   h.group_by(LATENCY_KEYS).agg(pl.col("count").sum()).sort(LATENCY_KEYS))
 
 
-def rebuild(cycles: list[tuple[pl.DataFrame, pl.DataFrame]]) -> Totals | None:
-    """The totals after the cycles whose (unit stats, latency histogram) are `cycles`, oldest first: for a store
-    whose last cycle has no totals kept (written before they were, or made stale by recomputing an earlier cycle)."""
+def rebuild(cycles: list[tuple[pl.DataFrame, pl.DataFrame]], base: Totals | None = None) -> Totals | None:
+    """The totals after the cycles whose (unit stats, latency histogram) are `cycles`, oldest first, on top of
+    `base` (the totals over the cycles before them whose frames retention folded, `MetricsStore.folded`): for a
+    store whose last cycle has no totals kept (written before they were, or made stale by recomputing an earlier
+    cycle), and for folding."""
     if not cycles:
-        return None
-    return advance(None, pl.concat([u for u, _ in cycles], how="vertical_relaxed"),
+        return base
+    return advance(base, pl.concat([u for u, _ in cycles], how="vertical_relaxed"),
                    pl.concat([h for _, h in cycles], how="vertical_relaxed"))

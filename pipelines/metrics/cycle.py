@@ -154,8 +154,9 @@ def _check_definitions(earlier: CycleMetrics, cycle_id: str) -> None:
 
 def _totals_before(store: MetricsStore, prior: list[str], prev: CycleMetrics | None, cycle_id: str) -> Totals | None:
     """The totals over the cycles before this one (cumulative.py): those the previous cycle keeps, or, when it keeps
-    none for exactly these cycles, rebuilt once from every earlier cycle's per-user sums. Each cycle checked the
-    definitions of the one before it when it was measured, so only the previous one is read here."""
+    none for exactly these cycles, rebuilt once from the totals retention folded (`MetricsStore.folded`) and every
+    later cycle's per-user sums. Each cycle checked the definitions of the one before it when it was measured, so
+    only the previous one is read here."""
     if prev is None:
         return None
     _check_definitions(prev, cycle_id)
@@ -164,7 +165,15 @@ def _totals_before(store: MetricsStore, prior: list[str], prev: CycleMetrics | N
         return kept
     for c in prior[:-1]:
         _check_definitions(store.read(c), cycle_id)
-    return rebuild([(store.units(c), store.latency(c)) for c in prior])
+    base = store.folded()
+    if base is not None and base.definitions != DEFINITIONS:
+        raise ValueError(f"the A/B totals folded by retention were summed under metric definitions "
+                         f"{base.definitions}, this code has {DEFINITIONS} (pipelines/metrics/rates.py): they cannot "
+                         f"be rebuilt for {cycle_id!r}")
+    through = base.through if base is not None else 0
+    seqs = store.seqs()
+    return rebuild([(store.units(c), store.latency(c)) for c in prior if seqs[c] > through],
+                   base.totals if base is not None else None)
 
 
 def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, control_arm: str | None = None,
@@ -181,6 +190,8 @@ def compute_cycle_metrics(rewards: pl.LazyFrame | pl.DataFrame, cycle_id: str, c
     arm_counts, units, hist = pl.collect_all([counts_lf, unit_stats(rows),
                                               quantiles.latency_histogram(rows, cfg.buckets, cfg.latency_resolution)])
 
+    if store is not None:
+        store.check_measurable(cycle_id)
     prior = store.prior(cycle_id) if store is not None else []
     prev = store.read(prior[-1]) if prior else None
     totals = advance(_totals_before(store, prior, prev, cycle_id), units, hist)   # every cycle so far

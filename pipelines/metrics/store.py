@@ -9,6 +9,10 @@
                                                      only the last two cycles keep them
     <state_dir>/ab/index.json                        {"cycles": {cycle_id: seq}}: the order, without reading
                                                      every result
+    <state_dir>/ab/folded/                           retention (`prune_frames`, `ab.keep_cycle_frames`): the
+                                                     totals over every cycle up to seq `through` (folded.json
+                                                     names them), whose units.parquet and latency.parquet were
+                                                     removed
 
 A cycle's folder is written beside the old one and swapped in by renames, so a reader sees the old result or
 the new one. Writing a cycle again replaces it and keeps its place (`seq`) in the order; a new cycle goes last.
@@ -19,6 +23,12 @@ earlier cycle's per-user sums, once. A cycle folder the index does
 not name (a store written before there was one, or a crash between the swap and the index) is found by listing
 and its seq read from its result. `history(last=N)` is one small frame with a row per (cycle, metric) of the last
 N cycles, read from their JSON files only.
+
+Retention (`prune_frames(keep)`, after each orchestrated cycle): every cycle keeps its result.json (the dashboards'
+history, for audit: tens of kB a cycle); the per-user sums and latency histogram of cycles before the newest
+`keep` are added to the folded totals, then removed. Only a rebuild reads earlier cycles' frames, and it starts from
+the folded totals, so any cycle that still keeps its frames can be measured again exactly; a cycle whose frames
+were folded cannot (its old sums are inside the folded totals), and `check_measurable` says so.
 """
 
 from __future__ import annotations
@@ -28,15 +38,34 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from pipelines.metrics.cumulative import Totals
+from pipelines.metrics.cumulative import Totals, rebuild
 from pipelines.metrics.result import CycleMetrics
 
 CYCLE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 TOTALS = ("cumulative_units.parquet", "cumulative_latency.parquet")
+FRAMES = ("units.parquet", "latency.parquet")
+FOLDED = "folded"
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The totals over every cycle with seq <= `through` (`count` cycles), whose frames retention removed."""
+
+    totals: Totals
+    through: int
+    count: int
+    definitions: int      # rates.DEFINITIONS of the folded cycles' sums
+
+
+def frames_to_fold(meta: list[tuple[int, str]], keep: int) -> list[tuple[int, str]]:
+    """Of the stored cycles `meta` ((seq, cycle id), oldest first), those whose frames go: all but the newest `keep`
+    (0: none)."""
+    return meta[:-keep] if 0 < keep < len(meta) else []
 
 
 def check_cycle_id(cycle_id: str) -> str:
@@ -87,6 +116,10 @@ class MetricsStore:
         """Stored cycle ids, oldest first."""
         return [c for _, c in self._meta()]
 
+    def seqs(self) -> dict[str, int]:
+        """Stored cycle id -> its seq."""
+        return {c: s for s, c in self._meta()}
+
     def seq_of(self, cycle_id: str) -> int:
         """The cycle's place: its stored seq, or one past the last for a new cycle."""
         meta = self._meta()
@@ -129,6 +162,78 @@ class MetricsStore:
         if not all(p.is_file() for p in paths):
             return None
         return Totals(*(pl.read_parquet(p) for p in paths))
+
+    def folded(self) -> Folded | None:
+        """The totals over the cycles whose frames `prune_frames` removed; None when it removed none."""
+        d = self.root / FOLDED
+        try:
+            meta = json.loads((d / "folded.json").read_text())
+        except FileNotFoundError:
+            return None
+        return Folded(Totals(pl.read_parquet(d / meta["units"]), pl.read_parquet(d / meta["latency"])),
+                      int(meta["through"]), int(meta["count"]), int(meta["metric_definitions"]))
+
+    def check_measurable(self, cycle_id: str) -> None:
+        """ValueError when `cycle_id` is a stored cycle whose frames retention folded: its old per-user sums are in
+        the folded totals, which a new result for it would count twice."""
+        base = self.folded()
+        seq = self.seqs().get(cycle_id)
+        if base is not None and seq is not None and seq <= base.through:
+            raise ValueError(f"cycle {cycle_id!r} can no longer be measured again: its per-user sums were folded into "
+                             f"the running totals by retention (only the newest ab.keep_cycle_frames cycles keep "
+                             f"theirs; {base.count} cycles folded, through seq {base.through})")
+
+    def prune_frames(self, keep: int) -> list[str]:
+        """Retention: add the per-user sums and latency histograms of the cycles before the newest `keep` to the
+        folded totals, then remove their files (result.json and the newest two cycles' totals stay); the cycles
+        whose files went. 0 keeps every cycle's. Crash-safe: the folded totals are swapped in whole before any file
+        is removed, and cycles they already cover are only removed."""
+        from pipelines.metrics.rates import DEFINITIONS
+
+        old = frames_to_fold(self._meta(), keep)
+        if not old:
+            return []
+        base = self.folded()
+        through = base.through if base is not None else 0
+        fold = [(s, c) for s, c in old if s > through]
+        if fold:
+            definitions = {self.read(c).settings.get("metric_definitions", 1) for _, c in fold}
+            definitions |= {base.definitions} if base is not None else set()
+            if definitions != {DEFINITIONS}:
+                raise ValueError(f"A/B frames to fold were measured with metric definitions {sorted(definitions)}, "
+                                 f"this code has {DEFINITIONS}: measure the stored cycles again first")
+            totals = rebuild([(self.units(c), self.latency(c)) for _, c in fold],
+                             base.totals if base is not None else None)
+            self._write_folded(totals, fold[-1][0], (base.count if base is not None else 0) + len(fold), DEFINITIONS)
+        gone = []
+        for _, c in old:
+            paths = [self._dir(c) / name for name in FRAMES]
+            if any(p.exists() for p in paths):
+                for p in paths:
+                    p.unlink(missing_ok=True)
+                gone.append(c)
+        return gone
+
+    def _write_folded(self, totals: Totals, through: int, count: int, definitions: int) -> None:
+        """The folded totals' files under names of their own, then folded.json naming them replaced in one rename
+        (the commit point), then the files it no longer names removed."""
+        d = self.root / FOLDED
+        d.mkdir(parents=True, exist_ok=True)
+        names = [f"{kind}-{through}.parquet" for kind in ("units", "latency")]
+        for frame, name in zip((totals.units, totals.latency), names):
+            tmp = d / f".{name}.{os.getpid()}.tmp"
+            frame.write_parquet(tmp, compression="zstd")
+            os.replace(tmp, d / name)
+        tmp = d / f".folded.json.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"through": through, "count": count, "metric_definitions": definitions, "units": names[0],
+                       "latency": names[1]}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, d / "folded.json")
+        for f in d.glob("*.parquet"):
+            if f.name not in names:
+                f.unlink(missing_ok=True)
 
     def write(self, cycle_id: str, result: CycleMetrics) -> Path:
         """Store `result` (with its frames) as cycle `cycle_id`; returns the cycle's folder."""

@@ -30,6 +30,11 @@ class QualityConfig(BaseModel):
         default=True, description="Every reward row must carry the version of the spec it is checked against "
                                   "(the formula checks are only meaningful for that spec).")
     examples: int = Field(default=5, ge=0, le=100, description="Failing rows shown per rule in the report.")
+    keep_reports: int = Field(default=20, ge=0, le=100_000, description="Retention of the reports under "
+                              "<state_dir>/quality (after each orchestrated cycle): the newest N keep every file; an "
+                              "older one keeps its report.json (each suite's rules and results: the dashboard's "
+                              "rows) and loses report.md and report.html. A cycle in flight keeps its report whole. "
+                              "0 keeps every file.")
 
     @field_validator("min_event_time")
     @classmethod

@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 RULES = 2
@@ -54,6 +54,10 @@ RULES = 2
 turn is privacy-mode defers to nothing (1 skipped to the next non-private turn, an outcome not its own); a
 request's persistence counts every edit it suggested, a rejected one persisting 0 of its lines (1 ignored a
 rejected edit beside an applied one: an edit the user threw away did not persist)."""
+
+
+NOT_IN_VERSION = {"retention_s"}
+"""Settings of `[rewards]` that change no row, so are not part of `RewardSpec.version()`."""
 
 
 class RewardWeights(BaseModel):
@@ -117,11 +121,31 @@ class RewardSpec(BaseModel):
                                       "task_outcome is late by the one cut-off rule of every event "
                                       "(allowed_lateness_s, pipelines/rewards/lateness.py).")
     outcome_values: OutcomeValues = Field(default_factory=OutcomeValues)
+    retention_s: float = Field(default=30 * 86400.0, ge=0, le=3650 * 86400.0,
+                               description="Reward table retention (pipelines/rewards/table_retention.py): after a "
+                               "cycle ends, the windows (every version's partition of a cycle's rows and outcome "
+                               "rows) of finished cycles whose cut (as_of) lies this long or more before the "
+                               "earliest cut a cycle still to train reads back from are deleted, with those cycles' "
+                               "dead letters (<rewards>/dead_letter). Measured in the "
+                               "cycles' event time, so a loop that stops deletes nothing more. At least "
+                               "long_horizon_s + the longer of outcome_lateness_s and the question maturity delay "
+                               "(how far back a cycle's training looks up its chains' reward rows); 0 keeps every "
+                               "window. Not part of the spec's version: it changes no row.")
+
+    @model_validator(mode="after")
+    def _retention_covers_the_chains(self) -> "RewardSpec":
+        if 0 < self.retention_s < self.outcome_keep_s():
+            raise ValueError(f"retention_s {self.retention_s:g} is shorter than {self.outcome_keep_s():g} s "
+                             "(long_horizon_s + the longer of outcome_lateness_s and the question maturity delay): a "
+                             "cycle's training looks up its chains' reward rows that far back. Raise it, or set 0 to "
+                             "keep every window")
+        return self
 
     def version(self) -> str:
         """A short stable hash of everything that changes the rows (the settings and the rules' version): stored
-        in every row."""
-        blob = json.dumps({**self.model_dump(mode="json"), "_rules": RULES}, sort_keys=True).encode()
+        in every row. Retention changes no row and is left out."""
+        settings = self.model_dump(mode="json", exclude=NOT_IN_VERSION)
+        blob = json.dumps({**settings, "_rules": RULES}, sort_keys=True).encode()
         return "rs-" + hashlib.sha256(blob).hexdigest()[:12]
 
     def outcome_keep_s(self) -> float:

@@ -1,7 +1,8 @@
 """The cumulative A/B result is updated incrementally (pipelines/metrics/cumulative.py): each cycle adds its own
 per-user sums and latency counts to the totals the previous cycle keeps, and every cumulative figure (always-valid
 interval and p-value, cumulative values, the cumulative SRM check) equals the full recomputation over every
-cycle's stored sums, cycle after cycle, without reading the cycles before the previous one."""
+cycle's stored sums, cycle after cycle, without reading the cycles before the previous one; retention folds old
+cycles' sums into running totals, and a cycle that keeps its own is still measured again exactly."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pipelines.metrics.config import AbConfig
 from pipelines.metrics.cycle import _changes, _tau, compute_cycle_metrics
 from pipelines.metrics.demo import DemoSpec, Effects, demo_rows
 from pipelines.metrics.srm import srm_check
-from pipelines.metrics.store import MetricsStore
+from pipelines.metrics.store import MetricsStore, frames_to_fold
 
 CFG = AbConfig()
 SPEC = DemoSpec(users=240, effects=Effects(persistence=0.05, latency=-0.1))
@@ -123,3 +124,44 @@ def test_measuring_an_earlier_cycle_again_drops_the_later_totals(cycles, tmp_pat
     hists = [results[0].latency, again.latency, results[2].latency, res.latency]
     # c2's running-minimum p-value was taken over the old c1, so the p-values are not compared
     _assert_same(res, _full_recomputation(units, hists)[-1], p_values=False)
+
+
+def test_retention_folds_old_frames_and_any_cycle_that_keeps_its_frames_is_measured_again_exactly(cycles, tmp_path):
+    store = MetricsStore(tmp_path / "ab")
+    results = [_measure(store, rows, f"c{k}") for k, rows in enumerate(cycles[:4])]
+    assert frames_to_fold([(1, "c0"), (2, "c1"), (3, "c2")], 2) == [(1, "c0")]
+    assert frames_to_fold([(1, "c0"), (2, "c1")], 2) == [] and frames_to_fold([(1, "c0"), (2, "c1")], 0) == []
+    assert store.prune_frames(2) == ["c0", "c1"]
+    assert store.prune_frames(2) == []                                   # nothing more to fold
+    ab = tmp_path / "ab" / "cycles"
+    assert sorted(p.name for p in (ab / "c0").iterdir()) == ["result.json"]   # the summary stays, for audit
+    assert (ab / "c2" / "units.parquet").is_file() and (ab / "c3" / "units.parquet").is_file()
+    assert store.folded().through == 2 and store.folded().count == 2
+    assert store.history()["cycle_id"].unique(maintain_order=True).to_list() == ["c0", "c1", "c2", "c3"]
+    # c2 keeps its frames: measured again, with c1's totals gone, the rebuild starts from the folded totals
+    again = _measure(store, cycles[4], "c2")
+    units = [results[0].units, results[1].units, again.units]
+    hists = [results[0].latency, results[1].latency, again.latency]
+    _assert_same(again, _full_recomputation(units, hists)[-1], p_values=False)
+    res = _measure(store, cycles[0], "c4")                                # c3's totals are stale: a rebuild too
+    units += [results[3].units, res.units]
+    hists += [results[3].latency, res.latency]
+    _assert_same(res, _full_recomputation(units, hists)[-1], p_values=False)
+    # a folded cycle cannot be measured again: its old sums are inside the folded totals
+    with pytest.raises(ValueError, match="folded into the running totals by retention"):
+        compute_cycle_metrics(cycles[1], "c1", config=CFG, store=store)
+
+
+def test_a_fold_interrupted_before_its_files_went_is_finished_without_counting_a_cycle_twice(cycles, tmp_path):
+    store = MetricsStore(tmp_path / "ab")
+    results = [_measure(store, rows, f"c{k}") for k, rows in enumerate(cycles[:3])]
+    kept = {c: [(tmp_path / "ab" / "cycles" / c / n).read_bytes() for n in ("units.parquet", "latency.parquet")]
+            for c in ("c0",)}
+    store.prune_frames(2)
+    for c, (u, h) in kept.items():                    # as if the process died after folded.json, before the unlink
+        (tmp_path / "ab" / "cycles" / c / "units.parquet").write_bytes(u)
+        (tmp_path / "ab" / "cycles" / c / "latency.parquet").write_bytes(h)
+    assert store.prune_frames(2) == ["c0"] and store.folded().count == 1
+    again = _measure(store, cycles[3], "c1")
+    _assert_same(again, _full_recomputation([results[0].units, again.units],
+                                            [results[0].latency, again.latency])[-1], p_values=False)

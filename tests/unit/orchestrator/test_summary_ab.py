@@ -102,3 +102,19 @@ def test_the_rows_before_the_first_promotion_are_an_aa_check_with_both_arms_on_c
     assert "A/A check before the first promotion" in render_table(cycle_summary(cfg, records, "since_first_promotion"))
 
     assert "before_promotion" not in ab_object(cfg, records, "last_cycle")
+
+
+def test_a_measured_cycle_whose_window_retention_removed_is_left_out_and_named(tmp_path):
+    import shutil
+
+    cfg = load_config(None, [f'state_dir="{tmp_path}"'])
+    table = tmp_path / "rewards" / "table"
+    cycles = [demo_rows(2000, cycle=k, treatment_version=str(k + 2)) for k in range(3)]
+    for k, rows in enumerate(cycles):
+        write_demo_table(table, f"c{k + 1}", rows)
+    records = [_record(f"c{k + 1}", k + 1, rows) for k, rows in enumerate(cycles)]
+    for d in table.glob("policy_version=*/window=c1"):          # as rewards.retention_s removes a window
+        shutil.rmtree(d)
+    ab = ab_object(cfg, records, "since_first_promotion")
+    assert ab["cycles"] == ["c2", "c3"] and ab["cycles_removed_by_retention"] == ["c1"]
+    assert "cycles_removed_by_retention" not in ab_object(cfg, records[1:], "last_cycle")
