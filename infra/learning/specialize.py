@@ -96,15 +96,26 @@ def _specialize(cfg, v0: Path, seed: int, work: Path, log: Callable[[str], None]
 
 def compare(shared: pl.DataFrame, specialized: pl.DataFrame, orgs: list[str], alpha: float = 0.05) -> dict:
     """Specialized - shared on edit persistence per org (the two policies' unit sums on the same users, paired by
-    user) and pooled over the orgs (inverse-variance, `pipelines.metrics.by_org.pooled_change`); `orgs_won`: the
-    orgs whose change is above zero."""
+    user) and pooled over the orgs; `orgs_won`: the orgs whose change is above zero.
+
+    `pooled` weighs every org the same, d = mean_k d_k with Var(d) = sum_k Var(d_k) / K^2, over all K orgs: an org
+    the gate left on the shared champion is served the same policy on both sides and adds a change of exactly 0, so
+    the figure is what the deployment gives its orgs. `pooled_specialized` is the inverse-variance mean over the
+    orgs whose policy differs (`pipelines.metrics.by_org.pooled_change`): the change where an adapter serves."""
     from infra.offline_ab import paired_units_difference
     from pipelines.metrics.by_org import pooled_change, wins
+    from pipelines.metrics.intervals import normal_interval
 
     by_org = {org: paired_units_difference(shared.filter(pl.col("org_id") == org),
                                            specialized.filter(pl.col("org_id") == org), PRIMARY, alpha)
               for org in orgs}
     known = [(c["diff"], c["se"] ** 2) for c in by_org.values() if c["diff"] is not None and c["se"]]
-    return {"by_org": by_org, "pooled": pooled_change(known, alpha),
+    every = [(c["diff"], c["se"] ** 2) for c in by_org.values() if c["diff"] is not None and c["se"] is not None]
+    pooled = {"diff": None, "ci_low": None, "ci_high": None, "orgs": len(every)}
+    if every:
+        diff = sum(d for d, _ in every) / len(every)
+        low, high, _ = normal_interval(diff, sum(v for _, v in every) / len(every) ** 2, alpha)
+        pooled.update(diff=diff, ci_low=low, ci_high=high)
+    return {"by_org": by_org, "pooled": pooled, "pooled_specialized": pooled_change(known, alpha),
             "orgs_won": wins({"orgs": by_org})}
 

@@ -118,6 +118,10 @@ class OrgResult(StepResult):
     rows: dict[str, Any] = Field(default_factory=dict)
     gate: str | None = None
     interval: str | None = None
+    gate_reasons: list[str] = Field(default_factory=list, description="Why its gate kept the champion, if it did.")
+    gate_suites: list[dict[str, Any]] = Field(default_factory=list, description="Its gate's suites: each one's "
+                                              "decision, reasons, intervals against the champion and the anchor, "
+                                              "power (as GateResult.suites).")
     promoted: bool = False
     champion: str | None = None
     already: bool = False

@@ -353,7 +353,7 @@ def train_org(ctx: CycleContext, org: str) -> OrgResult:
 
 def gate_org(ctx: CycleContext, org: str, trained: OrgResult) -> dict:
     """The gate of an org's trained candidate against what the org is served now (read back on a resumed cycle):
-    {decision, interval}, or {"already": True} when its lineage's champion is the candidate already."""
+    {decision, interval, reasons, suites}, or {"already": True} when its lineage's champion is the candidate already."""
     from registry.client import parse_label
 
     label = trained.candidate
@@ -362,7 +362,7 @@ def gate_org(ctx: CycleContext, org: str, trained: OrgResult) -> dict:
         return {"decision": "promote", "already": True}
     g = _gated(ctx, label, registry.version_of(f"champion@{org}") or registry.version_of("champion")) or \
         _gate(ctx, label, None)
-    return {"decision": g.decision, "interval": g.interval}
+    return {"decision": g.decision, "interval": g.interval, "reasons": g.reasons, "suites": g.suites}
 
 
 def promote_org(ctx: CycleContext, org: str, trained: OrgResult, gate: dict) -> OrgResult:
@@ -375,7 +375,9 @@ def promote_org(ctx: CycleContext, org: str, trained: OrgResult, gate: dict) -> 
     if gate.get("already"):
         return trained.model_copy(update={"gate": "promote", "promoted": True, "champion": label, "already": True})
     registry = ctx.registry()
-    result = trained.model_copy(update={"gate": gate.get("decision"), "interval": gate.get("interval")})
+    result = trained.model_copy(update={"gate": gate.get("decision"), "interval": gate.get("interval"),
+                                        "gate_reasons": gate.get("reasons") or [],
+                                        "gate_suites": gate.get("suites") or []})
     if gate.get("decision") != "promote":
         return result.model_copy(update={"promoted": False, "champion": registry.version_of(f"champion@{org}")})
     try:
