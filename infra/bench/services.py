@@ -85,19 +85,12 @@ def s3_keys(url: str) -> list[str]:
     return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
 
-def _processes_running(*needles: str) -> list[int]:
-    """Pids whose command line contains every one of `needles` (consecutive arguments joined by spaces)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = d.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if all(n in f" {cmd} " for n in needles):
-            out.append(int(d.name))
-    return out
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs on this host (the step's process; not a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _wait(what: str, check, timeout_s: float, log, every: float = 2.0, alive=None):
@@ -226,12 +219,16 @@ class _Loop:
             first.tags.get("dagster/sensor_name", "not a sensor")
         out["first_run"] = first.run_id[:8]
         killed = False
-        if kill:
-            needle = (f" {KILLED_STEP} --cycle {CYCLE} ",)    # the step's `rtrl train --cycle c1 ...` command
-            pids = _wait(f"the {KILLED_STEP} step's process", lambda: _processes_running(*needle),
-                         deadline - time.monotonic(), self.log, every=0.5, alive=self.check_background)
+        if kill:      # the Dagster step process running the train step, as the ledger names it while it runs
+            def training():
+                rec = self.record()
+                cur = rec.current if rec is not None else None
+                return [cur["pid"]] if cur and cur.get("step") == KILLED_STEP and _alive(cur["pid"]) else []
+
+            pids = _wait(f"the {KILLED_STEP} step's process", training, deadline - time.monotonic(), self.log,
+                         every=0.5, alive=self.check_background)
             time.sleep(5.0)       # let it get going: killed mid-training, not at its start
-            for pid in _processes_running(*needle):
+            for pid in training():
                 try:
                     os.kill(pid, signal.SIGKILL)
                     killed = True

@@ -6,7 +6,9 @@
       {"cycle_id", "seq", "started_at" (orchestrator clock), "started_wall", "status", "error",
        "steps": {"collect": {"status": "done", "result": {...}, "seconds": 1.2}, ...},
        "settings": ["trainer.max_rows=512", ...], "dagster_run_id": "...",
-       "failures": [{"at", "step", "error"}, ...], "failures_total": 3}
+       "failures": [{"at", "step", "error"}, ...], "failures_total": 3,
+       "current": {"step": "train", "pid": 4242, "since_wall": ...} (the step running now, in which process; null
+                  between steps; a process killed mid-step leaves it, and the next run of the cycle replaces it)}
     <ledger root>/LATEST               {"cycle_id", "seq"} of the cycle with the highest sequence number, rewritten
                                        (atomically) when a record with a higher one is saved: `latest()` reads one
                                        pointer and one record, whatever the ledger's length
@@ -57,6 +59,7 @@ class CycleRecord:
     dagster_run_id: str | None = None                   # the Dagster run executing it (None: run outside Dagster)
     failures: list[dict] = field(default_factory=list)  # in a row: {"at" (orchestrator clock), "step", "error"}
     failures_total: int = 0                             # every failure it had
+    current: dict | None = None                         # the step running now: {"step", "pid", "since_wall"}
 
     def done(self, step: str) -> bool:
         return self.steps.get(step, {}).get("status") == DONE

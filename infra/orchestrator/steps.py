@@ -475,6 +475,8 @@ def run_step(ctx: CycleContext, ledger: Ledger, name: str) -> dict:
     ctx.log(f"[cycle {rec.cycle_id}] {name} ...")
     t0 = time.monotonic()
     func = STEP_FUNCS[name]
+    rec.current = {"step": name, "pid": os.getpid(), "since_wall": time.time()}
+    ledger.save(rec)
     try:
         # stdout is the caller's (the demo's table, a command's JSON): library chatter goes to stderr
         with contextlib.redirect_stdout(sys.stderr):
@@ -483,6 +485,7 @@ def run_step(ctx: CycleContext, ledger: Ledger, name: str) -> dict:
             raise InjectedFailure(f"injected failure after step {name} ({FAIL_AFTER_ENV})")
     except BaseException as e:
         error = f"{name}: {type(e).__name__}: {e}"
+        rec.current = None
         if isinstance(e, CycleBlocked):
             rec.status, rec.error = BLOCKED, error[:4000]
             ledger.save(rec)
@@ -496,7 +499,7 @@ def run_step(ctx: CycleContext, ledger: Ledger, name: str) -> dict:
     seconds = round(time.monotonic() - t0, 2)
     rec.steps[name] = {"status": DONE, "result": result, "seconds": seconds,
                        "function": f"{func.__module__}.{func.__qualname__}", "pid": os.getpid()}
-    rec.failures = []                       # a finished step ends the cycle's failures in a row
+    rec.failures, rec.current = [], None    # a finished step ends the cycle's failures in a row
     ledger.save(rec)
     ctx.log(f"[cycle {rec.cycle_id}] {name} done in {seconds:.1f}s: {_brief(name, result)}")
     return result
