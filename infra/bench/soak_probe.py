@@ -1,5 +1,6 @@
-"""What `rtrl bench soak` measures after each cycle: the state's bytes and files by part, and the resident memory of
-each long-lived process. Plain reads of the state folder and of /proc; nothing here changes anything."""
+"""What `rtrl bench soak` measures after each cycle: the state's bytes and files by part, the embedded broker's Kafka
+log, and the resident memory of each long-lived process (the broker and, over storage "s3", its object store among
+them). Plain reads of the state folder, of the object store and of /proc; nothing here changes anything."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ PARTS: dict[str, tuple[str, ...]] = {
     "gate": ("gate",),
     "ab": ("ab",),
     "dagster": ("dagster",),
-    "kafka_log": ("kafka", "broker"),
 }
 
 
@@ -50,6 +50,26 @@ def state_usage(state: Path) -> dict[str, dict[str, int]]:
     out["other"] = {"bytes": total_b - named_b, "files": total_f - named_f}
     out["total"] = {"bytes": total_b, "files": total_f}
     return out
+
+
+def kafka_log_usage(kafka) -> dict:
+    """The embedded broker's Kafka log (`kafka` is a KafkaConfig): over storage "s3", the bytes and count of its record
+    batches in the object store ({"engine", "bytes", "batches", "objects"}: what broker-watch's retention bounds);
+    over "memory" the log is inside the broker, where only its resident memory shows it ("bytes" None); on a Kafka
+    cluster (kafka.bootstrap_servers) nothing is measured here."""
+    if kafka.bootstrap_servers:
+        return {"engine": "cluster", "bytes": None}
+    if kafka.storage_engine != "s3":
+        return {"engine": kafka.storage_engine, "bytes": None}
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from infra.stack.broker import ObjectStore
+    from infra.stack.log_retention import log_usage
+
+    try:
+        return {"engine": "s3", **log_usage(ObjectStore.url_for(kafka))}
+    except (BotoCoreError, ClientError) as e:
+        return {"engine": "s3", "bytes": None, "error": f"{type(e).__name__}: {e}"[:300]}
 
 
 def rss_bytes(pid: int, proc: Path = Path("/proc")) -> int | None:

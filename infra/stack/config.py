@@ -60,8 +60,10 @@ class KafkaConfig(BaseModel):
     port: int = Field(default=19092, ge=1, le=65535, description="Embedded broker port.")
     storage_engine: Literal["memory", "s3"] = Field(
         default="memory", description="Where the embedded broker keeps its log: \"memory\" = inside the broker "
-        "(fastest; lost when the broker stops); \"s3\" = a local S3-compatible object store process, so the log "
-        "survives broker crashes and restarts (about 4x lower throughput here).")
+        "(fastest; lost when the broker stops; nothing deletes by retention, so it grows with the traffic until "
+        "then); \"s3\" = a local S3-compatible object store process, so the log survives broker crashes and "
+        "restarts, and `broker-watch` deletes what is past the topics' retention (retention_interval_s); several "
+        "times lower throughput (docs/benchmarks.md).")
     partitions: int = Field(default=3, ge=1, le=1024, description="Partitions per topic unless overridden.")
     topic_partitions: dict[str, int] = Field(default_factory=dict, description="Per-topic partition overrides, e.g. "
                                                  "{\"telemetry.snapshots\" = 6}.")
@@ -75,17 +77,23 @@ class KafkaConfig(BaseModel):
         "two cycles at the production cadence (orchestrator.interval_s, 5 h: a record waits up to one interval for "
         "the collect step that fixes its range, up to another when that cycle runs late) plus 14 h for an outage of "
         "the orchestrator or the archiver to be noticed and mended. 0 = no time bound (retention.ms = -1). The "
-        "embedded broker (Tansu 0.6) records the setting but deletes nothing by it: see memory_warn_bytes.")
+        "embedded broker (Tansu 0.6) records the setting but deletes nothing by it; over storage \"s3\" "
+        "`broker-watch` does (retention_interval_s), over \"memory\" nothing does (see memory_warn_bytes).")
     retention_bytes: int = Field(
-        default=0, ge=0, le=2**62, description="Most bytes a partition keeps (its retention.bytes; a cluster "
-        "deletes the oldest segments past it); 0 = no size bound (-1). Off by default: a size bound can drop "
+        default=0, ge=0, le=2**62, description="Most bytes a partition keeps (its retention.bytes; a cluster, "
+        "or `broker-watch` over the embedded broker's storage \"s3\", deletes the oldest segments past it); 0 = no size bound (-1). Off by default: a size bound can drop "
         "records a late cycle has not read yet; the time bound (retention_s) is the rule.")
+    retention_interval_s: float = Field(
+        default=60.0, ge=0, le=86400, description="Embedded broker over storage \"s3\" only: how often "
+        "`broker-watch` (started by `rtrl up`, its log in <state_dir>/logs) deletes from the object store the record "
+        "batches past their topic's retention.ms or retention.bytes, keeping each partition's newest batch and "
+        "whatever a consumer group that committed within retention.ms has not committed past "
+        "(infra/stack/log_retention.py). 0 = never (the log then grows with the traffic).")
     memory_warn_bytes: int = Field(
-        default=2 * 2**30, ge=0, le=2**50, description="Embedded broker only: `rtrl up` starts a watcher "
-        "(`broker-watch`, its log in <state_dir>/logs) that logs a warning each time the resident memory of the "
-        "process holding the Kafka log (the broker over storage \"memory\", the object store over \"s3\") passes "
-        "this many bytes: both keep the whole log in memory, and the broker deletes no record by retention. 0 = no "
-        "watcher.")
+        default=2 * 2**30, ge=0, le=2**50, description="Embedded broker only: `broker-watch` logs a warning each "
+        "time the resident memory of the process holding the Kafka log (the broker over storage \"memory\", the "
+        "object store over \"s3\") passes this many bytes: both keep the log in memory, over \"memory\" all of "
+        "it (the broker deletes no record by retention). 0 = no warning (and no watcher over \"memory\").")
     startup_timeout_s: float = Field(default=30.0, gt=0, le=600, description="Health-check deadline at start.")
 
     def bootstrap(self) -> str:

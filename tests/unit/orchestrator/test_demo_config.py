@@ -119,6 +119,9 @@ def test_the_overlay_is_a_valid_config_on_its_own_and_as_overrides(tmp_path):
         DEMO_CONFIG, SPECIALIZE_CONFIG, *BENCH_OVERLAYS[1:], LIVE_CONFIG, SOAK_CONFIG])
     soak = load_config(None, [*overlay_overrides(DEMO_CONFIG), *overlay_overrides(SOAK_CONFIG)])  # over the demo's
     assert soak.orchestrator.interval_s == 5 * 3600 and soak.retention.min_age_s == 0 and soak.demo.budget_s == 0
+    # the broker's log bounded: over "s3", broker-watch deletes what is past a window shorter than cycle 4's end
+    assert soak.kafka.storage_engine == "s3" and soak.kafka.retention_interval_s > 0
+    assert soak.kafka.retention_s < 4 * soak.orchestrator.interval_s / soak.demo.speed
     live = load_config(LIVE_CONFIG)                   # `rtrl bench live`: production's learning settings
     assert (live.trainer.lr, live.trainer.rows_per_step, live.gate.suites) == (2e-4, 256, ["tasks", "users"])
     assert live.orchestrator.interval_s == 5 * 3600 and live.demo.budget_s == 0
