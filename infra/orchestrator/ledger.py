@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -88,7 +89,7 @@ class Ledger:
 
     def load(self, cycle_id: str) -> CycleRecord | None:
         p = self.path(cycle_id)
-        return _record(storage.read_text(p)) if storage.exists(p) else None
+        return _read_record(p) if storage.exists(p) else None
 
     def save(self, rec: CycleRecord) -> None:
         # atomic: a local temp file, fsync and rename; one upload in an object store (steps keep their order)
@@ -99,7 +100,7 @@ class Ledger:
 
     def _pointer(self) -> dict | None:
         p = storage.join(self.root, LATEST)
-        return json.loads(storage.read_text(p)) if storage.exists(p) else None
+        return _read_json(p) if storage.exists(p) else None
 
     def _point_to(self, rec: CycleRecord) -> None:
         storage.write_text(storage.join(self.root, LATEST), json.dumps({"cycle_id": rec.cycle_id, "seq": rec.seq}))
@@ -120,7 +121,7 @@ class Ledger:
     def all(self) -> list[CycleRecord]:
         """Every cycle, oldest first (by sequence number): for history views; `latest()` for the last one."""
         files = storage.list_files(self.root, "*.json", recursive=False)
-        recs = [_record(storage.read_text(f.loc)) for f in files if not f.rel.startswith(".")]
+        recs = [_read_record(f.loc) for f in files if not f.rel.startswith(".")]
         return sorted(recs, key=lambda r: r.seq)
 
     def begin(self, cycle_id: str, now: datetime, wall: float, settings: list[str] | None = None,
@@ -166,9 +167,27 @@ class Ledger:
         return rec
 
 
-def _record(text: str) -> CycleRecord:
+def _read_json(loc, tries: int = 5) -> dict:
+    """The JSON object at `loc`. Each save replaces the object whole, but pyarrow's S3 reader takes the object's
+    size first and its bytes after, so a read racing a save (a step's, while the cadence or a bench polls) can get
+    the new body cut at the old size: such a read is tried again."""
+    for attempt in range(tries):
+        try:
+            return json.loads(storage.read_text(loc))
+        except json.JSONDecodeError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _read_record(loc) -> CycleRecord:
+    return _record_of(_read_json(loc))
+
+
+def _record_of(d: dict) -> CycleRecord:
     fields = set(CycleRecord.__dataclass_fields__)
-    return CycleRecord(**{k: v for k, v in json.loads(text).items() if k in fields})
+    return CycleRecord(**{k: v for k, v in d.items() if k in fields})
 
 
 def next_cycle_id(records: list[CycleRecord]) -> str:

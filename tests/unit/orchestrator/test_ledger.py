@@ -137,3 +137,37 @@ def test_a_ledger_without_a_pointer_or_whose_pointer_names_a_removed_cycle_is_li
     (ledger.root / "c3.json").unlink()
     assert ledger.latest().cycle_id == "c2" and ledger.next_id() == "c3"
     assert [r.cycle_id for r in ledger.all()] == ["c1", "c2"], "the pointer is not a cycle"
+
+
+def test_a_read_that_races_a_save_and_gets_a_cut_body_is_read_again(tmp_path, monkeypatch):
+    from infra.orchestrator import ledger as ledger_mod
+
+    ledger = Ledger(tmp_path)
+    rec = CycleRecord("c1", 1, "2026-01-01T00:00:00+00:00", 0.0)
+    ledger.save(rec)
+    whole = ledger_mod.storage.read_text(ledger.path("c1"))
+    reads = iter([whole[:40], whole])        # the new body cut at the old size, then the whole one
+    monkeypatch.setattr(ledger_mod.storage, "read_text", lambda loc: next(reads))
+    assert ledger.load("c1").cycle_id == "c1"
+
+
+def test_the_step_running_now_is_recorded_with_its_process_and_cleared_when_it_ends(tmp_path, monkeypatch):
+    import os
+
+    ledger = Ledger(tmp_path)
+    seen = {}
+
+    class Ok(StepResult):
+        pass
+
+    def probe(ctx):
+        seen.update(ledger.load("c1").current)
+        return Ok()
+
+    rec = ledger.begin("c1", datetime(2026, 1, 1, tzinfo=timezone.utc), 0.0)
+    ctx = SimpleNamespace(record=rec, log=lambda m: None, now=lambda: datetime(2026, 1, 1, tzinfo=timezone.utc),
+                          cfg=SimpleNamespace(orchestrator=OrchestratorConfig()))
+    monkeypatch.setitem(steps.STEP_FUNCS, "collect", probe)
+    steps.run_step(ctx, ledger, "collect")
+    assert seen["step"] == "collect" and seen["pid"] == os.getpid()
+    assert ledger.load("c1").current is None and ledger.load("c1").done("collect")
