@@ -291,7 +291,8 @@ class _Loop:
         from infra.config import load_config
 
         registry = Registry.from_config(load_config(self.config_path, overrides))
-        folder = self.v0_cache
+        main = Registry.from_config(self.cfg)     # v0's files, however it was registered (cache or base checkpoint)
+        folder = main.local_path(main.version_of("control"))
         champion = registry.register(folder, {"bench": "race"})
         registry.set_alias("champion", champion)
         racers = [registry.register(folder, {"bench": "race"}) for _ in range(2)]
