@@ -23,7 +23,6 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 BUCKET = "rtrl"
 CYCLE = "c1"
@@ -83,14 +82,6 @@ def s3_keys(url: str) -> list[str]:
     bucket, _, prefix = url.removeprefix("s3://").partition("/")
     pages = _s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
     return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs on this host (the step's process; not a zombie)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _wait(what: str, check, timeout_s: float, log, every: float = 2.0, alive=None):
@@ -220,10 +211,12 @@ class _Loop:
         out["first_run"] = first.run_id[:8]
         killed = False
         if kill:      # the Dagster step process running the train step, as the ledger names it while it runs
+            from infra.stack.process import pid_running
+
             def training():
                 rec = self.record()
                 cur = rec.current if rec is not None else None
-                return [cur["pid"]] if cur and cur.get("step") == KILLED_STEP and _alive(cur["pid"]) else []
+                return [cur["pid"]] if cur and cur.get("step") == KILLED_STEP and pid_running(cur["pid"]) else []
 
             pids = _wait(f"the {KILLED_STEP} step's process", training, deadline - time.monotonic(), self.log,
                          every=0.5, alive=self.check_background)

@@ -80,6 +80,14 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def pid_running(pid: int) -> bool:
+    """Whether process `pid` exists on this host and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _proc_start_ticks(pid: int) -> int | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -111,12 +119,7 @@ class ManagedProcess:
             return None
         if _proc_start_ticks(rec["pid"]) != rec.get("start_ticks"):
             return None
-        try:  # a zombie is not running
-            if Path(f"/proc/{rec['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return None
-        except OSError:
-            return None
-        return rec
+        return rec if pid_running(rec["pid"]) else None     # a zombie is not running
 
     def is_running(self) -> bool:
         return self.info() is not None
@@ -223,11 +226,7 @@ class ManagedProcess:
         popen = getattr(self, "_popen", None)
         if popen is not None and popen.pid == pid:
             return popen.poll() is None
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return False
-        return state != "Z"
+        return pid_running(pid)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
