@@ -326,6 +326,14 @@ def open_input(loc: Location) -> pa.NativeFile:
 
 
 def read_bytes(loc: Location) -> bytes:
+    """A whole file's bytes; FileNotFoundError when it does not exist. On S3 one GetObject, whose body is one version
+    of the object: pyarrow's stream takes the size first and the bytes after, so a read racing an overwrite got one
+    version's body at the other's size (the larger cut, the smaller padded with NULs)."""
+    if local_path(loc) is None:
+        got = read_versioned(loc)
+        if got is None:
+            raise FileNotFoundError(f"{normalize(loc)}: no such object")
+        return got[0]
     fs, path = resolve(loc)
     with fs.open_input_stream(path) as f:
         return f.read()

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -167,18 +166,10 @@ class Ledger:
         return rec
 
 
-def _read_json(loc, tries: int = 5) -> dict:
-    """The JSON object at `loc`. Each save replaces the object whole, but pyarrow's S3 reader takes the object's
-    size first and its bytes after, so a read racing a save (a step's, while the cadence or a bench polls) can get
-    the new body cut at the old size: such a read is tried again."""
-    for attempt in range(tries):
-        try:
-            return json.loads(storage.read_text(loc))
-        except json.JSONDecodeError:
-            if attempt == tries - 1:
-                raise
-            time.sleep(0.05 * (attempt + 1))
-    raise AssertionError("unreachable")
+def _read_json(loc) -> dict:
+    """The JSON object at `loc`: each save replaces it whole, and a read gets one whole version of it
+    (`storage.read_bytes`: one GetObject on S3)."""
+    return json.loads(storage.read_text(loc))
 
 
 def _read_record(loc) -> CycleRecord:
