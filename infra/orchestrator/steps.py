@@ -424,7 +424,7 @@ def deploy(ctx: CycleContext) -> DeployResult:
     from infra.retention.run import after_deploy
 
     out = _deploy(ctx)
-    return out.model_copy(update={"retention": after_deploy(ctx.cfg, ctx.say)})
+    return out.model_copy(update={"retention": after_deploy(ctx.cfg, ctx.say, cycle_id=ctx.record.cycle_id)})
 
 
 def _deploy(ctx: CycleContext) -> DeployResult:

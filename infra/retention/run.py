@@ -23,9 +23,11 @@ def serving_holds(status: dict | None) -> list[str]:
     return sorted(out)
 
 
-def in_flight_cycles(cfg) -> Callable[[set[str]], set[str]]:
+def in_flight_cycles(cfg, finishing: str | None = None) -> Callable[[set[str]], set[str]]:
     """A function: of these cycle ids, those whose ledger record is neither done nor blocked (running, or failed and
-    to be resumed). A cycle the ledger does not know (a candidate trained by hand) is not in flight."""
+    to be resumed). A cycle the ledger does not know (a candidate trained by hand) is not in flight, nor is
+    `finishing`, the cycle whose deploy step asks: its gate has decided, so a candidate it kept out holds nothing
+    (it was kept until the next cycle's retention, one checkpoint more in the registry after each rejection)."""
     from infra.orchestrator.ledger import BLOCKED, DONE, Ledger
 
     ledger = Ledger.for_config(cfg)
@@ -33,6 +35,8 @@ def in_flight_cycles(cfg) -> Callable[[set[str]], set[str]]:
     def flying(cycles: set[str]) -> set[str]:
         out = set()
         for cycle in cycles:
+            if cycle == finishing:
+                continue
             try:
                 rec = ledger.load(cycle)
             except ValueError:          # not a ledger cycle id
@@ -45,9 +49,11 @@ def in_flight_cycles(cfg) -> Callable[[set[str]], set[str]]:
 
 
 def run_retention(cfg, *, dry_run: bool = False, cache_only: bool = False, now: datetime | None = None,
-                  status: dict | None = None, log: Callable[[str], None] = lambda line: None) -> dict:
+                  status: dict | None = None, log: Callable[[str], None] = lambda line: None,
+                  finishing: str | None = None) -> dict:
     """Plan and apply retention (or with `cache_only`, bound this host's cache alone). `status`: serving's /health
-    body when the caller has it (else asked here; nothing answering holds nothing)."""
+    body when the caller has it (else asked here; nothing answering holds nothing). `finishing`: the cycle whose
+    deploy step runs it (not in flight: `in_flight_cycles`)."""
     from registry.client import Registry
     from registry.promotion import lock_path_for
     from registry.retention_apply import apply_retention, prune_cache_only
@@ -61,10 +67,11 @@ def run_retention(cfg, *, dry_run: bool = False, cache_only: bool = False, now: 
     held = serving_holds(status)
     registry = Registry.from_config(cfg)
     if cache_only:
-        return {"cache": prune_cache_only(registry, r.cache_max_bytes, held, in_flight_cycles(cfg), now, dry_run)}
+        return {"cache": prune_cache_only(registry, r.cache_max_bytes, held, in_flight_cycles(cfg, finishing), now,
+                                           dry_run)}
     return apply_retention(registry, lock_path_for(cfg.mlflow_tracking_uri(), cfg.state_path),
                            keep_promoted=r.keep_promoted, min_age_s=r.min_age_s, cache_max_bytes=r.cache_max_bytes,
-                           held=held, in_flight=in_flight_cycles(cfg), now=now, dry_run=dry_run, log=log)
+                           held=held, in_flight=in_flight_cycles(cfg, finishing), now=now, dry_run=dry_run, log=log)
 
 
 def brief(report: dict) -> dict:
@@ -77,13 +84,14 @@ def brief(report: dict) -> dict:
             "cache_bytes": cache.get("bytes_after"), "seconds": report.get("seconds")}
 
 
-def after_deploy(cfg, log: Callable[[str], None], status: dict | None = None) -> dict | None:
-    """Retention at the end of a cycle's deploy step: its `brief`, {"error": ...} when it failed (the cycle goes
-    on; the next cycle tries again), None when `retention.enabled` is off."""
+def after_deploy(cfg, log: Callable[[str], None], status: dict | None = None, cycle_id: str | None = None) \
+        -> dict | None:
+    """Retention at the end of cycle `cycle_id`'s deploy step (its last): its `brief`, {"error": ...} when it
+    failed (the cycle goes on; the next cycle tries again), None when `retention.enabled` is off."""
     if not cfg.retention.enabled:
         return None
     try:
-        out = brief(run_retention(cfg, status=status, log=log))
+        out = brief(run_retention(cfg, status=status, log=log, finishing=cycle_id))
     except Exception as e:  # noqa: BLE001 -- the lock timed out, the store is down: the cycle is done regardless
         log(f"retention failed, tried again after the next deploy: {type(e).__name__}: {e}")
         return {"error": f"{type(e).__name__}: {e}"[:500]}

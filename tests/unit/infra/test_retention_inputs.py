@@ -35,6 +35,14 @@ def test_cycles_in_flight_are_those_neither_done_nor_blocked(tmp_path):
     assert in_flight_cycles(cfg)({"c1", "c2", "c3", "c4", "c9", "not/an-id"}) == {"c3", "c4"}
 
 
+def test_the_cycle_whose_deploy_runs_retention_is_not_in_flight_so_its_rejected_candidate_goes(tmp_path):
+    cfg = load_config(None, [f"state_dir='{tmp_path}'"])
+    ledger = Ledger.for_config(cfg)
+    for cycle in ("c4", "c5"):
+        ledger.begin(cycle, datetime(2026, 1, 1, tzinfo=timezone.utc), 0.0)   # both running
+    assert in_flight_cycles(cfg, finishing="c5")({"c4", "c5"}) == {"c4"}
+
+
 def test_the_deploy_steps_summary_keeps_counts_and_labels_not_the_plan():
     report = {"keep": 4, "wait": 1, "delete": 2, "gone": 3, "deleted": ["2", "5@acme"], "failed": {},
               "restored": [], "lost": [], "plan": [{"version": "1"}], "seconds": 0.2,
