@@ -8,8 +8,8 @@
       - the A/B store's per-user sums and latency histograms of cycles before the newest `ab.keep_cycle_frames`,
         folded into its running totals (pipelines.metrics.store, `prune_frames`); every result.json stays
       - the gate's and the data-quality reports older than the newest `gate.keep_reports` / `quality.keep_reports`,
-        thinned to their report.json; the per-checkpoint caches the gates reuse, bounded to
-        `gate.keep_cached_versions` checkpoints each (infra.retention.stores)
+        thinned to their report.json (the gate runs' copies in MLflow too); the per-checkpoint caches the gates
+        reuse, bounded to `gate.keep_cached_versions` checkpoints each (infra.retention.stores)
       - the step logs (<state_dir>/orchestrator/logs/<cycle id>) of finished cycles older than the last
         `orchestrator.keep_cycles` (`old_cycles`); failed and stuck cycles keep theirs
       - the logs over `orchestrator.log_max_bytes`, rotated (`rotate_logs`)
@@ -162,10 +162,13 @@ def in_flight(ledger: Ledger) -> Callable[[set[str]], set[str]]:
 def thin_reports(cfg, ledger: Ledger) -> list[str]:
     """The gate's and the data-quality reports older than the newest `gate.keep_reports` / `quality.keep_reports`,
     thinned to their report.json (infra.retention.stores); the folders thinned, relative to the state dir."""
-    from infra.retention.stores import aliased_versions, thin_gate_reports, thin_quality_reports
+    from infra.retention.stores import aliased_versions, thin_gate_reports, thin_gate_runs, thin_quality_reports
+    from registry.client import Registry
 
     state = cfg.state_path
     out = [f"gate/{n}" for n in thin_gate_reports(state, cfg.gate.keep_reports, lambda: aliased_versions(cfg))]
+    out += [f"mlflow gate run {r}" for r in thin_gate_runs(Registry.from_config(cfg), cfg.gate.experiment,
+                                                            cfg.gate.keep_reports, lambda: aliased_versions(cfg))]
     return out + [f"quality/{n}" for n in thin_quality_reports(state, cfg.quality.keep_reports, in_flight(ledger))]
 
 

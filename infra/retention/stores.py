@@ -7,9 +7,10 @@ application:
 
   * The gate's reports (<state_dir>/gate/v<candidate>-vs-v<champion>-<stamp>/, `gate.keep_reports`): the newest N
     keep every file; an older one keeps its report.json (decision, interval, counts: the dashboard's row) and loses
-    episodes.jsonl, report.md and report.html (its org suite's too). MLflow's gate run keeps the whole folder. The
-    report of a candidate an alias points to keeps every file: `aliased()` is asked only when an older report is
-    there to thin, and if it fails nothing is thinned (retried next cycle).
+    episodes.jsonl, report.md and report.html (its org suite's too). The report of a candidate an alias points to
+    keeps every file: `aliased()` is asked only when an older report is there to thin, and if it fails nothing is
+    thinned (retried next cycle). The gate runs' copies in MLflow (experiment `gate.experiment`, artifacts
+    `report/...`) are thinned by the same rule (`thin_gate_runs`).
   * The data-quality reports (<state_dir>/quality/<cycle id or stamp>/, `quality.keep_reports`): the same; the
     report of a cycle in flight keeps every file.
   * The per-checkpoint caches (`gate.keep_cached_versions`): the tasks suite's kept episodes
@@ -179,3 +180,54 @@ def aliased_versions(cfg) -> set[str]:
         out |= {str(v) if org is None else f"{v}@{org}" for v in aliases.values()}
     return out
 
+
+
+THINNED_TAG = "retention.report_thinned"
+
+
+def thin_gate_runs(registry, experiment: str, keep: int, aliased: Callable[[], set[str]]) -> list[str]:
+    """The same rule as `thin_gate_reports` for the gate runs' copies in MLflow (experiment `experiment`, their
+    artifacts under `report/`): all but the newest `keep` runs lose every artifact but their report.json files,
+    a run of a candidate an alias points to keeps all, and a thinned run is tagged `retention.report_thinned`
+    (its params, metrics and tags stay). The run ids thinned."""
+    if keep <= 0:
+        return []
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    client = registry.client
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    runs, token = [], None
+    while True:
+        page = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=1000,
+                                  page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            break
+    older = [r for r in runs[keep:] if r.data.tags.get(THINNED_TAG) != "true"]
+    if not older:
+        return []
+    held = aliased()
+    done = []
+    for run in older:
+        if run.data.tags.get("candidate_version") in held:
+            continue
+        repo = get_artifact_repository(run.info.artifact_uri)
+        for path in _bulky_artifacts(repo, "report"):
+            repo.delete_artifacts(path)
+        client.set_tag(run.info.run_id, THINNED_TAG, "true")
+        done.append(run.info.run_id)
+    return done
+
+
+def _bulky_artifacts(repo, path: str) -> list[str]:
+    """Every artifact file under `path` but the report.json files."""
+    out = []
+    for f in repo.list_artifacts(path):
+        if f.is_dir:
+            out += _bulky_artifacts(repo, f.path)
+        elif f.path.rsplit("/", 1)[-1] != SUMMARY:
+            out.append(f.path)
+    return out

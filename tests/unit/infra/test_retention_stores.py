@@ -108,3 +108,42 @@ def test_the_gate_caches_keep_the_checkpoints_used_most_recently_and_a_reuse_cou
     gone = evict_gate_caches(cfg, 2)
     assert gone == [f"eval-suites/default-n4-seed7/.episode-cache/{cache.path('v2' * 8).name}"]
     assert cache.path("anchor" * 8).is_file() and cache.path("v3" * 8).is_file()
+
+
+def test_older_gate_runs_in_mlflow_keep_their_report_json_and_lose_the_rest_unless_aliased(tmp_path, monkeypatch):
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    from infra.config import load_config
+    from infra.retention.stores import THINNED_TAG, thin_gate_runs
+    from registry.client import Registry
+
+    for k in ("MLFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(k, raising=False)
+    registry = Registry.from_config(load_config(None, [f'state_dir="{tmp_path / "state"}"']))
+    exp = registry.experiment_id("rtrl-gate")
+    report = tmp_path / "report"
+    (report / "org" / "o0").mkdir(parents=True)
+    for rel in ("report.json", "episodes.jsonl", "report.html", "org/o0/report.json", "org/o0/episodes.jsonl"):
+        (report / rel).write_text("{}")
+    runs = []
+    for i, candidate in enumerate(("2", "3", "4", "5")):      # 5 is the newest
+        run = registry.client.create_run(exp, start_time=1_700_000_000_000 + 1000 * i,
+                                         tags={"candidate_version": candidate})
+        registry.client.log_artifacts(run.info.run_id, str(report), "report")
+        runs.append(run)
+
+    def files(run) -> set[str]:
+        repo = get_artifact_repository(run.info.artifact_uri)
+        out, todo = set(), ["report"]
+        while todo:
+            for f in repo.list_artifacts(todo.pop()):
+                (todo.append(f.path) if f.is_dir else out.add(f.path))
+        return out
+
+    thinned = thin_gate_runs(registry, "rtrl-gate", keep=2, aliased=lambda: {"2"})
+    assert thinned == [runs[1].info.run_id]                  # 3: older than the newest two, and not aliased
+    assert files(runs[1]) == {"report/report.json", "report/org/o0/report.json"}
+    assert registry.client.get_run(runs[1].info.run_id).data.tags[THINNED_TAG] == "true"
+    assert all(len(files(r)) == 5 for r in (runs[0], runs[2], runs[3]))    # aliased, and the newest two
+    assert thin_gate_runs(registry, "rtrl-gate", keep=2, aliased=lambda: {"2"}) == []   # done once
+    assert thin_gate_runs(registry, "no-such-experiment", keep=2, aliased=set) == []
