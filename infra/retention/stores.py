@@ -214,7 +214,7 @@ def thin_gate_runs(registry, experiment: str, keep: int, aliased: Callable[[], s
     for run in older:
         if run.data.tags.get("candidate_version") in held:
             continue
-        repo = get_artifact_repository(run.info.artifact_uri)
+        repo = get_artifact_repository(run.info.artifact_uri, tracking_uri=registry.tracking_uri)
         for path in _bulky_artifacts(repo, "report"):
             repo.delete_artifacts(path)
         client.set_tag(run.info.run_id, THINNED_TAG, "true")
