@@ -26,6 +26,7 @@ measurements.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Callable
 
@@ -166,9 +167,10 @@ def thin_reports(cfg, ledger: Ledger) -> list[str]:
     from registry.client import Registry
 
     state = cfg.state_path
-    out = [f"gate/{n}" for n in thin_gate_reports(state, cfg.gate.keep_reports, lambda: aliased_versions(cfg))]
+    aliased = functools.cache(lambda: aliased_versions(cfg))    # read once, and only when something is to thin
+    out = [f"gate/{n}" for n in thin_gate_reports(state, cfg.gate.keep_reports, aliased)]
     out += [f"mlflow gate run {r}" for r in thin_gate_runs(Registry.from_config(cfg), cfg.gate.experiment,
-                                                            cfg.gate.keep_reports, lambda: aliased_versions(cfg))]
+                                                            cfg.gate.keep_reports, aliased)]
     return out + [f"quality/{n}" for n in thin_quality_reports(state, cfg.quality.keep_reports, in_flight(ledger))]
 
 

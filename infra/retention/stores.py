@@ -181,7 +181,6 @@ def aliased_versions(cfg) -> set[str]:
     return out
 
 
-
 THINNED_TAG = "retention.report_thinned"
 
 
