@@ -80,6 +80,16 @@ class Engine:
                   "steps_per_print": 10**9, "wall_clock_breakdown": False} | deepspeed_sections(precision)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 
+    def close(self) -> None:
+        """Release the engine: DeepSpeed's `destroy` removes the gradient hooks ZeRO put on each parameter's
+        gradient accumulator. Those hooks hold the optimizer through C++ references that Python's collector
+        cannot see, so without it every engine (its model, masters and optimizer state) outlives its training in
+        a process that trains again (the in-process executor: about one model's worth of memory a cycle)."""
+        engine = self.__dict__.pop("engine", None)
+        self.__dict__.pop("optimizer", None)
+        if engine is not None:
+            engine.destroy()
+
     @property
     def module(self) -> torch.nn.Module:
         return self.engine.module

@@ -213,6 +213,8 @@ def _run_training(ranks, cfg: TrainerConfig, registry, rewards: Path, cycle: str
         if ranks.main:
             registry.client.set_terminated(run_id, "FAILED")
         raise
+    finally:
+        trainer.close()
     if ranks.local_main:      # every rank is past the registration (`share` above)
         trainer.cleanup()
     return TrainResult(cycle, parent, candidate, sel.counts, summary.steps, summary.tokens,

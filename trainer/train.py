@@ -316,6 +316,14 @@ class Trainer:
         (folder / "rtrl_metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True, default=str))
         return folder
 
+    def close(self) -> None:
+        """Release the engine and the models (`Engine.close`); the trainer cannot train or save after it."""
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close()
+        self.engine = None
+        self.parent = None
+
     def cleanup(self) -> None:
         """Remove the run folder: its step checkpoint and the candidate's folder. Call it once the candidate is
         registered (the registry holds it from then on)."""

@@ -114,8 +114,11 @@ def _ours(folder: Path, rows, micro: int, per_step: int, run_dir: Path, skip_ine
                               checkpoint_every=10**6, skip_inert_rows=skip_inert), rows, folder, run_dir)
     t.setup()
     t0 = time.perf_counter()
-    t.train()
-    return time.perf_counter() - t0, t.summary.inert_rows
+    try:
+        t.train()
+        return time.perf_counter() - t0, t.summary.inert_rows
+    finally:
+        t.close()
 
 
 def _trl(folder: Path, rows, tok, micro: int, per_step: int, out: Path) -> float:

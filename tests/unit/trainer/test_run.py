@@ -50,3 +50,37 @@ def test_candidate_is_registered_with_lineage_metrics_and_config_and_a_rerun_is_
     with pytest.raises(SelectionError, match="minimum batch"):
         run_training(cfg.model_copy(update={"min_rows": 1000}), reg, tmp_path / "rewards", "c2", tmp_path / "train",
                      log=lambda *_: None)
+
+
+def _live_engines() -> int:
+    import gc
+
+    gc.collect()
+    return sum(type(o).__name__ == "DeepSpeedEngine" for o in gc.get_objects())
+
+
+def test_training_twice_in_one_process_leaves_no_engine_behind_even_when_a_run_fails(tmp_path):
+    """The in-process executor trains every cycle in one process: each engine (its model, masters and optimizer
+    state) is released when its training ends, whether it registered a candidate or raised."""
+    reg = Registry(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", "policy", tmp_path / "cache")
+    v1 = reg.register(tiny_checkpoint(tmp_path / "v1"), tags={"parent": ""})
+    reg.set_alias("champion", v1)
+    rows = sampled_rows(reg.local_path(v1), 16, version=v1)
+    for cycle in ("c1", "c2", "c3"):
+        table = tmp_path / "rewards" / "policy_version=1" / f"window={cycle}"
+        table.mkdir(parents=True)
+        rows.write_parquet(table / "part-0.parquet")
+    cfg = TrainerConfig(micro_batch=4, rows_per_step=8, lr=1e-3, max_tokens=8, min_rows=8, threads=1)
+    before = _live_engines()
+    for cycle in ("c1", "c2"):
+        run_training(cfg, reg, tmp_path / "rewards", cycle, tmp_path / "train", window=cycle, log=lambda *_: None)
+        reg.set_alias("champion", v1)        # the next cycle trains v1's rows again
+    assert _live_engines() == before
+
+    def crash(m):
+        raise RuntimeError("the step failed")
+
+    with pytest.raises(RuntimeError, match="the step failed"):
+        run_training(cfg, reg, tmp_path / "rewards", "c3", tmp_path / "train", window="c3", on_step=crash,
+                     log=lambda *_: None)
+    assert _live_engines() == before
