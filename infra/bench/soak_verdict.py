@@ -2,6 +2,9 @@
 
 - time: each step's median seconds over the last 6 cycles within `time_ratio` of its median over cycles 4-9 (a
   step's difference under `time_floor_s` seconds passes: sub-second steps are all noise);
+- traffic: the median of the Kafka records each cycle's range held over the last 6 cycles within `ratio` (either
+  way) of its median over cycles 4-9: the time check compares like with like only when each cycle read as much
+  (a cycle that overruns the cadence leaves the next one a longer range);
 - memory: each long-lived process's resident memory (its own and its children's) at the end within `rss_ratio` of
   its memory after cycle 4;
 - disk: once the retention window has filled, registry artifact bytes and cache bytes stay within `disk_ratio` of
@@ -42,6 +45,19 @@ def check_time(records: list[dict], ratio: float = 1.25, floor_s: float = 1.0) -
         per_step[step] = {"cycles_4_9_s": round(mb, 2), "last_6_s": round(mt, 2),
                           "ratio": round(mt / mb, 3) if mb > 0 else None, "ok": step_ok}
     return {"ok": ok, "short": short, "ratio_max": ratio, "steps": per_step}
+
+
+def check_traffic(records: list[dict], ratio: float = 1.25) -> dict:
+    if len(records) < 5:
+        return {"ok": False, "short": True, "reason": f"{len(records)} cycles: need at least 5"}
+    b = [r["records"] for r in _cycles(records, 4, 9) if r.get("records") is not None]
+    t = [r["records"] for r in records[-6:] if r.get("records") is not None]
+    if not b or not t:
+        return {"ok": False, "reason": "no cycle recorded its range's records"}
+    mb, mt = median(b), median(t)
+    r = mt / mb if mb else None
+    return {"ok": r is not None and 1 / ratio <= r <= ratio, "short": len(records) < 15, "ratio_max": ratio,
+            "cycles_4_9_records": mb, "last_6_records": mt, "ratio": round(r, 3) if r is not None else None}
 
 
 def check_memory(records: list[dict], ratio: float = 1.3) -> dict:
@@ -102,6 +118,6 @@ def check_done(records: list[dict], cycles: int) -> dict:
 
 
 def verdict(records: list[dict], cycles: int, keep: int) -> dict:
-    checks = {"time": check_time(records), "memory": check_memory(records), "disk": check_disk(records, keep),
+    checks = {"time": check_time(records), "traffic": check_traffic(records), "memory": check_memory(records), "disk": check_disk(records, keep),
               "archive": check_archive(records), "done": check_done(records, cycles)}
     return {"ok": all(c["ok"] for c in checks.values()), **checks}

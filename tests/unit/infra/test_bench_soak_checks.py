@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 from infra.bench.soak_probe import process_rss, state_usage, tree_rss
-from infra.bench.soak_verdict import check_archive, check_disk, check_done, check_memory, check_time, verdict
+from infra.bench.soak_verdict import (check_archive, check_disk, check_done, check_memory, check_time,
+                                      check_traffic, verdict)
 
 
 def _write(path: Path, size: int) -> None:
@@ -65,8 +66,8 @@ def test_process_memory_of_this_process_is_read_from_the_real_proc():
 
 
 def _rec(i: int, train_s: float = 60.0, rss: float = 100.0, reg: int = 1000, cache: int = 1000,
-         archive=(1000, 10), artifacts=3, aliased=2) -> dict:
-    return {"cycle": f"c{i}", "status": "done", "seconds": {"train": train_s, "collect": 0.2},
+         archive=(1000, 10), artifacts=3, aliased=2, records: int = 9000) -> dict:
+    return {"cycle": f"c{i}", "status": "done", "records": records, "seconds": {"train": train_s, "collect": 0.2},
             "rss": {"serving": {"self": int(rss * 2**20), "children": 0}},
             "state": {"registry_artifacts": {"bytes": reg, "files": 1}, "caches": {"bytes": cache, "files": 1},
                       "archive": {"bytes": archive[0], "files": archive[1]}},
@@ -84,6 +85,16 @@ def test_a_step_that_slows_down_fails_the_time_check_and_sub_second_noise_does_n
     t = check_time(recs)
     assert not t["ok"] and not t["steps"]["train"]["ok"] and t["steps"]["collect"]["ok"]
     assert t["steps"]["train"]["ratio"] == round(80 / 60, 3)
+
+
+def test_longer_ranges_at_the_end_fail_the_traffic_check_and_noise_within_the_ratio_passes():
+    recs = [_rec(i, records=9000 if i < 19 else 12000) for i in range(1, 25)]
+    t = check_traffic(recs)
+    assert not t["ok"] and t["ratio"] == round(12000 / 9000, 3)
+    recs = [_rec(i, records=9000 + (500 if i % 2 else -500)) for i in range(1, 25)]
+    assert check_traffic(recs)["ok"]
+    recs = [_rec(i, records=9000 if i < 19 else 6000) for i in range(1, 25)]      # shorter ranges: not alike either
+    assert not check_traffic(recs)["ok"]
 
 
 def test_growing_memory_fails_and_a_process_gone_at_the_end_fails():
@@ -122,7 +133,7 @@ def test_archive_files_growing_faster_than_bytes_fail():
 def test_too_short_a_run_never_passes_the_window_checks():
     recs = [_rec(i) for i in range(1, 4)]
     assert not check_time(recs)["ok"] and not check_memory(recs)["ok"] and not check_disk(recs, 3)["ok"]
-    assert not check_archive(recs)["ok"]
+    assert not check_archive(recs)["ok"] and not check_traffic(recs)["ok"]
 
 
 def test_a_cycle_not_done_or_missing_fails():
