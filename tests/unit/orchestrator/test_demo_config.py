@@ -128,6 +128,7 @@ def test_the_overlay_is_a_valid_config_on_its_own_and_as_overrides(tmp_path):
     assert load_config(SPECIALIZE_CONFIG) == load_config(None, overlay_overrides(SPECIALIZE_CONFIG))
     bench = bench_config(None, ())                    # `rtrl bench specialize`: over specialize.toml
     assert BENCH_OVERLAYS[0] == SPECIALIZE_CONFIG and bench.policy.house_rules and bench.specialize.lr == 2e-3
+    assert bench.gate.tasks.org_samples == 4 and bench.gate.tasks.org_suite_tasks == 48
     # a key the user's file sets is left out, sections and all
     mine = tmp_path / "mine.toml"
     mine.write_text("[trainer]\nlr = 1e-3\n[serving]\nspare_engines = 0\n")
