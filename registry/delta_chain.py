@@ -1,0 +1,86 @@
+"""Chains of weight deltas: when a version is stored whole (an anchor), how a version is rebuilt from the nearest
+anchor, and which versions' artifacts a kept version needs.
+
+    kind = choose_kind(since_anchor, anchor_every, delta_bytes, full_bytes, max_share)   # "anchor" | "delta"
+    chain = chain_to_anchor(version, lookup)        # [anchor, ..., version]
+    weights = reconstruct(version, lookup, load_anchor, load_delta)   # every delta's checksums verified
+    needed = required_artifacts(kept, lookup)       # the kept versions and every version their chains pass through
+
+`lookup(version)` gives a version's `Stored` record (its parent and how its served weights are stored); the loaders
+read an anchor's tensors and a version's delta against its parent (registry/delta.py). Pure: the registry and
+retention supply the lookups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from registry.delta import Delta, DeltaMismatch, Tensor, apply
+
+ANCHOR, DELTA = "anchor", "delta"
+
+
+@dataclass(frozen=True)
+class Stored:
+    version: str
+    parent: str | None      # the version a delta is taken against (None for an anchor without one)
+    kind: str               # ANCHOR: the whole served weights; DELTA: a delta against `parent`
+
+
+def choose_kind(since_anchor: int, anchor_every: int, delta_bytes: int | None, full_bytes: int,
+                max_share: float) -> str:
+    """How a new version is stored. `since_anchor`: deltas between its parent and the parent's anchor (0 when the
+    parent is one). An anchor when there is no parent to take a delta against (`delta_bytes` None), when the
+    chain would reach `anchor_every` versions from its anchor, or when the delta exceeds `max_share` of the whole."""
+    if anchor_every < 1:
+        raise ValueError(f"anchor_every must be at least 1, not {anchor_every}")
+    if delta_bytes is None or since_anchor + 1 >= anchor_every:
+        return ANCHOR
+    return DELTA if delta_bytes <= max_share * full_bytes else ANCHOR
+
+
+def chain_to_anchor(version: str, lookup: Callable[[str], Stored], limit: int = 10_000) -> list[Stored]:
+    """[the nearest anchor, ..., `version`]: the records a rebuild of `version` reads, oldest first."""
+    chain: list[Stored] = []
+    seen: set[str] = set()
+    current: str | None = version
+    while current is not None:
+        if current in seen or len(chain) >= limit:
+            raise DeltaMismatch(f"version {version}: its delta chain loops back to version {current}")
+        seen.add(current)
+        try:
+            rec = lookup(current)
+        except LookupError:
+            raise DeltaMismatch(f"version {version}: its delta chain needs version {current}, which has no stored "
+                                "weights") from None
+        chain.append(rec)
+        if rec.kind == ANCHOR:
+            return chain[::-1]
+        if rec.kind != DELTA or rec.parent is None:
+            raise DeltaMismatch(f"version {current}: stored as {rec.kind!r} with parent {rec.parent!r}")
+        current = rec.parent
+    raise AssertionError("unreachable")
+
+
+def reconstruct(version: str, lookup: Callable[[str], Stored], load_anchor: Callable[[str], dict[str, Tensor]],
+                load_delta: Callable[[str], Delta]) -> dict[str, Tensor]:
+    """`version`'s served weights, rebuilt from its nearest anchor; every delta on the way is verified (DeltaMismatch
+    names the first tensor that differs)."""
+    chain = chain_to_anchor(version, lookup)
+    weights = load_anchor(chain[0].version)
+    for rec in chain[1:]:
+        try:
+            weights = apply(weights, load_delta(rec.version))
+        except DeltaMismatch as e:
+            raise DeltaMismatch(f"version {rec.version} (delta against {rec.parent}): {e}") from None
+    return weights
+
+
+def required_artifacts(kept: set[str], lookup: Callable[[str], Stored]) -> set[str]:
+    """The versions whose stored weights must stay for every kept version to be rebuilt: each kept version and
+    every version on its chain back to its anchor."""
+    needed: set[str] = set()
+    for version in kept:
+        needed.update(rec.version for rec in chain_to_anchor(version, lookup))
+    return needed
