@@ -3,11 +3,11 @@ path on the embedded stack (the demo's machinery: Kafka, the archiver, vLLM serv
 production's Dagster cycle job at an accelerated clock) with retention on (infra/configs/bench-soak.toml, on top of
 the demo's overlay), for N cycles (default 24: five simulated days at the soak's cadence).
 
-After each cycle it records the Kafka records its range held, each step's seconds, the 1-minute load average, the resident memory of each long-lived process (the broker, the
-archiver, serving's gateway and its engines, the simulated users, and this process, which runs the Dagster job
-and the cycle's steps; over the overlay's storage "s3" the broker's object store and broker-watch too), the state's
-bytes and files by part, the Kafka log's bytes in the object store (infra/bench/soak_probe.py), and which registry
-versions still hold artifacts. After the last cycle it rolls back through the last K champions, each loaded from
+After each cycle it records the Kafka records its range held, each step's seconds, the 1-minute load average, the
+resident memory of each long-lived process (the broker, the archiver, serving's gateway and its engines, the
+simulated users, and this process, which runs the Dagster job and the cycle's steps; over the overlay's storage
+"s3" the broker's object store and broker-watch too), the state's bytes and files by part, the Kafka log's bytes
+in the object store (infra/bench/soak_probe.py), and which registry versions still hold artifacts. After the last cycle it rolls back through the last K champions, each loaded from
 the artifact store and checked against its digest, and restarts the archiver to count the manifests it reads.
 The checks are infra/bench/soak_verdict.py's; the command exits 1 when one fails.
 """
@@ -148,13 +148,14 @@ def roll_back_chain(cfg, keep: int, log: Callable[[str], None]) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     """One line per cycle: steps' seconds, the state's size, the largest process, versions holding artifacts."""
-    lines = [f"{'cycle':>6} {'records':>8} {'rows':>6} {'steps_s':>8} {'state_MiB':>9} {'files':>7} {'archive_files':>13} "
-             f"{'kafka_log_MiB':>13} {'max_rss_MiB':>11} {'artifacts':>9}"]
+    lines = [f"{'cycle':>6} {'records':>8} {'rows':>6} {'steps_s':>8} {'state_MiB':>9} {'files':>7} "
+             f"{'archive_files':>13} {'kafka_log_MiB':>13} {'max_rss_MiB':>11} {'artifacts':>9}"]
     for r in rows:
         rss = max((v["self"] + v.get("children", 0) for v in r["rss"].values()), default=0)
         log = (r.get("kafka_log") or {}).get("bytes")
         log_mib = f"{log / 2**20:>13.1f}" if log is not None else f"{'-':>13}"
-        lines.append(f"{r['cycle']:>6} {r.get('records') or 0:>8} {r['rows'] or 0:>6} {sum(v or 0 for v in r['seconds'].values()):>8.0f} "
+        steps_s = sum(v or 0 for v in r["seconds"].values())
+        lines.append(f"{r['cycle']:>6} {r.get('records') or 0:>8} {r['rows'] or 0:>6} {steps_s:>8.0f} "
                      f"{r['state']['total']['bytes'] / 2**20:>9.1f} {r['state']['total']['files']:>7} "
                      f"{r['state']['archive']['files']:>13} {log_mib} {rss / 2**20:>11.0f} "
                      f"{len(r['with_artifacts']):>9}")

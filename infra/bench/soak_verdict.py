@@ -118,6 +118,6 @@ def check_done(records: list[dict], cycles: int) -> dict:
 
 
 def verdict(records: list[dict], cycles: int, keep: int) -> dict:
-    checks = {"time": check_time(records), "traffic": check_traffic(records), "memory": check_memory(records), "disk": check_disk(records, keep),
-              "archive": check_archive(records), "done": check_done(records, cycles)}
+    checks = {"time": check_time(records), "traffic": check_traffic(records), "memory": check_memory(records),
+              "disk": check_disk(records, keep), "archive": check_archive(records), "done": check_done(records, cycles)}
     return {"ok": all(c["ok"] for c in checks.values()), **checks}
