@@ -7,8 +7,9 @@ After each cycle it records the Kafka records its range held, each step's second
 resident memory of each long-lived process (the broker, the archiver, serving's gateway and its engines, the
 simulated users, and this process, which runs the Dagster job and the cycle's steps; over the overlay's storage
 "s3" the broker's object store and broker-watch too), the state's bytes and files by part, the Kafka log's bytes
-in the object store (infra/bench/soak_probe.py), and which registry versions still hold artifacts. After the last cycle it rolls back through the last K champions, each loaded from
-the artifact store and checked against its digest, and restarts the archiver to count the manifests it reads.
+in the object store (infra/bench/soak_probe.py), and which registry versions still hold artifacts. After the last
+cycle it rolls back through the last K champions, each loaded from the artifact store and checked against its
+digest, and restarts the archiver to count the manifests it reads.
 The checks are infra/bench/soak_verdict.py's; the command exits 1 when one fails.
 """
 
