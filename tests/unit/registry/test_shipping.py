@@ -1,0 +1,96 @@
+"""Shipping served weights through a real MLflow SQLite store (registry/shipping.py): the first version an anchor,
+its children deltas in bf16, an anchor every N versions; every version rebuilt bit for bit on a fresh host; a
+corrupted delta or anchor refused."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from registry.client import Registry
+from registry.delta import DeltaMismatch
+from registry.served import in_precision, weights_of
+from registry.shipping import ShipPolicy, served_folder, ship, stored
+from tests.unit.trainer.tiny import tiny_checkpoint
+
+pytestmark = pytest.mark.slow   # an MLflow store per test: seconds each
+
+
+def _registry(tmp_path: Path, cache: str = "cache") -> Registry:
+    return Registry(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", "policy", tmp_path / cache)
+
+
+def _child(parent: Path, folder: Path, seed: int) -> Path:
+    """The parent checkpoint with a few weights of every matrix moved (a training step's worth)."""
+    shutil.copytree(parent, folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    g = torch.Generator().manual_seed(seed)
+    for name, w in weights.items():
+        if w.dim() == 2:
+            idx = torch.randint(0, w.numel(), (max(1, w.numel() // 50),), generator=g)
+            w.view(-1)[idx] += 0.05
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+def _lineage(tmp_path: Path, n: int) -> tuple[Registry, dict[str, Path]]:
+    reg = _registry(tmp_path)
+    folders = {"1": tiny_checkpoint(tmp_path / "v1")}
+    reg.register(folders["1"], tags={"parent": ""})
+    for v in range(2, n + 1):
+        folders[str(v)] = _child(folders[str(v - 1)], tmp_path / f"v{v}", seed=v)
+        assert reg.register(folders[str(v)], tags={"parent": str(v - 1)}) == str(v)
+    return reg, folders
+
+
+def test_a_lineage_ships_an_anchor_then_bf16_deltas_and_every_version_rebuilds_bit_for_bit(tmp_path):
+    reg, folders = _lineage(tmp_path, 5)
+    policy = ShipPolicy(precision="bf16", anchor_every=3)
+    tags = [ship(reg, str(v), policy, log=lambda *_: None) for v in range(1, 6)]
+    assert [t["served.kind"] for t in tags] == ["anchor", "delta", "delta", "anchor", "delta"]
+    assert all(int(t["served.bytes"]) < 0.5 * int(t["served.full_bytes"]) for t in tags if t["served.kind"] == "delta")
+    assert stored(reg, "3").parent == "2" and ship(reg, "3", policy) == tags[2]     # shipped once
+    fresh = _registry(tmp_path, cache="fresh-host")                                  # nothing cached: all from MLflow
+    for v in range(1, 6):
+        folder = served_folder(fresh, str(v))
+        assert weights_of(folder) == in_precision(weights_of(folders[str(v)]), "bf16")
+        assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(served_folder(fresh, "5"))
+    assert model.model.embed_tokens.weight.dtype == torch.bfloat16
+
+
+def _artifact(tmp_path: Path, reg: Registry, version: str, name: str) -> Path:
+    run = reg.info(version).run_id
+    return next((tmp_path / "artifacts").rglob(f"{run}/artifacts/served/{name}"))
+
+
+def test_a_corrupted_delta_is_refused_and_never_cached(tmp_path):
+    reg, _ = _lineage(tmp_path, 3)
+    for v in ("1", "2", "3"):
+        ship(reg, v, ShipPolicy(precision="bf16"), log=lambda *_: None)
+    payload = _artifact(tmp_path, reg, "3", "delta.bin")
+    data = bytearray(payload.read_bytes())
+    data[len(data) // 3] ^= 0x10
+    payload.write_bytes(bytes(data))
+    fresh = _registry(tmp_path, cache="fresh-host")
+    with pytest.raises(DeltaMismatch, match="version 3"):
+        served_folder(fresh, "3")
+    assert not (fresh.cache_dir / "policy" / "served-v3").exists()
+    assert served_folder(fresh, "2").is_dir()          # the chain below it is sound
+
+
+def test_a_corrupted_anchor_is_refused(tmp_path):
+    reg, _ = _lineage(tmp_path, 1)
+    ship(reg, "1", ShipPolicy(), log=lambda *_: None)
+    weights = _artifact(tmp_path, reg, "1", "model.safetensors")
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(DeltaMismatch, match="SHA-256"):
+        served_folder(_registry(tmp_path, cache="fresh-host"), "1")
