@@ -1,7 +1,8 @@
 """The local checkpoint cache, bounded in bytes.
 
 `Registry.local_path` downloads a version once into `<cache_dir>/<registered model>/v<N>` (through a temporary
-`.v<N>-*` folder renamed into place). Every host that loads versions has one (the orchestrator's, the gate's,
+`.v<N>-*` folder renamed into place), and `registry.shipping.served_folder` its served weights into
+`served-v<N>` (the same version: held and evicted by the same rules). Every host that loads versions has one (the orchestrator's, the gate's,
 serving's). `choose_evictions` decides what goes, from injected sizes, times and the versions held:
 
   1. cached copies of versions whose artifacts retention deleted (nothing can download them again anyway);
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PARTIAL_AGE_S = 3600.0
+SERVED_PREFIX = "served-"   # `<model>/served-v<N>`: a version's served weights, rebuilt (registry/shipping.py)
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,8 @@ def scan(cache_dir: str | Path) -> list[CacheEntry]:
     out = []
     for model_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
         for d in sorted(p for p in model_dir.iterdir() if p.is_dir()):
-            version = d.name[1:] if d.name.startswith("v") and d.name[1:].isdigit() else None
+            name = d.name.removeprefix(SERVED_PREFIX)     # a version's served weights (registry/shipping.py)
+            version = name[1:] if name.startswith("v") and name[1:].isdigit() else None
             if version is None and not d.name.startswith("."):
                 continue     # not ours
             try:

@@ -8,8 +8,9 @@ per version:
     keep    something may still load it: an alias (champion, previous, control, ...), the rollback chain (the K
             versions the champion's successive rollbacks would restore: alias `previous`, then each version's
             `promotion.previous_version`), the anchor v0 (tag kind = bootstrap | base_checkpoint), a
-            label serving holds, a candidate of a cycle in flight, or the `lora_base` of an org version kept or
-            waiting (an adapter loads over its base)
+            label serving holds, a candidate of a cycle in flight, the `lora_base` of an org version kept or
+            waiting (an adapter loads over its base), or a version that a kept or waiting version's served
+            weights are rebuilt through (its delta chain back to an anchor: registry/shipping.py)
     wait    nothing holds it, but it was registered less than `min_age_s` ago (a candidate that may be gated,
             promoted or rolled back to soon)
     delete  nothing holds it and it is old enough: its artifacts go, its version, tags and metrics stay
@@ -30,6 +31,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from registry.client import DELETED_TAG, DELETING_TAG, parse_label
+from registry.shipping import KIND_TAG as SERVED_KIND_TAG, PARENT_TAG as SERVED_PARENT_TAG
 
 REASON_TAG = "retention.reason"
 ANCHOR_KINDS = frozenset({"bootstrap", "base_checkpoint"})   # tag `kind` of v0 (trainer/bootstrap)
@@ -99,6 +101,24 @@ def rollback_chain(lineage: Lineage, keep_promoted: int) -> list[str]:
     return chain
 
 
+def delta_chain_holds(lineage: Lineage, live: Collection[str]) -> list[tuple[str, str]]:
+    """(version, a version its served weights are rebuilt through) for each of `live` stored as a delta (tags
+    `served.kind` = delta, `served.parent`: registry/shipping.py), back to the anchor its chain starts from. A
+    parent the lineage does not list ends the walk (the rebuild then fails loudly, registry.delta_chain)."""
+    tags = {x.version: x.tags for x in lineage.versions}
+    out: list[tuple[str, str]] = []
+    for version in sorted(live, key=_version_key):
+        current, seen = version, {version}
+        while tags.get(current, {}).get(SERVED_KIND_TAG) == "delta":
+            parent = tags[current].get(SERVED_PARENT_TAG) or ""
+            if parent not in tags or parent in seen:
+                break
+            out.append((version, parent))
+            seen.add(parent)
+            current = parent
+    return out
+
+
 def plan(lineages: Iterable[Lineage], *, keep_promoted: int, min_age_s: float, now_s: float,
          held: Iterable[str] = (), in_flight_cycles: Collection[str] = frozenset()) -> list[Verdict]:
     """One verdict per version of every lineage (the module docstring says which). `held`: version labels serving
@@ -126,6 +146,11 @@ def plan(lineages: Iterable[Lineage], *, keep_promoted: int, min_age_s: float, n
                 hold(None, v.version, "anchor v0")
             if (cycle := v.tags.get("cycle")) and cycle in in_flight_cycles:
                 hold(lin.org, v.version, f"cycle {cycle} in flight")
+    for lin in lineages:    # a version served by delta is rebuilt through its parents back to their anchor
+        live = {ver for org, ver in why if org == lin.org}
+        live |= {x.version for x in lin.versions if now_s - x.created_s < min_age_s and DELETED_TAG not in x.tags}
+        for version, parent in delta_chain_holds(lin, live):
+            hold(lin.org, parent, f"delta chain of v{version}")
 
     out: list[Verdict] = []
     # org lineages first: a kept or waiting adapter holds its shared base

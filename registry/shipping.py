@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from registry.cache import SERVED_PREFIX
 from registry.delta import DeltaMismatch, apply, digest, encode, read_delta, write_delta
 from registry.delta_chain import ANCHOR, DELTA, Stored, choose_kind
 from registry.served import in_precision, weight_files, weights_of, write_weights
@@ -140,7 +141,7 @@ def _download(registry, version: str, dest: Path) -> Path:
 def served_folder(registry, version: str) -> Path:
     """`version`'s served weights as a checkpoint folder on this host: downloaded (an anchor), or its parent's
     rebuilt first and the delta applied and verified; cached."""
-    dest = registry.cache_dir / registry.model / f"served-v{version}"
+    dest = registry.cache_dir / registry.model / f"{SERVED_PREFIX}v{version}"
     if (dest / "config.json").is_file():
         return dest
     rec = stored(registry, version)

@@ -79,3 +79,15 @@ def test_prune_removes_the_chosen_folders_and_reports_bytes(tmp_path):
 
 def test_scan_of_a_missing_cache_is_empty(tmp_path):
     assert scan(tmp_path / "nothing") == []
+
+
+def test_a_versions_served_weights_are_cached_under_its_version_and_go_with_it(tmp_path):
+    _cached(tmp_path, "policy", "1", 1000, NOW - 300)
+    d = tmp_path / "policy" / "served-v1"
+    d.mkdir()
+    (d / "model.safetensors").write_bytes(b"x" * 500)
+    os.utime(d, (NOW - 300, NOW - 300))
+    assert sorted((e.path.name, e.version) for e in scan(tmp_path)) == [("served-v1", "1"), ("v1", "1")]
+    assert prune(tmp_path, max_bytes=2000, protected={("policy", "1")}, now_s=NOW)["evicted"] == []
+    prune(tmp_path, max_bytes=0, protected=set(), now_s=NOW)
+    assert list((tmp_path / "policy").iterdir()) == []

@@ -189,3 +189,18 @@ def test_what_is_loaded_now_is_aliases_bases_serving_and_cycles_in_flight_not_th
 def test_a_negative_keep_promoted_is_refused():
     with pytest.raises(ValueError, match="at least 0"):
         run(shared([v(1)], champion="1"), k=-1)
+
+
+def test_a_kept_version_served_by_delta_keeps_the_versions_it_is_rebuilt_through_back_to_its_anchor():
+    def shipped(version, served, parent="", created=OLD, **tags):
+        return v(version, created, **{"served.kind": served, "served.parent": parent, **tags})
+
+    versions = [shipped(1, "anchor", kind="bootstrap"), shipped(2, "delta", "1"), shipped(3, "delta", "2"),
+                shipped(4, "anchor"), shipped(5, "delta", "4"), shipped(6, "delta", "5"),
+                shipped(7, "delta", "6", created=NOW - HOUR)]          # a new candidate: waits, and holds 6 and 5
+    got = run(shared(versions, champion="3"), k=0)
+    assert actions(got) == {"1": KEEP, "2": KEEP, "3": KEEP, "4": KEEP, "5": KEEP, "6": KEEP, "7": WAIT}
+    reasons = {x.label: x.reasons for x in got}
+    assert reasons["2"] == ("delta chain of v3",) and reasons["4"] == ("delta chain of v7",)
+    later = run(shared(versions[:6], champion="3"), k=0)               # without v7 nothing holds 4..6
+    assert actions(later) == {"1": KEEP, "2": KEEP, "3": KEEP, "4": DELETE, "5": DELETE, "6": DELETE}
