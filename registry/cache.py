@@ -2,8 +2,9 @@
 
 `Registry.local_path` downloads a version once into `<cache_dir>/<registered model>/v<N>` (through a temporary
 `.v<N>-*` folder renamed into place), and `registry.shipping.served_folder` its served weights into
-`served-v<N>` (the same version: held and evicted by the same rules). Every host that loads versions has one (the
-orchestrator's, the gate's, serving's). `choose_evictions` decides what goes, from injected sizes, times and the versions held:
+`served-v<N>` (the same version: held and evicted by the same rules). Every host that loads versions has one
+(the orchestrator's, the gate's, serving's). `choose_evictions` decides what goes, from injected sizes, times and
+the versions held:
 
   1. cached copies of versions whose artifacts retention deleted (nothing can download them again anyway);
   2. hidden folders (`.v<N>-*` downloads that never finished, `.evict-*` leftovers) older than `partial_age_s`;
