@@ -108,8 +108,8 @@ def _codec():
     return pa.Codec("zstd", compression_level=3)
 
 
-def _sparse_payload(parent_bits: np.ndarray, child_bits: np.ndarray) -> tuple[bytes, int]:
-    where = np.flatnonzero(parent_bits != child_bits)
+def _sparse_payload(xor: np.ndarray, child_bits: np.ndarray) -> tuple[bytes, int]:
+    where = np.flatnonzero(xor)
     gaps = np.diff(where, prepend=-1).astype(np.uint32 if child_bits.size < 2**32 else np.uint64)
     return gaps.tobytes() + child_bits[where].tobytes(), int(where.size)
 
@@ -127,9 +127,10 @@ def encode(parent: dict[str, Tensor], child: dict[str, Tensor]) -> Delta:
                 entry.kind = "same"
                 entries.append(entry)
                 continue
-            a, b = base.bits(), t.bits()
-            xor = np.bitwise_xor(a, b).tobytes()
-            sparse, entry.changed = _sparse_payload(a, b)
+            b = t.bits()
+            x = np.bitwise_xor(base.bits(), b)          # nonzero exactly where the bits differ
+            xor = x.tobytes()
+            sparse, entry.changed = _sparse_payload(x, b)
             packed = {kind: codec.compress(raw, asbytes=True) for kind, raw in (("xor", xor), ("sparse", sparse))}
             kind = min(packed, key=lambda k: (len(packed[k]), k))
             raw_len = len(xor) if kind == "xor" else len(sparse)

@@ -1,10 +1,9 @@
 """Chains of weight deltas: when a version is stored whole (an anchor), how a version is rebuilt from the nearest
-anchor, and which versions' artifacts a kept version needs.
+anchor (registry.retention walks the same chains to keep what a kept version needs).
 
     kind = choose_kind(since_anchor, anchor_every, delta_bytes, full_bytes, max_share)   # "anchor" | "delta"
     chain = chain_to_anchor(version, lookup)        # [anchor, ..., version]
     weights = reconstruct(version, lookup, load_anchor, load_delta)   # every delta's checksums verified
-    needed = required_artifacts(kept, lookup)       # the kept versions and every version their chains pass through
 
 `lookup(version)` gives a version's `Stored` record (its parent and how its served weights are stored); the loaders
 read an anchor's tensors and a version's delta against its parent (registry/delta.py). Pure: the registry and
@@ -14,7 +13,7 @@ retention supply the lookups.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from registry.delta import Delta, DeltaMismatch, Tensor, apply
 
@@ -40,13 +39,14 @@ def choose_kind(since_anchor: int, anchor_every: int, delta_bytes: int | None, f
     return DELTA if delta_bytes <= max_share * full_bytes else ANCHOR
 
 
-def chain_to_anchor(version: str, lookup: Callable[[str], Stored], limit: int = 10_000) -> list[Stored]:
-    """[the nearest anchor, ..., `version`]: the records a rebuild of `version` reads, oldest first."""
-    chain: list[Stored] = []
+def walk(version: str, lookup: Callable[[str], Stored], limit: int = 10_000) -> Iterator[Stored]:
+    """The records from `version` back to the nearest anchor, newest first, each yielded as it is looked up;
+    DeltaMismatch where the chain loops, needs a version with no stored weights, or holds a malformed record
+    (after the records before it)."""
     seen: set[str] = set()
-    current: str | None = version
-    while current is not None:
-        if current in seen or len(chain) >= limit:
+    current = version
+    while True:
+        if current in seen or len(seen) >= limit:
             raise DeltaMismatch(f"version {version}: its delta chain loops back to version {current}")
         seen.add(current)
         try:
@@ -54,13 +54,17 @@ def chain_to_anchor(version: str, lookup: Callable[[str], Stored], limit: int = 
         except LookupError:
             raise DeltaMismatch(f"version {version}: its delta chain needs version {current}, which has no stored "
                                 "weights") from None
-        chain.append(rec)
+        yield rec
         if rec.kind == ANCHOR:
-            return chain[::-1]
+            return
         if rec.kind != DELTA or rec.parent is None:
             raise DeltaMismatch(f"version {current}: stored as {rec.kind!r} with parent {rec.parent!r}")
         current = rec.parent
-    raise AssertionError("unreachable")
+
+
+def chain_to_anchor(version: str, lookup: Callable[[str], Stored], limit: int = 10_000) -> list[Stored]:
+    """[the nearest anchor, ..., `version`]: the records a rebuild of `version` reads, oldest first."""
+    return list(walk(version, lookup, limit))[::-1]
 
 
 def reconstruct(version: str, lookup: Callable[[str], Stored], load_anchor: Callable[[str], dict[str, Tensor]],
@@ -75,12 +79,3 @@ def reconstruct(version: str, lookup: Callable[[str], Stored], load_anchor: Call
         except DeltaMismatch as e:
             raise DeltaMismatch(f"version {rec.version} (delta against {rec.parent}): {e}") from None
     return weights
-
-
-def required_artifacts(kept: set[str], lookup: Callable[[str], Stored]) -> set[str]:
-    """The versions whose stored weights must stay for every kept version to be rebuilt: each kept version and
-    every version on its chain back to its anchor."""
-    needed: set[str] = set()
-    for version in kept:
-        needed.update(rec.version for rec in chain_to_anchor(version, lookup))
-    return needed

@@ -31,6 +31,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from registry.client import DELETED_TAG, DELETING_TAG, parse_label
+from registry.delta import DeltaMismatch
+from registry.delta_chain import Stored, walk
 from registry.shipping import KIND_TAG as SERVED_KIND_TAG, PARENT_TAG as SERVED_PARENT_TAG
 
 REASON_TAG = "retention.reason"
@@ -103,19 +105,23 @@ def rollback_chain(lineage: Lineage, keep_promoted: int) -> list[str]:
 
 def delta_chain_holds(lineage: Lineage, live: Collection[str]) -> list[tuple[str, str]]:
     """(version, a version its served weights are rebuilt through) for each of `live` stored as a delta (tags
-    `served.kind` = delta, `served.parent`: registry/shipping.py), back to the anchor its chain starts from. A
-    parent the lineage does not list ends the walk (the rebuild then fails loudly, registry.delta_chain)."""
+    `served.kind`, `served.parent`: registry/shipping.py), back to the anchor its chain starts from
+    (`registry.delta_chain.walk`). A chain that breaks (a parent the lineage does not list, a loop) holds what it
+    reached: the rebuild then fails loudly."""
     tags = {x.version: x.tags for x in lineage.versions}
+
+    def lookup(version: str) -> Stored:
+        if version not in tags:
+            raise LookupError(version)
+        t = tags[version]
+        return Stored(version, t.get(SERVED_PARENT_TAG) or None, t.get(SERVED_KIND_TAG, ""))
+
     out: list[tuple[str, str]] = []
     for version in sorted(live, key=_version_key):
-        current, seen = version, {version}
-        while tags.get(current, {}).get(SERVED_KIND_TAG) == "delta":
-            parent = tags[current].get(SERVED_PARENT_TAG) or ""
-            if parent not in tags or parent in seen:
-                break
-            out.append((version, parent))
-            seen.add(parent)
-            current = parent
+        try:
+            out += [(version, rec.version) for rec in walk(version, lookup) if rec.version != version]
+        except DeltaMismatch:
+            pass
     return out
 
 

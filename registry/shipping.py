@@ -85,13 +85,12 @@ def ship(registry, version: str, policy: ShipPolicy, log=print) -> dict:
     parent = info.tags.get("parent") or None
     delta, since = None, 0
     if parent is not None:
-        try:
-            rec = stored(registry, parent)
-            parent_tags = registry.info(parent).tags
-            if parent_tags.get(PRECISION_TAG) == policy.precision:
+        parent_tags = registry.info(parent).tags
+        try:      # a parent that ships nothing (registered before), or whose files are gone: an anchor
+            if KIND_TAG in parent_tags and parent_tags.get(PRECISION_TAG) == policy.precision:
                 delta = encode(weights_of(served_folder(registry, parent)), served)
-                since = 0 if rec.kind == ANCHOR else int(parent_tags.get(SINCE_TAG, "0"))
-        except LookupError:          # a parent that ships nothing (registered before), or whose files are gone
+                since = 0 if parent_tags[KIND_TAG] == ANCHOR else int(parent_tags.get(SINCE_TAG, "0"))
+        except LookupError:
             delta = None
     kind = choose_kind(since, policy.anchor_every, delta.stored_bytes if delta else None, full,
                        policy.max_delta_share)

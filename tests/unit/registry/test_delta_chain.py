@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from registry.delta import DeltaMismatch, Tensor, encode
-from registry.delta_chain import (ANCHOR, DELTA, Stored, chain_to_anchor, choose_kind, reconstruct,
-                                  required_artifacts)
+from registry.delta_chain import ANCHOR, DELTA, Stored, chain_to_anchor, choose_kind, reconstruct
 
 
 def test_an_anchor_starts_a_lineage_comes_every_n_versions_and_replaces_a_large_delta():
@@ -82,8 +81,9 @@ def test_a_chain_with_a_missing_version_or_a_loop_is_refused():
         chain_to_anchor("a", loop.__getitem__)
 
 
-def test_retention_keeps_every_version_a_kept_version_is_rebuilt_through():
+def test_a_versions_chain_names_every_version_it_is_rebuilt_through():
     lin = Lineage()
-    assert required_artifacts({"7", "10"}, lin.lookup) == {"5", "6", "7", "9", "10"}
-    assert required_artifacts({"1"}, lin.lookup) == {"1"}
-    assert required_artifacts(set(), lin.lookup) == set()
+    needed = lambda kept: {rec.version for v in kept for rec in chain_to_anchor(v, lin.lookup)}  # noqa: E731
+    assert needed({"7", "10"}) == {"5", "6", "7", "9", "10"}
+    assert needed({"1"}) == {"1"}
+    assert needed(set()) == set()
