@@ -45,6 +45,9 @@ class PinnedRegistry:
     def version_of(self, alias: str) -> str | None:
         return self.version if alias == self.alias else None
 
+    def served_path(self, version: str) -> Path:
+        return self.registry.served_path(version)
+
     def local_path(self, version: str) -> Path:
         return self.registry.local_path(version)
 

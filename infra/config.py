@@ -29,6 +29,7 @@ from infra.dashboard.config import DashboardConfig
 from infra.learning.config import LearningConfig
 from infra.orchestrator.config import DemoConfig, OrchestratorConfig
 from infra.retention.config import RetentionConfig
+from infra.weights.config import WeightsConfig
 from infra.stack.config import KafkaConfig, MlflowConfig
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.config import SdkConfig
@@ -99,6 +100,9 @@ class RtrlConfig(BaseModel):
     retention: RetentionConfig = Field(default_factory=RetentionConfig, description="Registry retention, after each "
                                        "cycle's deploy and `rtrl retention`: which versions keep their checkpoint "
                                        "files; the bound of each host's checkpoint cache (docs/operations.md).")
+    weights: WeightsConfig = Field(default_factory=WeightsConfig, description="Each registered version's served "
+                                   "weights: their precision, and when they are stored whole or as a verified delta "
+                                   "against the parent's (docs/operations.md).")
 
     # --- rules across sections: each names both keys and the fix ---------------------------------------------
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -48,6 +49,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from schemas import storage
+
+logger = logging.getLogger(__name__)
 
 EXPERIMENT = "rtrl-checkpoints"
 ARTIFACT_DIR = "checkpoint"
@@ -186,12 +189,13 @@ class VersionInfo:
 
 class Registry:
     def __init__(self, tracking_uri: str, artifact_root: Path | str | None, model: str, cache_dir: Path,
-                 promotion_lock: Path | str | None = None):
+                 promotion_lock: Path | str | None = None, ship_policy=None):
         """`artifact_root` None: the tracking server's own artifact store (an MLflow server serving artifacts, whose
-        experiments get `mlflow-artifacts:/` locations)."""
+        experiments get `mlflow-artifacts:/` locations). `ship_policy` (registry.shipping.ShipPolicy): every
+        checkpoint registered also ships its served weights; None: none does."""
         from mlflow.tracking import MlflowClient
 
-        self.tracking_uri, self.model = tracking_uri, model
+        self.tracking_uri, self.model, self.ship_policy = tracking_uri, model, ship_policy
         self.org: str | None = None     # set on an org's view (`for_org`)
         self.artifact_root = None if artifact_root is None else storage.normalize(artifact_root)
         self.cache_dir = Path(cache_dir)
@@ -211,7 +215,8 @@ class Registry:
         pl = cfg.mlflow.promotion_lock
         lock = (pl if is_database_url(pl) else cfg.path_or_default(pl, "registry.promotion.lock") if pl
                 else None if root is None else default_promotion_lock(root, model))
-        return cls(cfg.mlflow_tracking_uri(), root, model, cfg.state_path / "checkpoints", promotion_lock=lock)
+        return cls(cfg.mlflow_tracking_uri(), root, model, cfg.state_path / "checkpoints", promotion_lock=lock,
+                   ship_policy=cfg.weights.policy(cfg.serving.dtype) if cfg.weights.ship else None)
 
     def for_org(self, org: str) -> "Registry":
         """The registry of `org`'s specialized lineage (`org_model`): the same store, client, cache and promotion
@@ -253,9 +258,10 @@ class Registry:
         return self.client.create_experiment(name, artifact_location=artifact_location(self.artifact_root, name))
 
     def register(self, folder: str | Path, tags: dict[str, str] | None = None,
-                 run_name: str = "checkpoint") -> str:
-        """Log `folder` (an HF checkpoint or a LoRA adapter) as a run's artifacts and make it a new version, tagged with the folder's
-        `content_digest`; returns the version."""
+                 run_name: str = "checkpoint", log=print) -> str:
+        """Log `folder` (an HF checkpoint or a LoRA adapter) as a run's artifacts and make it a new version, tagged
+        with the folder's `content_digest`; returns the version. With a ship policy a checkpoint (not an adapter,
+        shipped as it is) also ships its served weights (registry/shipping.py) before this returns."""
         from mlflow.exceptions import MlflowException
 
         folder = Path(folder)
@@ -277,6 +283,10 @@ class Registry:
                 raise
         mv = self.client.create_model_version(self.model, f"{run.info.artifact_uri}/{ARTIFACT_DIR}",
                                               run_id=run.info.run_id, tags=tags)
+        if self.ship_policy is not None and not is_adapter(folder):
+            from registry.shipping import ship
+
+            ship(self, str(mv.version), self.ship_policy, log=log, master=folder)
         return str(mv.version)
 
     def set_alias(self, alias: str, version: str) -> None:
@@ -360,6 +370,26 @@ class Registry:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return dest
+
+    def served_path(self, version: str) -> Path:
+        """The folder serving and the gate load `version` from: its served weights (registry/shipping.py: rebuilt
+        from its delta chain, every tensor verified) when it ships them, else its checkpoint (a version registered
+        before shipping, or a LoRA adapter). A served copy that fails verification is logged and the float32
+        master is loaded instead (the engine casts it to its dtype): unverified weights are never returned."""
+        from registry.delta import DeltaMismatch
+        from registry.shipping import KIND_TAG, served_folder
+
+        reg, version, org = self._labelled(version)
+        if org is not None:
+            return reg.served_path(version)
+        if KIND_TAG not in self._loadable(version).tags:
+            return self.local_path(version)
+        try:
+            return served_folder(self, version)
+        except DeltaMismatch as e:
+            logger.error("version %s of model %s: its served weights failed verification (%s); loading its float32 "
+                      "master instead", version, self.model, e)
+            return self.local_path(version)
 
     def _loadable(self, version: str) -> VersionInfo:
         """The version's info; ArtifactsDeleted when retention deleted (or is deleting) its files."""

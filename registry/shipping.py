@@ -26,7 +26,7 @@ from pathlib import Path
 
 from registry.cache import SERVED_PREFIX
 from registry.delta import DeltaMismatch, apply, digest, encode, read_delta, write_delta
-from registry.delta_chain import ANCHOR, DELTA, Stored, choose_kind
+from registry.delta_chain import ANCHOR, DELTA, Stored, choose_kind, walk
 from registry.served import in_precision, weight_files, weights_of, write_weights
 
 SERVED_DIR = "served"
@@ -73,24 +73,27 @@ def _declare_precision(folder: Path, precision: str) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def ship(registry, version: str, policy: ShipPolicy, log=print) -> dict:
+def ship(registry, version: str, policy: ShipPolicy, log=print, master: Path | None = None) -> dict:
     """Store `version`'s served weights (an anchor or a delta against its parent's, as `choose_kind` says) as its
-    `served/` artifacts and tag it; returns the tags set. A version that ships already is left as it is."""
+    `served/` artifacts and tag it; returns the tags set. `master`: the version's checkpoint folder when this host
+    has it (else it is downloaded). A version that ships already is left as it is."""
     info = registry.info(version)
     if KIND_TAG in info.tags:
         return {k: v for k, v in info.tags.items() if k.startswith("served.")}
-    master = registry.local_path(version)
+    master = Path(master) if master is not None else registry.local_path(version)
     served = in_precision(weights_of(master), policy.precision)
     full = sum(len(t.data) for t in served.values())
     parent = info.tags.get("parent") or None
     delta, since = None, 0
     if parent is not None:
-        parent_tags = registry.info(parent).tags
-        try:      # a parent that ships nothing (registered before), or whose files are gone: an anchor
+        try:      # a parent that ships nothing (registered before), in another precision, or unreadable: an anchor
+            parent_tags = registry.info(parent).tags
             if KIND_TAG in parent_tags and parent_tags.get(PRECISION_TAG) == policy.precision:
                 delta = encode(weights_of(served_folder(registry, parent)), served)
                 since = 0 if parent_tags[KIND_TAG] == ANCHOR else int(parent_tags.get(SINCE_TAG, "0"))
-        except LookupError:
+        except Exception as e:  # noqa: BLE001 -- an anchor is always a correct (larger) choice
+            log(f"[ship] version {version}: no delta against version {parent} ({type(e).__name__}: {e}); "
+                "storing it whole")
             delta = None
     kind = choose_kind(since, policy.anchor_every, delta.stored_bytes if delta else None, full,
                        policy.max_delta_share)
@@ -103,7 +106,7 @@ def ship(registry, version: str, policy: ShipPolicy, log=print) -> dict:
             shipped = delta.stored_bytes
         else:
             write_weights(out, served, policy.shard_bytes)
-            (out / DIGESTS).write_text(json.dumps({n: digest(t.data) for n, t in sorted(served.items())}, indent=1))
+            write_digests(out, served)
             shipped = sum(p.stat().st_size for p in weight_files(out))
         registry.client.log_artifacts(info.run_id, str(out), SERVED_DIR)
     tags = {KIND_TAG: kind, PARENT_TAG: parent if kind == DELTA else "",
@@ -113,6 +116,31 @@ def ship(registry, version: str, policy: ShipPolicy, log=print) -> dict:
     log(f"[ship] version {version}: {kind}, {shipped:,} bytes of {full:,} ({shipped / max(full, 1):.1%})"
         + (f" against version {parent}" if kind == DELTA else ""))
     return tags
+
+
+def write_digests(folder: Path, tensors: dict) -> None:
+    """The per-tensor SHA-256 of served weights, beside them (an anchor's, and every rebuilt copy's)."""
+    (Path(folder) / DIGESTS).write_text(json.dumps({n: digest(t.data) for n, t in sorted(tensors.items())},
+                                                   indent=1))
+
+
+def tensor_digests(folder: Path) -> dict[str, str] | None:
+    """{tensor: SHA-256} of a served copy's weights (None for a folder without them, e.g. a master)."""
+    try:
+        return json.loads((Path(folder) / DIGESTS).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def shipped_of(tags: dict[str, str]) -> dict | None:
+    """What a version's tags say it shipped: {kind, bytes, full_bytes, share, precision, parent}; None when it
+    ships no served weights (an adapter, or shipping off)."""
+    if KIND_TAG not in tags:
+        return None
+    shipped, full = int(tags.get(BYTES_TAG, 0)), int(tags.get(FULL_TAG, 0))
+    return {"kind": tags[KIND_TAG], "bytes": shipped, "full_bytes": full,
+            "share": round(shipped / full, 4) if full else None, "precision": tags.get(PRECISION_TAG),
+            "parent": tags.get(PARENT_TAG) or None}
 
 
 def verify_anchor(folder: Path, version: str) -> None:
@@ -137,29 +165,44 @@ def _download(registry, version: str, dest: Path) -> Path:
                                                     tracking_uri=registry.tracking_uri))
 
 
+def _cached(registry, version: str) -> Path:
+    return registry.cache_dir / registry.model / f"{SERVED_PREFIX}v{version}"
+
+
 def served_folder(registry, version: str) -> Path:
-    """`version`'s served weights as a checkpoint folder on this host: downloaded (an anchor), or its parent's
-    rebuilt first and the delta applied and verified; cached."""
-    dest = registry.cache_dir / registry.model / f"{SERVED_PREFIX}v{version}"
-    if (dest / "config.json").is_file():
-        return dest
-    rec = stored(registry, version)
+    """`version`'s served weights as a checkpoint folder on this host, cached: downloaded and verified (an anchor),
+    or rebuilt from the newest cached (else the anchor's) copy on its chain, each delta applied and verified."""
+    if (_cached(registry, version) / "config.json").is_file():
+        return _cached(registry, version)
+    pending = []
+    for rec in walk(version, lambda v: stored(registry, v)):
+        if rec.version != version and (_cached(registry, rec.version) / "config.json").is_file():
+            break
+        pending.append(rec)
+    for rec in reversed(pending):
+        _build(registry, rec)
+    return _cached(registry, version)
+
+
+def _build(registry, rec: Stored) -> None:
+    """Put `rec`'s served weights in the cache (a delta's parent is there already), verified."""
+    dest = _cached(registry, rec.version)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".served-v{version}-", dir=dest.parent))
+    work = Path(tempfile.mkdtemp(prefix=f".served-v{rec.version}-", dir=dest.parent))
     try:
-        got = _download(registry, version, work / "download")
+        got = _download(registry, rec.version, work / "download")
         if rec.kind == DELTA:
-            base = weights_of(served_folder(registry, rec.parent))
             try:
-                child = apply(base, read_delta(got))
+                child = apply(weights_of(_cached(registry, rec.parent)), read_delta(got))
             except DeltaMismatch as e:
-                raise DeltaMismatch(f"version {version} (delta against {rec.parent}): {e}") from None
+                raise DeltaMismatch(f"version {rec.version} (delta against {rec.parent}): {e}") from None
             built = work / "built"
             _copy_non_weights(got, built)
             write_weights(built, child, ShipPolicy().shard_bytes)
+            write_digests(built, child)
             got = built
         else:
-            verify_anchor(got, version)
+            verify_anchor(got, rec.version)
         try:
             os.replace(got, dest)
         except OSError:
@@ -167,4 +210,3 @@ def served_folder(registry, version: str) -> Path:
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return dest

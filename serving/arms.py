@@ -51,6 +51,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from registry.delta import DeltaMismatch
 from serving.affinity import on_cores
 from serving.config import ServingConfig
 from serving.engine import same_architecture
@@ -118,6 +119,7 @@ class SwapRecord:
     old_engine_kept_spare: bool = False
     in_place: bool = False        # the old engine drained and reloaded the new weights (no second engine)
     reload_s: float | None = None  # in place: seconds the reload took (new requests waited drain_s + reload_s)
+    fallback: str = ""             # "master": the served copy failed verification; the float32 master was loaded
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -134,7 +136,7 @@ class Stage:
 class Fleet:
     """Arms' engines. `loader(version, folder, **placement)` builds an engine (blocking; run in a thread; placement:
     `cpu_cores`, `devices`, `gpu_memory_utilization` when set); `registry` has `version_of(alias)` and
-    `local_path(version)` (registry.client.Registry); `device` is where the engines run ("cpu", "cuda")."""
+    `served_path(version)` (registry.client.Registry); `device` is where the engines run ("cpu", "cuda")."""
 
     cfg: ServingConfig
     registry: Any
@@ -272,7 +274,7 @@ class Fleet:
     async def _get_or_load(self, version: str, cpu_cores: str = "", alias: str | None = None) -> Loaded:
         if (slot := self._loaded.get(version)) is not None:
             return slot
-        folder = await asyncio.to_thread(self.registry.local_path, version)
+        folder = await asyncio.to_thread(self.registry.served_path, version)
         # an adapter runs on its base's engine (serving/lora.py), never on a spare of another checkpoint
         engine = None if is_adapter(folder) else await self.spares.take(version, folder,
                                                                           cpu_cores or self.cfg.cpu_cores)
@@ -290,7 +292,7 @@ class Fleet:
         if not self.spares.capacity or not self._loaded:
             return
         version = next(iter(self._loaded))
-        if self.spares.replenish(version, lambda: self.registry.local_path(version)):
+        if self.spares.replenish(version, lambda: self.registry.served_path(version)):
             log.info("starting a spare engine (cores %r) from version %s", self.spares.cores or "vLLM's choice",
                      version)
 
@@ -453,7 +455,7 @@ class Fleet:
         if not hasattr(current.engine, "reload") or old is None:
             return None
         try:
-            folder = await asyncio.to_thread(self.registry.local_path, version)
+            folder = await asyncio.to_thread(self.registry.served_path, version)
         except Exception as e:  # noqa: BLE001 -- the blue/green path reports it (and retries later)
             log.warning("version %s: %s: %s", version, type(e).__name__, e)
             return None
@@ -494,6 +496,9 @@ class Fleet:
                           "engine", current.version, version, type(e).__name__, e)
                 rec.old_engine_shut_down = True
                 await _shut_down(engine)
+                if isinstance(e, DeltaMismatch):     # the served copy is not what was shipped: the float32 master
+                    rec.fallback = "master"
+                    folder = await asyncio.to_thread(self.registry.local_path, version)
                 new.engine = await self._fresh(alias, version, folder, new)
             rec.reload_s = round(time.monotonic() - t1, 3)
         finally:

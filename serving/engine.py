@@ -102,6 +102,17 @@ def chat_tokenizer(version: str, folder: str | Path):
     return tokenizer
 
 
+def changed_tensors(old: str | Path, new: str | Path) -> list[str] | None:
+    """The tensors whose SHA-256 differs between two served copies of one architecture (registry/shipping.py),
+    or None when either folder is not a served copy or they hold other tensors (reload everything)."""
+    from registry.shipping import tensor_digests
+
+    a, b = tensor_digests(old), tensor_digests(new)
+    if a is None or b is None or sorted(a) != sorted(b):
+        return None
+    return sorted(n for n in b if a[n] != b[n])
+
+
 class VllmEngine:
     """A loaded version: its tokenizer (chat template) and its vLLM engine."""
 
@@ -113,6 +124,7 @@ class VllmEngine:
         self.cpu_cores = cfg.cpu_cores
         self.devices, self.lora = "", False
         self.load_seconds = 0.0
+        self.loaded_tensors: int | None = None     # the last in-place reload's tensors (None: all of them)
 
     @classmethod
     def load(cls, version: str, folder: str | Path, cfg: ServingConfig, *, devices: str = "",
@@ -143,9 +155,11 @@ class VllmEngine:
     async def reload(self, version: str, folder: str | Path) -> float:
         """Serve `version` from `folder` in this engine: its weights are reloaded in place in the worker (vLLM's
         `reload_weights`, then the kernels of tied layers: serving/vllm_reload.py) and the prefix cache is emptied
-        (cached KV of the old weights must not be reused). For an idle engine (a spare, serving/spares.py); seconds
-        taken. ValueError, before anything changes, when the checkpoint's architecture differs from the one loaded
-        (that needs a new engine)."""
+        (cached KV of the old weights must not be reused). Between two served copies (registry/shipping.py) only
+        the layers of the tensors whose SHA-256 changed are loaded, each checked first. For an idle engine (a
+        spare, serving/spares.py); seconds taken. ValueError, before anything changes, when the checkpoint's
+        architecture differs from the one loaded (that needs a new engine); DeltaMismatch, with nothing loaded,
+        when a tensor of the served copy does not match its digest."""
         import asyncio
         import time
 
@@ -153,7 +167,23 @@ class VllmEngine:
         if not same_architecture(self.folder, folder):
             raise ValueError(f"checkpoint {folder} has another architecture than {self.folder}: not reloadable")
         tokenizer = await asyncio.to_thread(chat_tokenizer, version, folder)
-        refreshed = await self.llm.collective_rpc("rtrl_reload_weights", kwargs={"weights_path": str(folder)})
+        changed = changed_tensors(self.folder, folder)
+        if changed is not None:      # served copies of both versions: only the layers whose tensors changed
+            from registry.delta import DeltaMismatch
+            from registry.shipping import tensor_digests
+
+            got = await self.llm.collective_rpc("rtrl_update_weights", kwargs={
+                "weights_path": str(folder), "changed": changed, "digests": tensor_digests(folder)})
+            if any(g["mismatched"] for g in got):
+                raise DeltaMismatch(f"version {version}'s served copy in {folder}: tensors "
+                                    f"{sorted({n for g in got for n in g['mismatched']})[:5]} do not match their "
+                                    "SHA-256; nothing was loaded")
+            self.loaded_tensors = len(got[0]["loaded"]) if got else 0
+            what = f"the layers of {len(changed)} changed tensors ({self.loaded_tensors} loaded), verified"
+        else:
+            refreshed = await self.llm.collective_rpc("rtrl_reload_weights", kwargs={"weights_path": str(folder)})
+            self.loaded_tensors = None
+            what = f"every tensor; tied layers refreshed: {refreshed[0] if refreshed else 'none'}"
         for _ in range(100):
             if await self.llm.reset_prefix_cache():
                 break
@@ -162,8 +192,8 @@ class VllmEngine:
             raise RuntimeError(f"the prefix cache of the engine reloaded to version {version} could not be reset")
         self.version, self.folder, self.tokenizer = version, Path(folder), tokenizer
         self.load_seconds = time.monotonic() - t0
-        log.info("engine reloaded in place to version %s from %s in %.2fs (tied layers refreshed: %s)", version,
-                 folder, self.load_seconds, refreshed[0] if refreshed else "none")
+        log.info("engine reloaded in place to version %s from %s in %.2fs (%s)", version, folder, self.load_seconds,
+                 what)
         return self.load_seconds
 
     def worker_pids(self) -> list[int]:

@@ -184,7 +184,7 @@ class AdapterHosts:
         with self._lock:
             host = self._hosts.get(key)
             if host is None:
-                base_folder = base_folder or self.registry.local_path(base)
+                base_folder = base_folder or self.registry.served_path(base)
                 if is_adapter(base_folder):
                     raise ValueError(f"version {version}'s base {base} is itself an adapter; a base is a checkpoint")
                 log.info("starting the LoRA-enabled engine of base version %s for version %s", base, version)

@@ -12,6 +12,12 @@ treatment was not exactly the registered version.
 `rtrl_reload_weights` runs vLLM's reload and then re-runs the weight processing of every layer that shares its
 weight tensor with another layer (the tied head), so every derived kernel is made from the new values. Loaded in
 the worker processes by name (`serving.engine.engine_args`), called with `collective_rpc("rtrl_reload_weights")`.
+
+`rtrl_update_weights` is the same reload of only the layers whose tensors changed (a version shipped as a delta,
+registry/shipping.py): it reads those tensors from the new served copy, checks each one's SHA-256 against the
+digests it is given *before* loading anything, and hands vLLM's in-place reload just them (every tensor of a
+packed layer, e.g. q, k and v of `qkv_proj`, so no layer is half loaded). A layer given no tensor keeps what it
+had. A mismatch loads nothing and returns the tensors that differ.
 """
 
 from __future__ import annotations
@@ -32,6 +38,23 @@ def tied_layers(model) -> list[tuple[str, object]]:
     return tied
 
 
+def layer_of(name: str, packed: dict[str, list[str]]) -> str:
+    """The vLLM layer a checkpoint tensor loads into: its module, with a packed part named by its packed layer
+    (`...self_attn.q_proj.weight` -> `...self_attn.qkv_proj`)."""
+    module = name.rpartition(".")[0]
+    parent, _, leaf = module.rpartition(".")
+    for fused, parts in packed.items():
+        if leaf in parts:
+            return f"{parent}.{fused}" if parent else fused
+    return module
+
+
+def tensors_to_load(changed: list[str], all_names: list[str], packed: dict[str, list[str]]) -> list[str]:
+    """Every tensor of the layers `changed` tensors load into, in `all_names`' order."""
+    layers = {layer_of(n, packed) for n in changed}
+    return [n for n in all_names if layer_of(n, packed) in layers]
+
+
 class InPlaceReload:
     """Mixed into vLLM's worker class (the worker is `self`)."""
 
@@ -43,3 +66,27 @@ class InPlaceReload:
             module.quant_method.process_weights_after_loading(module)
             refreshed.append(name)
         return refreshed
+
+    def rtrl_update_weights(self, weights_path: str, changed: list[str], digests: dict[str, str]) -> dict:
+        """Reload, in place, the layers of the `changed` tensors from the served copy at `weights_path`, each tensor
+        checked against `digests` first; {"loaded": [names], "mismatched": [names]} (nothing loaded when any
+        mismatched)."""
+        import torch
+
+        from registry.delta import digest
+        from registry.served import weights_of
+
+        model = self.model_runner.get_model()
+        tensors = weights_of(weights_path)
+        names = tensors_to_load(changed, sorted(tensors), dict(getattr(model, "packed_modules_mapping", {}) or {}))
+        mismatched = [n for n in names if digests.get(n) != digest(tensors[n].data)]
+        if mismatched:
+            return {"loaded": [], "mismatched": mismatched}
+        dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+        pairs = [(n, torch.frombuffer(bytearray(tensors[n].data), dtype=dtypes[tensors[n].dtype])
+                  .reshape(tensors[n].shape)) for n in names]
+        self.reload_weights(weights_iterator=iter(pairs))
+        for _, module in tied_layers(model):
+            module.quant_method.process_weights_after_loading(module)
+        return {"loaded": names, "mismatched": []}
+

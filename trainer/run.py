@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
+from registry.shipping import shipped_of
 from trainer.bootstrap.bootstrap import code_version
 from trainer.config import TrainerConfig
 from trainer.scratch import remove, stale_runs
@@ -47,6 +48,7 @@ class TrainResult:
     already_done: bool = False
     loop_seconds: float = 0.0      # the optimizer steps alone (seconds is from the model's load to the saved candidate)
     org: str | None = None         # an org's adapter: `candidate` is a version of the org's lineage
+    shipped: dict | None = None    # how its served weights were stored (registry.shipping.shipped_of); None: not
 
 
 def ancestors(registry, version: str, depth: int) -> list[str]:
@@ -199,16 +201,17 @@ def _run_training(ranks, cfg: TrainerConfig, registry, rewards: Path, cycle: str
                     "config_hash": config_hash, "code_version": code_version(), "train_run": run_id,
                     "ranks": ranks.world} | adapter
         folder = trainer.save_checkpoint(metadata)      # every rank (ZeRO-3 and 16-bit masters gather); rank 0 writes
-        candidate = None
+        candidate = shipped = None
         if ranks.main:
             candidate = registry.register(folder, tags={"candidate": "true", "parent": parent, "cycle": cycle,
                                                         "train_run": run_id,
                                                         "reward_mean": f"{metadata['reward_mean']:.6f}",
                                                         "rows": str(sel.rows.height), "config_hash": config_hash,
                                                         "code_version": metadata["code_version"]} | adapter,
-                                          run_name=f"candidate-{cycle}" + (f"-{org}" if org else ""))
+                                          run_name=f"candidate-{cycle}" + (f"-{org}" if org else ""), log=log)
             registry.client.set_terminated(run_id, "FINISHED")
-        candidate = ranks.share(candidate)
+            shipped = shipped_of(registry.info(candidate).tags)
+        candidate, shipped = ranks.share((candidate, shipped))
     except BaseException:
         if ranks.main:
             registry.client.set_terminated(run_id, "FAILED")
@@ -219,4 +222,4 @@ def _run_training(ranks, cfg: TrainerConfig, registry, rewards: Path, cycle: str
         trainer.cleanup()
     return TrainResult(cycle, parent, candidate, sel.counts, summary.steps, summary.tokens,
                        float(sel.rows["reward"].mean()), time.perf_counter() - t0, str(folder),
-                       summary.resumed_from_step, loop_seconds=summary.seconds, org=org)
+                       summary.resumed_from_step, loop_seconds=summary.seconds, org=org, shipped=shipped)

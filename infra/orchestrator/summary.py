@@ -45,6 +45,7 @@ def _cycle_row(rec) -> dict:
         "rows_trained": rows_trained(rec),
         "reward_mean": (r["train"] or {}).get("reward_mean"),
         "candidate": (r["train"] or {}).get("candidate"),
+        "shipped": (r["train"] or {}).get("shipped"),      # the candidate's served weights: kind, bytes, share
         "gate_decision": gate.get("decision"), "gate_interval": gate.get("interval"),
         "gate_reasons": gate.get("reasons"),
         "promoted_version": promote.get("champion") if promote.get("promoted") else None,
@@ -151,9 +152,18 @@ def _pp(x) -> str:
     return "—" if x is None else f"{100 * x:+.1f}"
 
 
+def _shipped(x: dict | None) -> str:
+    """A candidate's shipped served weights: "delta 1.2 MB (31%)", "anchor 8.0 MB", or — (none shipped)."""
+    if not x:
+        return "—"
+    size = f"{x['bytes'] / 1e6:.1f} MB"
+    return f"delta {size} ({100 * x['share']:.0f}%)" if x["kind"] == "delta" and x.get("share") else \
+        f"{x['kind']} {size}"
+
+
 def render_table(summary: dict) -> str:
     lines = ["cycle  status   rows  trained  reward   gate            interval                      promoted  "
-             "persist c/t       dissat c/t"]
+             "persist c/t       dissat c/t     shipped"]
     for c in summary["cycles"]:
         ab = c.get("ab") or {}
         ep, df = ab.get("edit_persistence") or {}, ab.get("dissatisfied_followup") or {}
@@ -161,7 +171,7 @@ def render_table(summary: dict) -> str:
         lines.append(f"{c['cycle_id']:<6} {c['status']:<8} {c['reward_rows'] or 0:>5} {c['rows_trained'] or 0:>8}  "
                      f"{reward:>7}  {(c['gate_decision'] or '—'):<15} {str(c['gate_interval'] or '—')[:28]:<29} "
                      f"{c['promoted_version'] or '—':>8}  {_pct(ep.get('control'))}/{_pct(ep.get('treatment')):<8} "
-                     f"{_pct(df.get('control'))}/{_pct(df.get('treatment'))}")
+                     f"{_pct(df.get('control'))}/{_pct(df.get('treatment')):<8} {_shipped(c.get('shipped'))}")
     ab = summary["ab"]
     if ab.get("cycles"):
         lines.append("")

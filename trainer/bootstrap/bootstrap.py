@@ -336,7 +336,7 @@ def bootstrap(cfg, force: bool = False, log: Callable[[str], None] = print, fres
                     "repair_accuracy": sampled["repair_accuracy"],
                     "greedy_accuracy": greedy["edit_accuracy"], "greedy_broken_rate": greedy["broken_rate"]}
         tags["code_version"] = meta["code_version"]
-        version = registry.register(folder, tags=tags, run_name="bootstrap-v0")
+        version = registry.register(folder, tags=tags, run_name="bootstrap-v0", log=log)
         for alias in ALIASES:
             registry.set_alias(alias, version)
         log(f"registered {registry.model} version {version}; aliases {', '.join(ALIASES)} -> {version}")

@@ -118,3 +118,20 @@ def test_a_measured_cycle_whose_window_retention_removed_is_left_out_and_named(t
     ab = ab_object(cfg, records, "since_first_promotion")
     assert ab["cycles"] == ["c2", "c3"] and ab["cycles_removed_by_retention"] == ["c1"]
     assert "cycles_removed_by_retention" not in ab_object(cfg, records[1:], "last_cycle")
+
+
+def test_the_table_shows_the_bytes_each_cycles_candidate_shipped():
+    from infra.orchestrator.summary import _cycle_row
+
+    shipped = {"kind": "delta", "bytes": 2_100_000, "full_bytes": 8_000_000, "share": 0.2625, "precision": "fp32",
+               "parent": "1"}
+    rec = CycleRecord("c2", 2, "2026-01-01T00:00:00+00:00", 0.0, status=DONE, steps={
+        "train": {"status": DONE, "result": {"candidate": "2", "shipped": shipped}}})
+    row = _cycle_row(rec)
+    assert row["shipped"] == shipped
+    text = render_table({"cycles": [row, dict(row, cycle_id="c3", shipped={**shipped, "kind": "anchor",
+                                                                            "bytes": 8_000_000}),
+                                    dict(row, cycle_id="c4", shipped=None)], "ab": {"reason": "none"}})
+    lines = text.splitlines()
+    assert "shipped" in lines[0]
+    assert lines[1].endswith("delta 2.1 MB (26%)") and lines[2].endswith("anchor 8.0 MB") and lines[3].endswith("—")

@@ -94,3 +94,39 @@ def test_a_corrupted_anchor_is_refused(tmp_path):
     weights.write_bytes(bytes(data))
     with pytest.raises(DeltaMismatch, match="SHA-256"):
         served_folder(_registry(tmp_path, cache="fresh-host"), "1")
+
+
+def test_a_registry_with_a_ship_policy_ships_at_registration_and_serves_the_verified_copy(tmp_path):
+    reg = _registry(tmp_path)
+    reg.ship_policy = ShipPolicy(precision="bf16")
+    v1 = tiny_checkpoint(tmp_path / "v1")
+    assert reg.register(v1, tags={"parent": ""}, log=lambda *_: None) == "1"
+    assert reg.register(_child(v1, tmp_path / "v2", seed=2), tags={"parent": "1"}, log=lambda *_: None) == "2"
+    assert [stored(reg, v).kind for v in ("1", "2")] == ["anchor", "delta"]
+    fresh = _registry(tmp_path, cache="fresh-host")
+    folder = fresh.served_path("2")
+    assert folder.name == "served-v2"
+    assert weights_of(folder) == in_precision(weights_of(tmp_path / "v2"), "bf16")
+
+
+def test_a_corrupted_delta_makes_serving_load_the_float32_master_never_the_corrupted_weights(tmp_path, caplog):
+    reg, folders = _lineage(tmp_path, 3)
+    for v in ("1", "2", "3"):
+        ship(reg, v, ShipPolicy(precision="fp32"), log=lambda *_: None)
+    payload = _artifact(tmp_path, reg, "3", "delta.bin")
+    data = bytearray(payload.read_bytes())
+    data[len(data) // 2] ^= 0x01                       # one bit of one byte
+    payload.write_bytes(bytes(data))
+    fresh = _registry(tmp_path, cache="fresh-host")
+    folder = fresh.served_path("3")
+    assert folder == fresh.local_path("3") and folder.name == "v3"          # the master, downloaded whole
+    assert weights_of(folder) == weights_of(folders["3"])
+    assert "failed verification" in caplog.text
+    assert not (fresh.cache_dir / "policy" / "served-v3").exists()
+    assert fresh.served_path("2").name == "served-v2"                    # its parent's copy is sound
+
+
+def test_a_version_registered_before_shipping_is_served_from_its_checkpoint(tmp_path):
+    reg = _registry(tmp_path)
+    reg.register(tiny_checkpoint(tmp_path / "v1"), tags={"parent": ""})
+    assert reg.served_path("1") == reg.local_path("1")

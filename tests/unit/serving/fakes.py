@@ -12,11 +12,13 @@ from serving.protocol import Delta, Generation, SampleSpec, Sampling, cut_at_sto
 
 
 class FakeRegistry:
-    """Aliases in a dict; `local_path` returns the folder `folders` names for a version, else a made-up one."""
+    """Aliases in a dict; `served_path` returns the folder `folders` names for a version, else a made-up one;
+    `local_path` (the master) the one `masters` names, else the same."""
 
     def __init__(self, aliases: dict[str, str], folders: dict[str, Path] | None = None):
         self.aliases = dict(aliases)
         self.folders = dict(folders or {})
+        self.masters: dict[str, Path] = {}
         self.fail_reads = False
 
     def version_of(self, alias: str) -> str | None:
@@ -24,8 +26,11 @@ class FakeRegistry:
             raise OSError("registry unreachable")
         return self.aliases.get(alias)
 
-    def local_path(self, version: str) -> Path:
+    def served_path(self, version: str) -> Path:
         return self.folders.get(version, Path(f"/nonexistent/v{version}"))
+
+    def local_path(self, version: str) -> Path:
+        return self.masters.get(version) or self.served_path(version)
 
     def orgs(self) -> list[str]:
         """The orgs whose lineage has an alias here (`<alias>@<org>` keys), as Registry.orgs lists them."""
@@ -116,7 +121,8 @@ class FakeEngine:
     async def reload(self, version: str, folder: Path) -> float:
         assert not self.shut_down, "a reload reached an engine that was shut down"
         if self.reload_fails:
-            raise ValueError(f"cannot reload {folder}")
+            raise (self.reload_fails if isinstance(self.reload_fails, Exception)
+                   else ValueError(f"cannot reload {folder}"))
         self.reloading = True
         await asyncio.sleep(self.reload_s)
         self.reloading = False

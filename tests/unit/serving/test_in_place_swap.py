@@ -123,3 +123,23 @@ def test_each_alias_engine_starts_on_its_arms_devices_and_gpu_fleets_keep_no_spa
         await f.close()
 
     asyncio.run(scenario())
+
+
+def test_a_served_copy_failing_verification_in_the_worker_loads_the_master_in_a_fresh_engine(tmp_path):
+    from registry.delta import DeltaMismatch
+
+    async def scenario():
+        f, reg, loader = fake_fleet({"control": "1", "champion": "2"}, device="cuda",
+                                    folders=folders(tmp_path, **{"1": {}, "2": {}, "3": {}}))
+        reg.masters = {"3": checkpoint_config(tmp_path / "master-v3")}
+        await f.start()
+        old = next(e for e in loader.engines if e.version == "2")
+        old.reload_fails = DeltaMismatch("tensor x does not match its SHA-256; nothing was loaded")
+        reg.aliases["champion"] = "3"
+        (swap,) = await f.poll_once()
+        assert swap.in_place and swap.fallback == "master" and old.shut_down
+        assert loader.engines[-1].folder == tmp_path / "master-v3"
+        assert await request(f, "treatment") == ("3", "3")
+        await f.close()
+
+    asyncio.run(scenario())

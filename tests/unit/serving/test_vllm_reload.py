@@ -53,3 +53,67 @@ def test_the_reload_reprocesses_the_tied_head_after_vllms_reload():
     assert Worker().rtrl_reload_weights("/ckpt/v2") == ["head"]
     assert calls == [("reload", "/ckpt/v2"), "get_model"]
     assert model.head.quant_method.processed == [model.head] and model.embed.quant_method.processed == []
+
+
+PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+
+
+def test_a_changed_part_of_a_packed_layer_loads_every_part_of_that_layer_and_nothing_else():
+    from serving.vllm_reload import layer_of, tensors_to_load
+
+    names = [f"model.layers.0.self_attn.{p}_proj.{k}" for p in "qkvo" for k in ("weight", "bias") if k == "weight"
+             or p != "o"] + ["model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                             "model.layers.0.mlp.down_proj.weight", "model.norm.weight"]
+    assert layer_of("model.layers.0.self_attn.k_proj.bias", PACKED) == "model.layers.0.self_attn.qkv_proj"
+    assert tensors_to_load(["model.layers.0.self_attn.k_proj.weight"], names, PACKED) == [
+        f"model.layers.0.self_attn.{p}_proj.{k}" for p in "qkv" for k in ("weight", "bias")]
+    assert tensors_to_load(["model.norm.weight", "model.layers.0.mlp.up_proj.weight"], names, PACKED) == [
+        "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight", "model.norm.weight"]
+
+
+def _served_copy(folder, tensors):
+    from registry.shipping import write_digests
+    from registry.served import write_weights
+
+    folder.mkdir(parents=True)
+    write_weights(folder, tensors)
+    write_digests(folder, tensors)
+    return folder
+
+
+def _tensor(values):
+    import numpy as np
+
+    from registry.delta import Tensor
+
+    return Tensor("F32", (len(values),), np.asarray(values, dtype=np.float32).tobytes())
+
+
+def test_an_update_checks_every_tensor_before_loading_any_and_loads_only_the_changed_layers(tmp_path):
+    from registry.shipping import tensor_digests
+    from serving.engine import changed_tensors
+
+    old = _served_copy(tmp_path / "v1", {"a.weight": _tensor([1, 2]), "b.weight": _tensor([3, 4])})
+    new = _served_copy(tmp_path / "v2", {"a.weight": _tensor([1, 2]), "b.weight": _tensor([3, 5])})
+    assert changed_tensors(old, new) == ["b.weight"]
+    assert changed_tensors(old, tmp_path) is None                 # not a served copy: reload everything
+    model = _TiedModel(tie=True)
+    loaded = []
+
+    class Worker(InPlaceReload):
+        class model_runner:
+            @staticmethod
+            def get_model():
+                return model
+
+        def reload_weights(self, weights_iterator):
+            loaded.extend((n, t.tolist()) for n, t in weights_iterator)
+
+    digests = tensor_digests(new)
+    assert Worker().rtrl_update_weights(str(new), ["b.weight"], digests) == {"loaded": ["b.weight"],
+                                                                              "mismatched": []}
+    assert loaded == [("b.weight", [3.0, 5.0])] and model.head.quant_method.processed == [model.head]
+    loaded.clear()
+    bad = dict(digests, **{"b.weight": digests["a.weight"]})
+    assert Worker().rtrl_update_weights(str(new), ["b.weight"], bad) == {"loaded": [], "mismatched": ["b.weight"]}
+    assert loaded == []

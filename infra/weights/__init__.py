@@ -1,0 +1,1 @@
+"""`[weights]`: how a registered version's served weights are stored and shipped (registry/shipping.py)."""
