@@ -115,6 +115,18 @@ def add_parser(subparsers) -> None:
               "at toy size on the CPU")
     from infra.bench.gpu import add_arguments as add_gpu_arguments  # argparse only
     add_gpu_arguments(bgp)
+    bwt = add("weights", "what a cycle ships: served weights as a verified delta against the parent's, at Qwen2.5-"
+              "0.5B's shape (random weights) or the default policy's, trained at the 0.5B profile's learning rate: "
+              "bytes in float32 and bf16, encode/decode seconds, bitwise equality, the delta chain's rebuild, and "
+              "a vLLM swap in place against a full load")
+    bwt.add_argument("--shape", choices=("0.5b", "toy"), default="0.5b", help="Qwen2.5-0.5B's shape (494M "
+                     "parameters) or the default policy's (default 0.5b)")
+    bwt.add_argument("--versions", type=int, default=None, help="versions in the lineage, the first an anchor "
+                     "(default: 2 at 0.5b, 11 at toy: ten deltas)")
+    bwt.add_argument("--steps", type=int, default=4, help="optimizer steps per version (default 4)")
+    bwt.add_argument("--rows-per-step", type=int, default=2, help="rows per optimizer step (default 2)")
+    bwt.add_argument("--seed", type=int, default=0, help="weights and rows seed (default 0)")
+    bwt.add_argument("--no-swap", action="store_true", help="leave out the vLLM swap")
     bsr = add("services", "the cycle as a service, once: Postgres, moto S3, the MLflow server, the Dagster daemon; "
               "the sensor starts a cycle, the trainer is killed and resumed, a promotion race; torn down at the end")
     from infra.bench.services import add_arguments as add_services_arguments  # argparse only
@@ -172,6 +184,23 @@ def main(args, cfg) -> int:
                   **run_trainer(args.rows, args.micro_batch, args.rows_per_step, log=log)}
         print(json.dumps(result))
         return 0
+    if args.bench_command == "weights":
+        from infra.bench.quiet import quiet_libraries
+        from infra.bench.weights import run as run_weights
+
+        if min(args.steps, args.rows_per_step, args.versions or 2) < 1 or (args.versions or 2) < 2:
+            print("rtrl bench weights: --steps and --rows-per-step must be at least 1, --versions at least 2",
+                  file=sys.stderr)
+            return 2
+        quiet_libraries()
+        versions = args.versions or (2 if args.shape == "0.5b" else 11)
+        result = {"benchmark": "weights", "cpus": os.cpu_count(),
+                  **run_weights(cfg, args.shape, versions, args.steps, args.rows_per_step, args.seed,
+                                swap=not args.no_swap, log=log)}
+        print(json.dumps(result))
+        swap = result.get("swap") or {}
+        ok = result["served_bitwise_equal"] and (not swap or swap["same_tokens"])
+        return 0 if ok else 1
     if args.bench_command == "decode":
         from infra.bench.decode import run as run_decode
 
