@@ -284,9 +284,13 @@ class Registry:
         mv = self.client.create_model_version(self.model, f"{run.info.artifact_uri}/{ARTIFACT_DIR}",
                                               run_id=run.info.run_id, tags=tags)
         if self.ship_policy is not None and not is_adapter(folder):
+            from registry.served import INDEX, SINGLE
             from registry.shipping import ship
 
-            ship(self, str(mv.version), self.ship_policy, log=log, master=folder)
+            if (folder / SINGLE).is_file() or (folder / INDEX).is_file():
+                ship(self, str(mv.version), self.ship_policy, log=log, master=folder)
+            else:   # weights in another format: served from the checkpoint as it is
+                log(f"[ship] version {mv.version}: no safetensors weights in {folder}; served from its checkpoint")
         return str(mv.version)
 
     def set_alias(self, alias: str, version: str) -> None:

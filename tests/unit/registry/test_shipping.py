@@ -130,3 +130,16 @@ def test_a_version_registered_before_shipping_is_served_from_its_checkpoint(tmp_
     reg = _registry(tmp_path)
     reg.register(tiny_checkpoint(tmp_path / "v1"), tags={"parent": ""})
     assert reg.served_path("1") == reg.local_path("1")
+
+
+def test_a_checkpoint_without_safetensors_weights_registers_unshipped_and_is_served_as_it_is(tmp_path):
+    reg = _registry(tmp_path)
+    reg.ship_policy = ShipPolicy()
+    folder = tmp_path / "bin-ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "pytorch_model.bin").write_bytes(b"\0" * 8)
+    said = []
+    assert reg.register(folder, log=said.append) == "1"
+    assert "served.kind" not in reg.info("1").tags and "no safetensors weights" in said[0]
+    assert reg.served_path("1") == reg.local_path("1")
