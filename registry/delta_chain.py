@@ -3,11 +3,11 @@ anchor (registry.retention walks the same chains to keep what a kept version nee
 
     kind = choose_kind(since_anchor, anchor_every, delta_bytes, full_bytes, max_share)   # "anchor" | "delta"
     chain = chain_to_anchor(version, lookup)        # [anchor, ..., version]
-    weights = reconstruct(version, lookup, load_anchor, load_delta)   # every delta's checksums verified
+    for rec in to_build(version, lookup, cached):   # what a host builds: from its newest cached copy on the chain
+        ...                                         # (registry/shipping.py: each anchor or delta verified)
 
-`lookup(version)` gives a version's `Stored` record (its parent and how its served weights are stored); the loaders
-read an anchor's tensors and a version's delta against its parent (registry/delta.py). Pure: the registry and
-retention supply the lookups.
+`lookup(version)` gives a version's `Stored` record (its parent and how its served weights are stored); `cached(v)`
+whether a host has v's weights already. Pure: the registry and retention supply the lookups.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from registry.delta import Delta, DeltaMismatch, Tensor, apply
+from registry.delta import DeltaMismatch
 
 ANCHOR, DELTA = "anchor", "delta"
 
@@ -67,15 +67,12 @@ def chain_to_anchor(version: str, lookup: Callable[[str], Stored], limit: int = 
     return list(walk(version, lookup, limit))[::-1]
 
 
-def reconstruct(version: str, lookup: Callable[[str], Stored], load_anchor: Callable[[str], dict[str, Tensor]],
-                load_delta: Callable[[str], Delta]) -> dict[str, Tensor]:
-    """`version`'s served weights, rebuilt from its nearest anchor; every delta on the way is verified (DeltaMismatch
-    names the first tensor that differs)."""
-    chain = chain_to_anchor(version, lookup)
-    weights = load_anchor(chain[0].version)
-    for rec in chain[1:]:
-        try:
-            weights = apply(weights, load_delta(rec.version))
-        except DeltaMismatch as e:
-            raise DeltaMismatch(f"version {rec.version} (delta against {rec.parent}): {e}") from None
-    return weights
+def to_build(version: str, lookup: Callable[[str], Stored], cached: Callable[[str], bool]) -> list[Stored]:
+    """The records to build, oldest first, so that `version` exists on a host: back from it to the newest version
+    on its chain the host has (`cached`, not built again) or else to its anchor. [] when `version` is cached."""
+    pending = []
+    for rec in walk(version, lookup):
+        if cached(rec.version):
+            break
+        pending.append(rec)
+    return pending[::-1]

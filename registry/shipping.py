@@ -26,7 +26,7 @@ from pathlib import Path
 
 from registry.cache import SERVED_PREFIX
 from registry.delta import DeltaMismatch, apply, digest, encode, read_delta, write_delta
-from registry.delta_chain import ANCHOR, DELTA, Stored, choose_kind, walk
+from registry.delta_chain import ANCHOR, DELTA, Stored, choose_kind, to_build
 from registry.served import in_precision, weight_files, weights_of, write_weights
 
 SERVED_DIR = "served"
@@ -172,14 +172,8 @@ def _cached(registry, version: str) -> Path:
 def served_folder(registry, version: str) -> Path:
     """`version`'s served weights as a checkpoint folder on this host, cached: downloaded and verified (an anchor),
     or rebuilt from the newest cached (else the anchor's) copy on its chain, each delta applied and verified."""
-    if (_cached(registry, version) / "config.json").is_file():
-        return _cached(registry, version)
-    pending = []
-    for rec in walk(version, lambda v: stored(registry, v)):
-        if rec.version != version and (_cached(registry, rec.version) / "config.json").is_file():
-            break
-        pending.append(rec)
-    for rec in reversed(pending):
+    for rec in to_build(version, lambda v: stored(registry, v),
+                        lambda v: (_cached(registry, v) / "config.json").is_file()):
         _build(registry, rec)
     return _cached(registry, version)
 
