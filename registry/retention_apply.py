@@ -83,11 +83,18 @@ def _lineage_registry(registry, org: str | None):
 
 
 def delete_artifacts(registry, version: str) -> None:
-    """Delete the checkpoint files of a version (its run's `checkpoint/` artifacts); the run and version stay."""
+    """Delete the files of a version: its run's `checkpoint/` artifacts (the master) and, when it ships them, its
+    `served/` ones (registry/shipping.py); the run and version stay."""
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
-    run = registry.client.get_run(registry.info(version).run_id)
-    get_artifact_repository(run.info.artifact_uri, tracking_uri=registry.tracking_uri).delete_artifacts(ARTIFACT_DIR)
+    from registry.shipping import KIND_TAG, SERVED_DIR
+
+    info = registry.info(version)
+    run = registry.client.get_run(info.run_id)
+    repo = get_artifact_repository(run.info.artifact_uri, tracking_uri=registry.tracking_uri)
+    repo.delete_artifacts(ARTIFACT_DIR)
+    if KIND_TAG in info.tags:
+        repo.delete_artifacts(SERVED_DIR)
 
 
 def _now_iso(now: datetime) -> str:

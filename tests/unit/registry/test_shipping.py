@@ -143,3 +143,15 @@ def test_a_checkpoint_without_safetensors_weights_registers_unshipped_and_is_ser
     assert reg.register(folder, log=said.append) == "1"
     assert "served.kind" not in reg.info("1").tags and "no safetensors weights" in said[0]
     assert reg.served_path("1") == reg.local_path("1")
+
+
+def test_retention_deleting_a_version_deletes_its_served_weights_with_its_master(tmp_path):
+    from registry.retention_apply import delete_artifacts
+
+    reg = _registry(tmp_path)
+    reg.ship_policy = ShipPolicy()
+    reg.register(tiny_checkpoint(tmp_path / "v1"), tags={"parent": ""}, log=lambda *_: None)
+    run_dir = next((tmp_path / "artifacts").rglob(f"{reg.info('1').run_id}/artifacts"))
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint", "served"]
+    delete_artifacts(reg, "1")
+    assert list(run_dir.iterdir()) == []
