@@ -48,8 +48,9 @@ class PinnedRegistry:
     def served_path(self, version: str) -> Path:
         return self.registry.served_path(version)
 
-    def local_path(self, version: str) -> Path:
-        return self.registry.local_path(version)
+    def master_path(self, version: str) -> Path:
+        return self.registry.master_path(version)
+
 
 
 class EndpointError(RuntimeError):

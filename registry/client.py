@@ -392,8 +392,20 @@ class Registry:
             return served_folder(self, version)
         except DeltaMismatch as e:
             logger.error("version %s of model %s: its served weights failed verification (%s); loading its float32 "
-                      "master instead", version, self.model, e)
-            return self.local_path(version)
+                         "master instead", version, self.model, e)
+            return self.master_path(version)
+
+    def master_path(self, version: str) -> Path:
+        """The version's checkpoint folder (its float32 master), its content digest checked against the one
+        registered with it (DeltaMismatch if it differs): what serving falls back to when a served copy fails."""
+        from registry.delta import DeltaMismatch
+
+        folder = self.local_path(version)
+        expected = self.digest(version)
+        if expected is not None and content_digest(folder) != expected:
+            raise DeltaMismatch(f"version {version} of model {self.model}: its checkpoint in {folder} does not match "
+                                "the digest registered with it")
+        return folder
 
     def _loadable(self, version: str) -> VersionInfo:
         """The version's info; ArtifactsDeleted when retention deleted (or is deleting) its files."""

@@ -498,7 +498,7 @@ class Fleet:
                 await _shut_down(engine)
                 if isinstance(e, DeltaMismatch):     # the served copy is not what was shipped: the float32 master
                     rec.fallback = "master"
-                    folder = await asyncio.to_thread(self.registry.local_path, version)
+                    folder = await asyncio.to_thread(self.registry.master_path, version)
                 new.engine = await self._fresh(alias, version, folder, new)
             rec.reload_s = round(time.monotonic() - t1, 3)
         finally:

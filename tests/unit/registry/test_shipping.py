@@ -155,3 +155,16 @@ def test_retention_deleting_a_version_deletes_its_served_weights_with_its_master
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint", "served"]
     delete_artifacts(reg, "1")
     assert list(run_dir.iterdir()) == []
+
+
+def test_when_both_the_served_copy_and_the_master_are_corrupted_nothing_is_served(tmp_path):
+    reg, _ = _lineage(tmp_path, 2)
+    for v in ("1", "2"):
+        ship(reg, v, ShipPolicy(), log=lambda *_: None)
+    for name in ("served/delta.bin", "checkpoint/model.safetensors"):
+        path = next((tmp_path / "artifacts").rglob(f"{reg.info('2').run_id}/artifacts/{name}"))
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+    with pytest.raises(DeltaMismatch, match="does not match the digest registered"):
+        _registry(tmp_path, cache="fresh-host").served_path("2")

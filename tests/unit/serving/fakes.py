@@ -13,7 +13,7 @@ from serving.protocol import Delta, Generation, SampleSpec, Sampling, cut_at_sto
 
 class FakeRegistry:
     """Aliases in a dict; `served_path` returns the folder `folders` names for a version, else a made-up one;
-    `local_path` (the master) the one `masters` names, else the same."""
+    `master_path` (and `local_path`) the one `masters` names, else the same."""
 
     def __init__(self, aliases: dict[str, str], folders: dict[str, Path] | None = None):
         self.aliases = dict(aliases)
@@ -29,8 +29,10 @@ class FakeRegistry:
     def served_path(self, version: str) -> Path:
         return self.folders.get(version, Path(f"/nonexistent/v{version}"))
 
-    def local_path(self, version: str) -> Path:
+    def master_path(self, version: str) -> Path:
         return self.masters.get(version) or self.served_path(version)
+
+    local_path = master_path
 
     def orgs(self) -> list[str]:
         """The orgs whose lineage has an alias here (`<alias>@<org>` keys), as Registry.orgs lists them."""
