@@ -395,6 +395,15 @@ class Registry:
                          "master instead", version, self.model, e)
             return self.master_path(version)
 
+    def newest_version(self) -> str | None:
+        """The version registered last in this model (None when it has none): what serving prefetches."""
+        try:
+            page = self.client.search_model_versions(f"name = '{self.model}'", max_results=1,
+                                                     order_by=["version_number DESC"])
+        except Exception:  # noqa: BLE001 -- no registered model yet, or a registry hiccup: nothing to prefetch
+            return None
+        return str(page[0].version) if page else None
+
     def master_path(self, version: str) -> Path:
         """The version's checkpoint folder (its float32 master), its content digest checked against the one
         registered with it (DeltaMismatch if it differs): what serving falls back to when a served copy fails."""

@@ -157,6 +157,8 @@ class Fleet:
         self._draining: list[Loaded] = []         # retired engines finishing their requests
         self._tasks: set[asyncio.Task] = set()
         self._poller: asyncio.Task | None = None
+        self._prefetching: asyncio.Task | None = None
+        self._prefetched: set[str] = set()        # versions whose served copy was built ahead of a load
         self._swap_lock = asyncio.Lock()
         self.gpu = is_gpu(self.device)
         self.spares = Spares(0 if self.gpu else self.cfg.spare_engines,   # CPU-only (an idle spare holds a GPU share)
@@ -218,6 +220,9 @@ class Fleet:
             except asyncio.CancelledError:
                 pass
             self._poller = None
+        if self._prefetching is not None:
+            self._prefetching.cancel()
+            await asyncio.gather(self._prefetching, return_exceptions=True)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         # all at once: a vLLM engine's shutdown is mostly waiting (~5 s on CPU), four in a row would be 20 s
@@ -375,7 +380,29 @@ class Fleet:
                              else self._org_alias_appeared(alias, version))
                 if rec is not None:
                     done.append(rec)
+        self._prefetch()
         return done
+
+    def _prefetch(self) -> None:
+        """Build the newest registered version's served copy in the background (registry.served_path: download,
+        rebuild from its delta chain, verify), so a promotion to it finds it on this host. One at a time."""
+        newest = getattr(self.registry, "newest_version", None)
+        if newest is None or (self._prefetching is not None and not self._prefetching.done()):
+            return
+
+        async def fetch() -> None:
+            try:
+                version = await asyncio.to_thread(newest)
+                if version is None or version in self._prefetched or version in self._loaded:
+                    return
+                self._prefetched.add(version)
+                t0 = time.monotonic()
+                await asyncio.to_thread(self.registry.served_path, version)
+                log.info("prefetched version %s's served weights in %.1fs", version, time.monotonic() - t0)
+            except Exception as e:  # noqa: BLE001 -- a load of it later fetches it again and reports
+                log.warning("prefetching the newest version: %s: %s", type(e).__name__, e)
+
+        self._prefetching = asyncio.create_task(fetch(), name="rtrl-prefetch")
 
     def _arms_of(self, alias: str) -> list[str]:
         """The arms an alias serves: the arms on it, or for an org's `<alias>@<org>` the per-org arms on <alias>."""

@@ -20,6 +20,8 @@ class FakeRegistry:
         self.folders = dict(folders or {})
         self.masters: dict[str, Path] = {}
         self.fail_reads = False
+        self.newest: str | None = None            # what `newest_version` answers (serving prefetches it)
+        self.served_calls: list[str] = []
 
     def version_of(self, alias: str) -> str | None:
         if self.fail_reads:
@@ -27,7 +29,11 @@ class FakeRegistry:
         return self.aliases.get(alias)
 
     def served_path(self, version: str) -> Path:
+        self.served_calls.append(version)
         return self.folders.get(version, Path(f"/nonexistent/v{version}"))
+
+    def newest_version(self) -> str | None:
+        return self.newest
 
     def master_path(self, version: str) -> Path:
         return self.masters.get(version) or self.served_path(version)

@@ -143,3 +143,21 @@ def test_start_needs_every_alias():
             await f.start()
 
     asyncio.run(scenario())
+
+
+def test_the_newest_registered_version_is_prefetched_once_and_a_promotion_then_loads_it():
+    async def scenario():
+        f, reg, loader = fleet({"control": "1", "champion": "1"})
+        await f.start()
+        reg.newest = "2"                      # a candidate registered: nothing points to it yet
+        await f.poll_once()
+        await wait_for_async(lambda: reg.served_calls.count("2") == 1, 5, "version 2 prefetched")
+        await f.poll_once()                   # the next poll's prefetch finds it fetched already
+        await wait_for_async(lambda: f._prefetching.done(), 5, "the second poll's prefetch")
+        assert reg.served_calls.count("2") == 1 and [e.version for e in loader.engines] == ["1"]
+        reg.aliases["champion"] = "2"
+        (swap,) = await f.poll_once()
+        assert swap.to_version == "2" and loader.engines[-1].version == "2"
+        await f.close()
+
+    asyncio.run(scenario())
