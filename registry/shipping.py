@@ -97,7 +97,9 @@ def ship(registry, version: str, policy: ShipPolicy, log=print, master: Path | N
             delta = None
     kind = choose_kind(since, policy.anchor_every, delta.stored_bytes if delta else None, full,
                        policy.max_delta_share)
-    with tempfile.TemporaryDirectory(prefix=f"ship-v{version}-") as tmp:
+    scratch = registry.cache_dir / registry.model     # beside the cache (a leftover is swept as a partial one)
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".ship-v{version}-", dir=scratch) as tmp:
         out = Path(tmp) / SERVED_DIR
         _copy_non_weights(master, out)
         _declare_precision(out, policy.precision)
