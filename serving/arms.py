@@ -478,7 +478,7 @@ class Fleet:
             return None
         if current.version in self._staged or any(s is current for a, s in self._by_alias.items() if a != alias):
             return None
-        old = getattr(current.engine, "folder", None)
+        old = getattr(current.engine, "architecture", None) or getattr(current.engine, "folder", None)
         if not hasattr(current.engine, "reload") or old is None:
             return None
         try:

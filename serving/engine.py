@@ -77,19 +77,22 @@ def _environment(env: dict[str, str | None]) -> Iterator[None]:
 _NOT_ARCHITECTURE = {"_name_or_path", "transformers_version", "torch_dtype", "dtype"}
 
 
-def same_architecture(a: str | Path, b: str | Path) -> bool:
-    """Whether two Hugging Face checkpoints have the same config.json apart from names and stamps (so one's
-    weights load into a model built for the other)."""
+def architecture(folder: str | Path) -> dict | None:
+    """A checkpoint's config.json apart from names and stamps (None when it cannot be read)."""
     import json
 
-    def arch(folder) -> dict:
-        cfg = json.loads((Path(folder) / "config.json").read_text())
-        return {k: v for k, v in cfg.items() if k not in _NOT_ARCHITECTURE}
-
     try:
-        return arch(a) == arch(b)
+        cfg = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
-        return False
+        return None
+    return {k: v for k, v in cfg.items() if k not in _NOT_ARCHITECTURE}
+
+
+def same_architecture(a: str | Path | dict, b: str | Path | dict) -> bool:
+    """Whether two Hugging Face checkpoints (folders, or an `architecture` an engine kept) have the same config.json
+    apart from names and stamps (so one's weights load into a model built for the other)."""
+    a, b = (x if isinstance(x, dict) else architecture(x) for x in (a, b))
+    return a is not None and a == b
 
 
 def chat_tokenizer(version: str, folder: str | Path):
@@ -102,12 +105,13 @@ def chat_tokenizer(version: str, folder: str | Path):
     return tokenizer
 
 
-def changed_tensors(old: str | Path, new: str | Path) -> list[str] | None:
-    """The tensors whose SHA-256 differs between two served copies of one architecture (registry/shipping.py),
-    or None when either folder is not a served copy or they hold other tensors (reload everything)."""
+def changed_tensors(old: dict[str, str] | None, new: str | Path) -> list[str] | None:
+    """The tensors whose SHA-256 differs between the digests of the served copy an engine holds (`old`) and the
+    served copy in `new` (registry/shipping.py), or None when either is not a served copy or they hold other
+    tensors (reload everything)."""
     from registry.shipping import tensor_digests
 
-    a, b = tensor_digests(old), tensor_digests(new)
+    a, b = old, tensor_digests(new)
     if a is None or b is None or sorted(a) != sorted(b):
         return None
     return sorted(n for n in b if a[n] != b[n])
@@ -125,6 +129,14 @@ class VllmEngine:
         self.devices, self.lora = "", False
         self.load_seconds = 0.0
         self.loaded_tensors: int | None = None     # the last in-place reload's tensors (None: all of them)
+        self._remember(folder)
+
+    def _remember(self, folder: Path) -> None:
+        """What a later reload compares against, kept in memory: retention may evict the folder from the cache
+        while the engine still holds its weights (an unstaged candidate's engine kept as a spare)."""
+        from registry.shipping import tensor_digests
+
+        self.architecture, self.digests = architecture(folder), tensor_digests(folder)
 
     @classmethod
     def load(cls, version: str, folder: str | Path, cfg: ServingConfig, *, devices: str = "",
@@ -164,10 +176,10 @@ class VllmEngine:
         import time
 
         t0 = time.monotonic()
-        if not same_architecture(self.folder, folder):
+        if not same_architecture(self.architecture, folder):
             raise ValueError(f"checkpoint {folder} has another architecture than {self.folder}: not reloadable")
         tokenizer = await asyncio.to_thread(chat_tokenizer, version, folder)
-        changed = changed_tensors(self.folder, folder)
+        changed = changed_tensors(self.digests, folder)
         if changed is not None:      # served copies of both versions: only the layers whose tensors changed
             from registry.delta import DeltaMismatch
             from registry.shipping import tensor_digests
@@ -191,6 +203,7 @@ class VllmEngine:
         else:
             raise RuntimeError(f"the prefix cache of the engine reloaded to version {version} could not be reset")
         self.version, self.folder, self.tokenizer = version, Path(folder), tokenizer
+        self._remember(self.folder)
         self.load_seconds = time.monotonic() - t0
         log.info("engine reloaded in place to version %s from %s in %.2fs (%s)", version, folder, self.load_seconds,
                  what)

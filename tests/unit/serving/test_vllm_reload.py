@@ -1,5 +1,6 @@
 """serving.vllm_reload: which layers a reload must re-process besides those the checkpoint loads (tied weights)."""
 
+import pytest
 import torch
 
 from serving.vllm_reload import InPlaceReload, tied_layers
@@ -95,8 +96,9 @@ def test_an_update_checks_every_tensor_before_loading_any_and_loads_only_the_cha
 
     old = _served_copy(tmp_path / "v1", {"a.weight": _tensor([1, 2]), "b.weight": _tensor([3, 4])})
     new = _served_copy(tmp_path / "v2", {"a.weight": _tensor([1, 2]), "b.weight": _tensor([3, 5])})
-    assert changed_tensors(old, new) == ["b.weight"]
-    assert changed_tensors(old, tmp_path) is None                 # not a served copy: reload everything
+    assert changed_tensors(tensor_digests(old), new) == ["b.weight"]
+    assert changed_tensors(tensor_digests(old), tmp_path) is None   # not a served copy: reload everything
+    assert changed_tensors(None, new) is None
     model = _TiedModel(tie=True)
     loaded = []
 
@@ -117,3 +119,38 @@ def test_an_update_checks_every_tensor_before_loading_any_and_loads_only_the_cha
     bad = dict(digests, **{"b.weight": digests["a.weight"]})
     assert Worker().rtrl_update_weights(str(new), ["b.weight"], bad) == {"loaded": [], "mismatched": ["b.weight"]}
     assert loaded == []
+
+
+class _Llm:
+    """vLLM's AsyncLLM as VllmEngine.reload calls it: the worker calls it makes, recorded."""
+
+    def __init__(self):
+        self.calls = []
+
+    async def collective_rpc(self, method, kwargs):
+        self.calls.append(method)
+        return [{"loaded": kwargs["changed"], "mismatched": []}] if method == "rtrl_update_weights" else [[]]
+
+    async def reset_prefix_cache(self):
+        return True
+
+
+def test_an_engine_whose_folder_was_evicted_still_reloads_a_version_of_its_architecture(tmp_path):
+    """Retention evicts a rejected candidate's cached copy while its engine, unstaged, waits as a spare: the
+    reload compares against what the engine kept in memory, not the folder."""
+    import asyncio
+    import shutil
+
+    from serving.config import ServingConfig
+    from serving.engine import VllmEngine
+    from serving.testing import make_tiny_checkpoint
+
+    old = make_tiny_checkpoint(tmp_path / "served-v5", seed=0)
+    new = make_tiny_checkpoint(tmp_path / "served-v6", seed=1)
+    engine = VllmEngine("5", old, _Llm(), None, ServingConfig())
+    shutil.rmtree(old)
+    asyncio.run(engine.reload("6", new))
+    assert engine.version == "6" and engine.llm.calls == ["rtrl_reload_weights"]   # no digests: every tensor
+    other = make_tiny_checkpoint(tmp_path / "other", seed=2, hidden=128)
+    with pytest.raises(ValueError, match="another architecture"):
+        asyncio.run(engine.reload("7", other))
