@@ -287,10 +287,14 @@ class Registry:
             from registry.served import INDEX, SINGLE
             from registry.shipping import ship
 
-            if (folder / SINGLE).is_file() or (folder / INDEX).is_file():
-                ship(self, str(mv.version), self.ship_policy, log=log, master=folder)
-            else:   # weights in another format: served from the checkpoint as it is
-                log(f"[ship] version {mv.version}: no safetensors weights in {folder}; served from its checkpoint")
+            why = None if (folder / SINGLE).is_file() or (folder / INDEX).is_file() else "no safetensors weights"
+            if why is None:
+                try:
+                    ship(self, str(mv.version), self.ship_policy, log=log, master=folder)
+                except ValueError as e:       # weights that are not readable safetensors (registered as they are)
+                    why = f"its weights cannot be read as safetensors ({e})"
+            if why is not None:   # served from the checkpoint as it is
+                log(f"[ship] version {mv.version}: {why} in {folder}; served from its checkpoint")
         return str(mv.version)
 
     def set_alias(self, alias: str, version: str) -> None:

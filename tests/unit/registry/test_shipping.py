@@ -168,3 +168,15 @@ def test_when_both_the_served_copy_and_the_master_are_corrupted_nothing_is_serve
         path.write_bytes(bytes(data))
     with pytest.raises(DeltaMismatch, match="does not match the digest registered"):
         _registry(tmp_path, cache="fresh-host").served_path("2")
+
+
+def test_a_checkpoint_whose_weights_are_not_readable_safetensors_registers_unshipped(tmp_path):
+    reg = _registry(tmp_path)
+    reg.ship_policy = ShipPolicy()
+    folder = tmp_path / "odd-ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(bytes(range(256)) * 4)
+    said = []
+    assert reg.register(folder, log=said.append) == "1"
+    assert "served.kind" not in reg.info("1").tags and "cannot be read as safetensors" in said[0]
