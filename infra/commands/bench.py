@@ -194,9 +194,12 @@ def main(args, cfg) -> int:
             return 2
         quiet_libraries()
         versions = args.versions or (2 if args.shape == "0.5b" else 11)
-        result = {"benchmark": "weights", "cpus": os.cpu_count(),
-                  **run_weights(cfg, args.shape, versions, args.steps, args.rows_per_step, args.seed,
-                                swap=not args.no_swap, log=log)}
+        import contextlib
+
+        with contextlib.redirect_stdout(sys.stderr):     # DeepSpeed's op builds print: stdout is the JSON's alone
+            result = {"benchmark": "weights", "cpus": os.cpu_count(),
+                      **run_weights(cfg, args.shape, versions, args.steps, args.rows_per_step, args.seed,
+                                    swap=not args.no_swap, log=log)}
         print(json.dumps(result))
         swap = result.get("swap") or {}
         ok = result["served_bitwise_equal"] and (not swap or swap["same_tokens"])
