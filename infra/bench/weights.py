@@ -189,8 +189,7 @@ def run(cfg, shape: str = "0.5b", versions: int = 2, steps: int = 4, rows_per_st
             parent = str(v - 1)
             folder, trained = _train(masters[parent], _rows(steps * rows_per_step, shape, vocab, seed + v), steps,
                                      rows_per_step, tmp / "train" / f"v{v}", log)
-            masters[str(v)] = shutil.move(str(folder), str(tmp / f"v{v}"))
-            masters[str(v)] = Path(masters[str(v)])
+            masters[str(v)] = Path(shutil.move(str(folder), str(tmp / f"v{v}")))
             t0 = time.perf_counter()
             assert reg.register(masters[str(v)], tags={"parent": parent}, log=log) == str(v)
             register_s = time.perf_counter() - t0
