@@ -74,6 +74,9 @@ class TrainStepResult(StepResult):
     seconds: float = 0.0
     loop_seconds: float = 0.0
     already_done: bool = False
+    shipped: dict[str, Any] | None = Field(None, description="How the candidate's served weights were stored: kind "
+                                           "(anchor | delta), bytes, full_bytes, share, precision, parent "
+                                           "(registry.shipping.shipped_of); None: none shipped.")
 
 
 class GateResult(StepResult):

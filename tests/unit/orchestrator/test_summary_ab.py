@@ -125,8 +125,11 @@ def test_the_table_shows_the_bytes_each_cycles_candidate_shipped():
 
     shipped = {"kind": "delta", "bytes": 2_100_000, "full_bytes": 8_000_000, "share": 0.2625, "precision": "fp32",
                "parent": "1"}
-    rec = CycleRecord("c2", 2, "2026-01-01T00:00:00+00:00", 0.0, status=DONE, steps={
-        "train": {"status": DONE, "result": {"candidate": "2", "shipped": shipped}}})
+    from infra.orchestrator.results import TrainStepResult
+
+    result = TrainStepResult.model_validate({"candidate": "2", "shipped": shipped}).model_dump()   # as the step
+    rec = CycleRecord("c2", 2, "2026-01-01T00:00:00+00:00", 0.0, status=DONE, steps={     # records it
+        "train": {"status": DONE, "result": result}})
     row = _cycle_row(rec)
     assert row["shipped"] == shipped
     text = render_table({"cycles": [row, dict(row, cycle_id="c3", shipped={**shipped, "kind": "anchor",
