@@ -105,16 +105,20 @@ def chat_tokenizer(version: str, folder: str | Path):
     return tokenizer
 
 
-def changed_tensors(old: dict[str, str] | None, new: str | Path) -> list[str] | None:
-    """The tensors whose SHA-256 differs between the digests of the served copy an engine holds (`old`) and the
-    served copy in `new` (registry/shipping.py), or None when either is not a served copy or they hold other
+def changed_tensors(old: dict[str, str] | None, new: dict[str, str] | None) -> list[str] | None:
+    """The tensors whose SHA-256 differs between two served copies' digests (registry/shipping.tensor_digests:
+    the copy an engine holds, the one it reloads), or None when either is not a served copy or they hold other
     tensors (reload everything)."""
+    if old is None or new is None or sorted(old) != sorted(new):
+        return None
+    return sorted(n for n in new if old[n] != new[n])
+
+
+def _identity(folder: str | Path) -> tuple[dict | None, dict[str, str] | None]:
+    """(its `architecture`, its served copy's tensor digests, None for a checkpoint that is not one)."""
     from registry.shipping import tensor_digests
 
-    a, b = old, tensor_digests(new)
-    if a is None or b is None or sorted(a) != sorted(b):
-        return None
-    return sorted(n for n in b if a[n] != b[n])
+    return architecture(folder), tensor_digests(folder)
 
 
 class VllmEngine:
@@ -129,14 +133,9 @@ class VllmEngine:
         self.devices, self.lora = "", False
         self.load_seconds = 0.0
         self.loaded_tensors: int | None = None     # the last in-place reload's tensors (None: all of them)
-        self._remember(folder)
-
-    def _remember(self, folder: Path) -> None:
-        """What a later reload compares against, kept in memory: retention may evict the folder from the cache
-        while the engine still holds its weights (an unstaged candidate's engine kept as a spare)."""
-        from registry.shipping import tensor_digests
-
-        self.architecture, self.digests = architecture(folder), tensor_digests(folder)
+        # what a later reload compares against, kept in memory: retention may evict the folder from the cache while
+        # the engine still holds its weights (an unstaged candidate's engine kept as a spare)
+        self.architecture, self.digests = _identity(folder)
 
     @classmethod
     def load(cls, version: str, folder: str | Path, cfg: ServingConfig, *, devices: str = "",
@@ -176,16 +175,16 @@ class VllmEngine:
         import time
 
         t0 = time.monotonic()
-        if not same_architecture(self.architecture, folder):
+        arch, digests = _identity(folder)
+        if arch is None or arch != self.architecture:
             raise ValueError(f"checkpoint {folder} has another architecture than {self.folder}: not reloadable")
         tokenizer = await asyncio.to_thread(chat_tokenizer, version, folder)
-        changed = changed_tensors(self.digests, folder)
+        changed = changed_tensors(self.digests, digests)
         if changed is not None:      # served copies of both versions: only the layers whose tensors changed
             from registry.delta import DeltaMismatch
-            from registry.shipping import tensor_digests
 
             got = await self.llm.collective_rpc("rtrl_update_weights", kwargs={
-                "weights_path": str(folder), "changed": changed, "digests": tensor_digests(folder)})
+                "weights_path": str(folder), "changed": changed, "digests": digests})
             if any(g["mismatched"] for g in got):
                 raise DeltaMismatch(f"version {version}'s served copy in {folder}: tensors "
                                     f"{sorted({n for g in got for n in g['mismatched']})[:5]} do not match their "
@@ -203,7 +202,7 @@ class VllmEngine:
         else:
             raise RuntimeError(f"the prefix cache of the engine reloaded to version {version} could not be reset")
         self.version, self.folder, self.tokenizer = version, Path(folder), tokenizer
-        self._remember(self.folder)
+        self.architecture, self.digests = arch, digests
         self.load_seconds = time.monotonic() - t0
         log.info("engine reloaded in place to version %s from %s in %.2fs (%s)", version, folder, self.load_seconds,
                  what)
