@@ -65,9 +65,16 @@ def test_a_lineage_ships_an_anchor_then_bf16_deltas_and_every_version_rebuilds_b
     assert model.model.embed_tokens.weight.dtype == torch.bfloat16
 
 
-def _artifact(tmp_path: Path, reg: Registry, version: str, name: str) -> Path:
+def _artifact(tmp_path: Path, reg: Registry, version: str, name: str, folder: str = "served") -> Path:
     run = reg.info(version).run_id
-    return next((tmp_path / "artifacts").rglob(f"{run}/artifacts/served/{name}"))
+    return next((tmp_path / "artifacts").rglob(f"{run}/artifacts/{folder}/{name}"))
+
+
+def _flip(path: Path, at: int, bits: int = 0x01) -> None:
+    """Flip `bits` of the byte at `at` (negative: from the end) of the stored file."""
+    data = bytearray(path.read_bytes())
+    data[at] ^= bits
+    path.write_bytes(bytes(data))
 
 
 def test_a_corrupted_delta_is_refused_and_never_cached(tmp_path):
@@ -75,9 +82,7 @@ def test_a_corrupted_delta_is_refused_and_never_cached(tmp_path):
     for v in ("1", "2", "3"):
         ship(reg, v, ShipPolicy(precision="bf16"), log=lambda *_: None)
     payload = _artifact(tmp_path, reg, "3", "delta.bin")
-    data = bytearray(payload.read_bytes())
-    data[len(data) // 3] ^= 0x10
-    payload.write_bytes(bytes(data))
+    _flip(payload, payload.stat().st_size // 3, 0x10)
     fresh = _registry(tmp_path, cache="fresh-host")
     with pytest.raises(DeltaMismatch, match="version 3"):
         served_folder(fresh, "3")
@@ -88,10 +93,7 @@ def test_a_corrupted_delta_is_refused_and_never_cached(tmp_path):
 def test_a_corrupted_anchor_is_refused(tmp_path):
     reg, _ = _lineage(tmp_path, 1)
     ship(reg, "1", ShipPolicy(), log=lambda *_: None)
-    weights = _artifact(tmp_path, reg, "1", "model.safetensors")
-    data = bytearray(weights.read_bytes())
-    data[-5] ^= 0x01
-    weights.write_bytes(bytes(data))
+    _flip(_artifact(tmp_path, reg, "1", "model.safetensors"), -5)
     with pytest.raises(DeltaMismatch, match="SHA-256"):
         served_folder(_registry(tmp_path, cache="fresh-host"), "1")
 
@@ -114,9 +116,7 @@ def test_a_corrupted_delta_makes_serving_load_the_float32_master_never_the_corru
     for v in ("1", "2", "3"):
         ship(reg, v, ShipPolicy(precision="fp32"), log=lambda *_: None)
     payload = _artifact(tmp_path, reg, "3", "delta.bin")
-    data = bytearray(payload.read_bytes())
-    data[len(data) // 2] ^= 0x01                       # one bit of one byte
-    payload.write_bytes(bytes(data))
+    _flip(payload, payload.stat().st_size // 2)        # one bit of one byte
     fresh = _registry(tmp_path, cache="fresh-host")
     folder = fresh.served_path("3")
     assert folder == fresh.local_path("3") and folder.name == "v3"          # the master, downloaded whole
@@ -129,19 +129,6 @@ def test_a_corrupted_delta_makes_serving_load_the_float32_master_never_the_corru
 def test_a_version_registered_before_shipping_is_served_from_its_checkpoint(tmp_path):
     reg = _registry(tmp_path)
     reg.register(tiny_checkpoint(tmp_path / "v1"), tags={"parent": ""})
-    assert reg.served_path("1") == reg.local_path("1")
-
-
-def test_a_checkpoint_without_safetensors_weights_registers_unshipped_and_is_served_as_it_is(tmp_path):
-    reg = _registry(tmp_path)
-    reg.ship_policy = ShipPolicy()
-    folder = tmp_path / "bin-ckpt"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    (folder / "pytorch_model.bin").write_bytes(b"\0" * 8)
-    said = []
-    assert reg.register(folder, log=said.append) == "1"
-    assert "served.kind" not in reg.info("1").tags and "no safetensors weights" in said[0]
     assert reg.served_path("1") == reg.local_path("1")
 
 
@@ -161,22 +148,24 @@ def test_when_both_the_served_copy_and_the_master_are_corrupted_nothing_is_serve
     reg, _ = _lineage(tmp_path, 2)
     for v in ("1", "2"):
         ship(reg, v, ShipPolicy(), log=lambda *_: None)
-    for name in ("served/delta.bin", "checkpoint/model.safetensors"):
-        path = next((tmp_path / "artifacts").rglob(f"{reg.info('2').run_id}/artifacts/{name}"))
-        data = bytearray(path.read_bytes())
-        data[len(data) // 2] ^= 0x01
-        path.write_bytes(bytes(data))
+    for folder, name in (("served", "delta.bin"), ("checkpoint", "model.safetensors")):
+        path = _artifact(tmp_path, reg, "2", name, folder)
+        _flip(path, path.stat().st_size // 2)
     with pytest.raises(DeltaMismatch, match="does not match the digest registered"):
         _registry(tmp_path, cache="fresh-host").served_path("2")
 
 
-def test_a_checkpoint_whose_weights_are_not_readable_safetensors_registers_unshipped(tmp_path):
+@pytest.mark.parametrize("weights, data, said", [
+    ("pytorch_model.bin", b"\0" * 8, "no safetensors weights"),
+    ("model.safetensors", bytes(range(256)) * 4, "cannot be read as safetensors")])
+def test_a_checkpoint_shipping_cannot_read_registers_unshipped_and_is_served_as_it_is(tmp_path, weights, data, said):
     reg = _registry(tmp_path)
     reg.ship_policy = ShipPolicy()
     folder = tmp_path / "odd-ckpt"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    (folder / "model.safetensors").write_bytes(bytes(range(256)) * 4)
-    said = []
-    assert reg.register(folder, log=said.append) == "1"
-    assert "served.kind" not in reg.info("1").tags and "cannot be read as safetensors" in said[0]
+    (folder / weights).write_bytes(data)
+    lines = []
+    assert reg.register(folder, log=lines.append) == "1"
+    assert "served.kind" not in reg.info("1").tags and said in lines[0]
+    assert reg.served_path("1") == reg.local_path("1")
