@@ -107,14 +107,15 @@ def _train(parent: Path, rows, steps: int, rows_per_step: int, run_dir: Path, lo
                     "train_s": round(time.perf_counter() - t0, 1)}
 
 
-def precision_figures(parent_master: Path, child_master: Path, precision: str) -> dict:
-    """The delta of the child's served weights in `precision` against the parent's: bytes, elements changed,
-    encode and decode seconds, and whether decoding gives the child's weights bit for bit."""
+def precision_figures(parent_master: dict, child_master: dict, precision: str) -> dict:
+    """The delta of the child's served weights in `precision` against the parent's (both masters' tensors, as
+    registry.served.weights_of reads them): bytes, elements changed, encode and decode seconds, and whether
+    decoding gives the child's weights bit for bit."""
     from registry.delta import apply, encode
-    from registry.served import in_precision, weights_of
+    from registry.served import in_precision
 
-    parent = in_precision(weights_of(parent_master), precision)
-    child = in_precision(weights_of(child_master), precision)
+    parent = in_precision(parent_master, precision)
+    child = in_precision(child_master, precision)
     t0 = time.perf_counter()
     delta = encode(parent, child)
     encode_s = time.perf_counter() - t0
@@ -193,7 +194,9 @@ def run(cfg, shape: str = "0.5b", versions: int = 2, steps: int = 4, rows_per_st
             t0 = time.perf_counter()
             assert reg.register(masters[str(v)], tags={"parent": parent}, log=log) == str(v)
             register_s = time.perf_counter() - t0
-            figures = {p: precision_figures(masters[parent], masters[str(v)], p) for p in ("fp32", "bf16")}
+            tensors = weights_of(masters[parent]), weights_of(masters[str(v)])      # each master read once
+            figures = {p: precision_figures(*tensors, p) for p in ("fp32", "bf16")}
+            del tensors
             per_version.append({"version": str(v), **trained, "register_s": round(register_s, 1),
                                 "shipped": shipped_of(reg.info(str(v)).tags), **figures})
             log(f"bench weights: v{v}: bf16 delta {figures['bf16']['delta_share']:.1%} of the whole "
