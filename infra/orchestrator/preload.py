@@ -4,6 +4,8 @@ its stack, serving and users meanwhile): the steps run in this process (infra.or
 
     thread = preload_in_background(log)     # a daemon thread; a step that imports a module first waits for it
 
+`FOREGROUND` modules are imported before the thread starts, in the caller's thread (see there why).
+
 A module that cannot be imported here is reported and left to the step that needs it. DeepSpeed picks its
 accelerator when imported, so it is preloaded only by a torch built without CUDA, with DS_ACCELERATOR=cpu as the
 trainer sets it (`trainer.engine`).
@@ -33,11 +35,11 @@ def cpu_only_torch() -> bool:
     return torch.version.cuda is None and getattr(torch.version, "hip", None) is None
 
 
-def preload(modules=PRELOAD, log: Callable[[str], None] = print) -> list[str]:
-    """Import `modules` (and DeepSpeed on a CPU-only torch); the names that failed."""
+def preload(modules=PRELOAD, log: Callable[[str], None] = print, deepspeed: bool = True) -> list[str]:
+    """Import `modules` (and, with `deepspeed`, DeepSpeed on a CPU-only torch); the names that failed."""
     t0 = time.monotonic()
     names = list(modules)
-    if names and cpu_only_torch():
+    if names and deepspeed and cpu_only_torch():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
         names += CPU_PRELOAD
     failed = []
@@ -51,7 +53,16 @@ def preload(modules=PRELOAD, log: Callable[[str], None] = print) -> list[str]:
     return failed
 
 
-def preload_in_background(log: Callable[[str], None] = print, modules=PRELOAD) -> threading.Thread:
+# Imported in the calling thread before the background one starts: what the caller itself imports next (the stack's
+# MLflow store and its SQL store). Two threads initialising one package whose modules import each other in a cycle (mlflow and
+# mlflow.tracking) can each see the other's half-initialised module: ImportError "partially initialized module".
+FOREGROUND = ("mlflow", "mlflow.store.tracking.sqlalchemy_store")
+
+
+def preload_in_background(log: Callable[[str], None] = print, modules=PRELOAD,
+                          foreground=FOREGROUND) -> threading.Thread:
+    """Import `foreground` here, then `modules` in a daemon thread (returned)."""
+    preload(foreground, log, deepspeed=False)
     thread = threading.Thread(target=preload, args=(modules, log), name="preload-steps", daemon=True)
     thread.start()
     return thread
