@@ -27,7 +27,9 @@ registered model `<model>.org-<org>` (`org_model`, `Registry.for_org`), with its
 the others' (the version, its tags and metrics stay): it tags a version `retention.deleting` before it deletes its
 files and `retention.artifacts_deleted` once they are gone. `local_path` refuses such a version (`ArtifactsDeleted`),
 and checks the tags again after a download, before the folder enters the cache: a download that raced with a
-deletion never becomes a cached checkpoint.
+deletion never becomes a cached checkpoint. A version only a delta chain holds loses its float32 master alone
+(`retention.master_deleting`, then `retention.master_deleted`): `served_path` still rebuilds it, `local_path` and
+`master_path` refuse it, and so do promotion and rollback (`master_deleted`).
 
 **Promotion lock.** `promotion_lock` is where `registry.promotion` serialises its compare-and-swap: None (the
 caller's local lock file), a local path (an flock on it), or an object-store URL (a lease object there, which holds
@@ -60,6 +62,8 @@ ORG_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ORG_MODEL = ".org-"
 DELETING_TAG = "retention.deleting"            # set before retention deletes a version's artifacts (time, ISO)
 DELETED_TAG = "retention.artifacts_deleted"    # set once they are deleted (time, ISO)
+MASTER_DELETING_TAG = "retention.master_deleting"  # set before retention deletes only the float32 master (time, ISO)
+MASTER_DELETED_TAG = "retention.master_deleted"    # set once it is deleted; the served weights stay (time, ISO)
 
 
 def check_org(org: str) -> str:
@@ -173,6 +177,13 @@ class ArtifactsDeleted(LookupError):
 def artifacts_deleted(tags: dict[str, str]) -> str | None:
     """When retention deleted (or began deleting) the artifacts of a version with these tags, else None."""
     return tags.get(DELETED_TAG) or tags.get(DELETING_TAG)
+
+
+def master_deleted(tags: dict[str, str]) -> str | None:
+    """When retention deleted (or began deleting) the float32 master of a version with these tags (all its
+    artifacts, or the master alone), else None: such a version can be served through a delta chain, never
+    promoted, rolled back to or trained from."""
+    return artifacts_deleted(tags) or tags.get(MASTER_DELETED_TAG) or tags.get(MASTER_DELETING_TAG)
 
 
 @dataclass(frozen=True)
@@ -390,7 +401,7 @@ class Registry:
         reg, version, org = self._labelled(version)
         if org is not None:
             return reg.served_path(version)
-        if KIND_TAG not in self._loadable(version).tags:
+        if KIND_TAG not in self._loadable(version, master=False).tags:
             return self.local_path(version)
         try:
             return served_folder(self, version)
@@ -420,13 +431,18 @@ class Registry:
                                 "the digest registered with it")
         return folder
 
-    def _loadable(self, version: str) -> VersionInfo:
-        """The version's info; ArtifactsDeleted when retention deleted (or is deleting) its files."""
+    def _loadable(self, version: str, master: bool = True) -> VersionInfo:
+        """The version's info; ArtifactsDeleted when retention deleted (or is deleting) its files, or, for its
+        master (`master`, its `checkpoint/` artifacts), when it deleted the master alone."""
         info = self.info(version)
         if (when := artifacts_deleted(info.tags)) is not None:
             raise ArtifactsDeleted(f"version {version} of model {self.model!r} cannot be loaded: retention deleted its "
                                    f"checkpoint files at {when} (no alias, rollback chain, stage or cycle in flight "
                                    "held it); its tags, metrics and gate reports remain in MLflow")
+        if master and (when := master_deleted(info.tags)) is not None:
+            raise ArtifactsDeleted(f"version {version} of model {self.model!r} has no float32 master: retention "
+                                   f"deleted it at {when} (only the delta chain of a later version held it, which "
+                                   "needs its served weights alone); it can be served, not trained from or promoted")
         return info
 
     def resolve(self, alias: str) -> tuple[str, Path]:

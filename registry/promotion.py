@@ -335,11 +335,15 @@ def _tags(registry, version: str) -> dict[str, str]:
 
 
 def _refuse_deleted(version: str, tags: dict[str, str]) -> None:
-    from registry.client import artifacts_deleted
+    from registry.client import artifacts_deleted, master_deleted
 
     if (when := artifacts_deleted(tags)) is not None:
         raise PromotionRefused(f"version {version}'s checkpoint files were deleted by retention at {when}: it cannot "
                                "be served (it was beyond the rollback chain retention keeps)")
+    if (when := master_deleted(tags)) is not None:
+        raise PromotionRefused(f"version {version}'s float32 master was deleted by retention at {when} (a later "
+                               "version's delta chain held only its served weights): the next cycle could not "
+                               "train from it")
 
 
 def _deleted(registry, label: str) -> bool:
@@ -347,12 +351,12 @@ def _deleted(registry, label: str) -> bool:
     (its own version, `<v>@<org>` in an org's lineage, or there a plain one: the shared model's)."""
     from mlflow.exceptions import MlflowException
 
-    from registry.client import artifacts_deleted, parse_label
+    from registry.client import master_deleted, parse_label
 
     version, org = parse_label(label)
     reg = registry if org is not None or getattr(registry, "org", None) is None else registry.shared()
     try:
-        return artifacts_deleted(reg.info(version).tags) is not None
+        return master_deleted(reg.info(version).tags) is not None
     except MlflowException:      # not a version of that model: nothing retention did
         return False
 

@@ -13,6 +13,10 @@ per version:
             weights are rebuilt through (its delta chain back to an anchor: registry/shipping.py)
     wait    nothing holds it, but it was registered less than `min_age_s` ago (a candidate that may be gated,
             promoted or rolled back to soon)
+    trim    only the delta chain of a kept or waiting version holds it, it ships served weights and it is old
+            enough: its served weights stay (the chain is rebuilt through them), its float32 master goes (a 7B
+            master is 29 GB; only what may be promoted, rolled back to or trained from needs one). So does a
+            version whose master deletion began (tag `retention.master_deleting`) and did not finish
     delete  nothing holds it and it is old enough: its artifacts go, its version, tags and metrics stay
     gone    its artifacts are deleted already (tag `retention.artifacts_deleted`)
 
@@ -30,14 +34,16 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from registry.client import DELETED_TAG, DELETING_TAG, parse_label
+from registry.client import DELETED_TAG, DELETING_TAG, MASTER_DELETED_TAG, MASTER_DELETING_TAG, master_deleted, \
+    parse_label
 from registry.delta import DeltaMismatch
 from registry.delta_chain import Stored, walk
 from registry.shipping import KIND_TAG as SERVED_KIND_TAG, PARENT_TAG as SERVED_PARENT_TAG
 
 REASON_TAG = "retention.reason"
 ANCHOR_KINDS = frozenset({"bootstrap", "base_checkpoint"})   # tag `kind` of v0 (trainer/bootstrap)
-KEEP, WAIT, DELETE, GONE = "keep", "wait", "delete", "gone"
+KEEP, WAIT, TRIM, DELETE, GONE = "keep", "wait", "trim", "delete", "gone"
+CHAIN_REASON = "delta chain of v"     # the start of a reason the delta chain of a version gives
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class Lineage:
 class Verdict:
     model: str
     version: str
-    action: str                           # keep | wait | delete | gone
+    action: str                           # keep | wait | trim | delete | gone
     reasons: tuple[str, ...]
     org: str | None = None
     restore: bool = False                 # keep, but a deletion had begun: remove its `retention.deleting` tag
@@ -80,7 +86,7 @@ def rollback_chain(lineage: Lineage, keep_promoted: int) -> list[str]:
     `previous` (else the champion's `promotion.previous_version`), then each one's
     `promotion.previous_version`. In an org lineage an entry is `<v>@<org>` for its own versions; a plain version
     is the shared model's (what the org was served before its first champion) and ends the chain. So does a
-    version whose files retention deleted (or is deleting): a rollback removes alias `previous` there."""
+    version whose files or master retention deleted (or is deleting): a rollback removes alias `previous` there."""
     tags = {v.version: v.tags for v in lineage.versions}
     champion = lineage.aliases.get("champion")
     if champion is None:
@@ -94,8 +100,7 @@ def rollback_chain(lineage: Lineage, keep_promoted: int) -> list[str]:
         if lineage.org is not None and org is None:       # the shared version the org was served before
             chain.append(version)
             break
-        if org != lineage.org or version in seen or DELETED_TAG in tags.get(version, {}) \
-                or DELETING_TAG in tags.get(version, {}):
+        if org != lineage.org or version in seen or master_deleted(tags.get(version, {})):
             break       # another lineage, a loop, or files gone: a rollback stops there too (registry.promotion)
         chain.append(own(version))
         seen.add(version)
@@ -156,7 +161,7 @@ def plan(lineages: Iterable[Lineage], *, keep_promoted: int, min_age_s: float, n
         live = {ver for org, ver in why if org == lin.org}
         live |= {x.version for x in lin.versions if now_s - x.created_s < min_age_s and DELETED_TAG not in x.tags}
         for version, parent in delta_chain_holds(lin, live):
-            hold(lin.org, parent, f"delta chain of v{version}")
+            hold(lin.org, parent, f"{CHAIN_REASON}{version}")
 
     out: list[Verdict] = []
     # org lineages first: a kept or waiting adapter holds its shared base
@@ -178,7 +183,7 @@ def loaded_now(lineages: Iterable[Lineage], *, held: Iterable[str] = (),
     The rollback chain beyond the aliases is not among them (a rollback downloads its version again)."""
     verdicts = plan(lineages, keep_promoted=0, min_age_s=float("-inf"), now_s=0.0, held=held,   # none waits
                     in_flight_cycles=in_flight_cycles)
-    return {(v.model, v.version) for v in verdicts if v.action == KEEP or v.lost}
+    return {(v.model, v.version) for v in verdicts if v.action in (KEEP, TRIM) or v.lost}
 
 
 def _verdict(lin: Lineage, v: VersionRecord, reasons: list[str] | None, min_age_s: float,
@@ -189,11 +194,17 @@ def _verdict(lin: Lineage, v: VersionRecord, reasons: list[str] | None, min_age_
             return mk(GONE, [f"artifacts deleted at {v.tags[DELETED_TAG]}, yet held: " + ", ".join(reasons)],
                       lost=True)
         return mk(GONE, [f"artifacts deleted at {v.tags[DELETED_TAG]}"])
+    age = now_s - v.created_s
+    if reasons and MASTER_DELETED_TAG in v.tags:
+        return mk(KEEP, [*reasons, f"its float32 master deleted at {v.tags[MASTER_DELETED_TAG]}"])
+    if reasons and (MASTER_DELETING_TAG in v.tags or (
+            SERVED_KIND_TAG in v.tags and age >= min_age_s and all(r.startswith(CHAIN_REASON) for r in reasons))):
+        return mk(TRIM, [*reasons, "only its served weights are needed: its float32 master goes"],
+                  restore=DELETING_TAG in v.tags)
     if reasons:
         return mk(KEEP, reasons, restore=DELETING_TAG in v.tags)
     if DELETING_TAG in v.tags:
         return mk(DELETE, [f"deletion begun at {v.tags[DELETING_TAG]} did not finish"])
-    age = now_s - v.created_s
     if age < min_age_s:
         return mk(WAIT, [f"nothing holds it, registered {_hours(age)} ago (min_age_s {_hours(min_age_s)})"])
     return mk(DELETE, [f"no alias, rollback chain, anchor, stage or cycle in flight holds it; registered "
@@ -209,20 +220,21 @@ def _version_key(version: str):
 
 
 def summarize(verdicts: Sequence[Verdict]) -> dict:
-    """Counts by action and the labels planned for deletion (and any held version whose artifacts are lost)."""
-    counts = {a: sum(v.action == a for v in verdicts) for a in (KEEP, WAIT, DELETE, GONE)}
+    """Counts by action, the labels planned for deletion and for losing their master alone (and any held version
+    whose artifacts are lost)."""
+    counts = {a: sum(v.action == a for v in verdicts) for a in (KEEP, WAIT, TRIM, DELETE, GONE)}
     return {**counts, "to_delete": [v.label for v in verdicts if v.action == DELETE],
+            "to_trim": [v.label for v in verdicts if v.action == TRIM],
             "lost": [v.label for v in verdicts if v.lost]}
 
 
 def versions_with_artifacts(registry) -> list[str]:
-    """Labels of the versions, of every lineage, whose checkpoint files are stored (retention has not deleted or
-    begun deleting them)."""
+    """Labels of the versions, of every lineage, whose checkpoint files (the float32 master) are stored:
+    retention has not deleted them, nor begun to (a version whose master alone went keeps only served weights)."""
     from registry.retention_apply import lineages_of
 
     return [Verdict(lin.model, v.version, KEEP, (), lin.org).label for lin in lineages_of(registry)
-            for v in sorted(lin.versions, key=lambda x: _version_key(x.version))
-            if DELETED_TAG not in v.tags and DELETING_TAG not in v.tags]
+            for v in sorted(lin.versions, key=lambda x: _version_key(x.version)) if not master_deleted(v.tags)]
 
 
 def aliased_versions(registry) -> set[str]:

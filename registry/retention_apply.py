@@ -9,7 +9,9 @@ cycles are still running, plans, and tags each version to delete `retention.dele
 promoted, restored by a rollback, nor loaded: `Registry.local_path` refuses it). Then, with the lock released, it
 deletes those versions' checkpoint files (the `checkpoint/` artifacts of the version's run, through MLflow's
 artifact repository: a local folder, S3 or the tracking server's proxied store) and tags them
-`retention.artifacts_deleted`. The model version, its tags and metrics, its run and every gate run stay, for audit.
+`retention.artifacts_deleted`. A version planned `trim` (only a later version's delta chain holds it) is tagged
+`retention.master_deleting`, loses its `checkpoint/` artifacts alone and is tagged `retention.master_deleted`. The
+model version, its tags and metrics, its run and every gate run stay, for audit.
 A deletion that fails keeps its `retention.deleting` tag and is tried again next time. Last, this host's cache is
 bounded (`registry.cache.prune`): cached copies of deleted versions go, then the oldest that nothing loads now.
 
@@ -25,8 +27,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from registry.client import ARTIFACT_DIR, DELETED_TAG, DELETING_TAG, is_database_url
-from registry.retention import DELETE, GONE, REASON_TAG, Lineage, VersionRecord, loaded_now, plan, summarize
+from registry.client import ARTIFACT_DIR, DELETED_TAG, DELETING_TAG, MASTER_DELETED_TAG, MASTER_DELETING_TAG, \
+    is_database_url
+from registry.retention import DELETE, GONE, REASON_TAG, TRIM, Lineage, VersionRecord, loaded_now, plan, summarize
 
 
 def lineage_of(registry, org: str | None = None) -> Lineage:
@@ -82,9 +85,10 @@ def _lineage_registry(registry, org: str | None):
     return shared if org is None else shared.for_org(org)
 
 
-def delete_artifacts(registry, version: str) -> None:
-    """Delete the files of a version: its run's `checkpoint/` artifacts (the master) and, when it ships them, its
-    `served/` ones (registry/shipping.py); the run and version stay."""
+def delete_artifacts(registry, version: str, master_only: bool = False) -> None:
+    """Delete the files of a version: its run's `checkpoint/` artifacts (the master; unless deleted already)
+    and, unless `master_only`, when it ships them, its `served/` ones (registry/shipping.py); the run and version
+    stay."""
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
     from registry.shipping import KIND_TAG, SERVED_DIR
@@ -92,8 +96,9 @@ def delete_artifacts(registry, version: str) -> None:
     info = registry.info(version)
     run = registry.client.get_run(info.run_id)
     repo = get_artifact_repository(run.info.artifact_uri, tracking_uri=registry.tracking_uri)
-    repo.delete_artifacts(ARTIFACT_DIR)
-    if KIND_TAG in info.tags:
+    if MASTER_DELETED_TAG not in info.tags:
+        repo.delete_artifacts(ARTIFACT_DIR)
+    if KIND_TAG in info.tags and not master_only:
         repo.delete_artifacts(SERVED_DIR)
 
 
@@ -118,7 +123,7 @@ def apply_retention(registry, lock_fallback, *, keep_promoted: int, min_age_s: f
         flying = set(in_flight(cycles)) & cycles
         verdicts = plan(lineages, keep_promoted=keep_promoted, min_age_s=min_age_s, now_s=now.timestamp(),
                         held=held, in_flight_cycles=flying)
-        doomed = [v for v in verdicts if v.action == DELETE]
+        doomed = [v for v in verdicts if v.action in (DELETE, TRIM)]
         restored = [v for v in verdicts if v.restore]
         tags = {(lin.model, v.version): v.tags for lin in lineages for v in lin.versions}
         if not dry_run:
@@ -129,25 +134,28 @@ def apply_retention(registry, lock_fallback, *, keep_promoted: int, min_age_s: f
                 log(f"retention: version {v.label} is held again ({', '.join(v.reasons)}): its deletion is undone")
             for v in doomed:
                 check()   # a lease may run out on a long list: the versions tagged so far are deleted next time
-                if DELETING_TAG not in tags[(v.model, v.version)]:
+                begun = DELETING_TAG if v.action == DELETE else MASTER_DELETING_TAG
+                if begun not in tags[(v.model, v.version)]:
                     _lineage_registry(registry, v.org).set_version_tags(v.version, {
-                        DELETING_TAG: _now_iso(now), REASON_TAG: "; ".join(v.reasons)[:500]})
-    deleted, failed = [], {}
+                        begun: _now_iso(now), REASON_TAG: "; ".join(v.reasons)[:500]})
+    deleted, trimmed, failed = [], [], {}
     for v in [] if dry_run else doomed:
         reg = _lineage_registry(registry, v.org)
+        what = "artifacts" if v.action == DELETE else "float32 master"
         try:
-            delete_artifacts(reg, v.version)
+            delete_artifacts(reg, v.version, master_only=v.action == TRIM)
         except Exception as e:  # noqa: BLE001 -- any store error: the version stays tagged deleting, retried next time
             failed[v.label] = f"{type(e).__name__}: {e}"[:300]
-            log(f"retention: deleting the artifacts of version {v.label} failed, retried next time: {failed[v.label]}")
+            log(f"retention: deleting the {what} of version {v.label} failed, retried next time: {failed[v.label]}")
             continue
-        reg.set_version_tags(v.version, {DELETED_TAG: _now_iso(datetime.now(timezone.utc))})
-        deleted.append(v.label)
-        log(f"retention: deleted the artifacts of version {v.label} ({'; '.join(v.reasons)})")
+        done = DELETED_TAG if v.action == DELETE else MASTER_DELETED_TAG
+        reg.set_version_tags(v.version, {done: _now_iso(datetime.now(timezone.utc))})
+        (deleted if v.action == DELETE else trimmed).append(v.label)
+        log(f"retention: deleted the {what} of version {v.label} ({'; '.join(v.reasons)})")
     lost = [v for v in verdicts if v.lost]
     for v in lost:
         log(f"retention: version {v.label} is held but its artifacts are gone: {v.reasons[0]}")
-    report = {**summarize(verdicts), "dry_run": dry_run, "deleted": deleted, "failed": failed,
+    report = {**summarize(verdicts), "dry_run": dry_run, "deleted": deleted, "trimmed": trimmed, "failed": failed,
               "restored": [v.label for v in restored], "plan": [v.as_dict() for v in verdicts]}
     if cache_max_bytes is not None:    # copies of versions deleted, or being deleted: local_path refuses them
         gone = {(v.model, v.version) for v in verdicts if v.action in (GONE, DELETE)}

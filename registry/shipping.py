@@ -162,7 +162,7 @@ def verify_anchor(folder: Path, version: str) -> None:
 def _download(registry, version: str, dest: Path) -> Path:
     import mlflow.artifacts
 
-    info = registry._loadable(version)
+    info = registry._loadable(version, master=False)
     return Path(mlflow.artifacts.download_artifacts(run_id=info.run_id, artifact_path=SERVED_DIR, dst_path=str(dest),
                                                     tracking_uri=registry.tracking_uri))
 

@@ -62,6 +62,7 @@ from serving.spares import Spares
 log = logging.getLogger("rtrl.serving.arms")
 
 RETRY_FAILED_S = 60.0
+PREFETCHED_SHOWN = 20  # prefetches /health lists (the newest)
 
 
 def _version_key(v: str) -> tuple[int, str]:
@@ -159,6 +160,7 @@ class Fleet:
         self._poller: asyncio.Task | None = None
         self._prefetching: asyncio.Task | None = None
         self._prefetched: set[str] = set()        # versions whose served copy was built ahead of a load
+        self.prefetched: dict[str, float] = {}    # version -> seconds its prefetch took (the last few; /health)
         self._swap_lock = asyncio.Lock()
         self.gpu = is_gpu(self.device)
         self.spares = Spares(0 if self.gpu else self.cfg.spare_engines,   # CPU-only (an idle spare holds a GPU share)
@@ -268,7 +270,7 @@ class Fleet:
                              **({"devices": s.engine.devices} if getattr(s.engine, "devices", "") else {}),
                              **({"reloading": True} if s.ready is not None and not s.ready.is_set() else {})}
                             for s in self._all_slots()],
-                "staged": self.staged, "spares": self.spares.status(),
+                "staged": self.staged, "spares": self.spares.status(), "prefetched": dict(self.prefetched),
                 "swaps": [s.as_dict() for s in self.swaps[-20:]], "last_error": self.last_error}
 
     def _all_slots(self) -> list[Loaded]:
@@ -398,7 +400,10 @@ class Fleet:
                 self._prefetched.add(version)
                 t0 = time.monotonic()
                 await asyncio.to_thread(self.registry.served_path, version)
-                log.info("prefetched version %s's served weights in %.1fs", version, time.monotonic() - t0)
+                self.prefetched[version] = round(time.monotonic() - t0, 3)
+                for old in list(self.prefetched)[:-PREFETCHED_SHOWN]:
+                    del self.prefetched[old]
+                log.info("prefetched version %s's served weights in %.1fs", version, self.prefetched[version])
             except Exception as e:  # noqa: BLE001 -- a load of it later fetches it again and reports
                 log.warning("prefetching the newest version: %s: %s", type(e).__name__, e)
 

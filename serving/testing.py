@@ -8,6 +8,7 @@ format's special tokens (`schemas.chat_format.SPECIAL_TOKENS`), eos `<|end|>` an
 different weights (the same tokenizer), so two versions of "the policy" can be told apart.
 
     adapter = make_tiny_adapter(tmp_path / "lora", folder, base_version="1", seed=5)   # a peft LoRA adapter of it
+    child = make_child_checkpoint(folder, tmp_path / "v2", seed=2)  # the same weights, 2 % of each matrix moved
 """
 
 from __future__ import annotations
@@ -79,6 +80,27 @@ def make_tiny_checkpoint(folder: str | Path, seed: int = 0, *, hidden: int = 64,
     model.generation_config.pad_token_id = eos
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
+    return folder
+
+
+def make_child_checkpoint(parent: str | Path, folder: str | Path, seed: int = 0, share: float = 0.02,
+                          step: float = 0.05) -> Path:
+    """A copy of checkpoint `parent` with `share` of each matrix's elements moved by `step` (a training cycle's
+    worth of change, as a child version's delta would hold); everything else is bit-identical."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(folder)
+    shutil.copytree(parent, folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    g = torch.Generator().manual_seed(seed)
+    for w in weights.values():
+        if w.dim() == 2:
+            idx = torch.randint(0, w.numel(), (max(1, int(w.numel() * share)),), generator=g)
+            w.view(-1)[idx] += step
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder
 
 

@@ -21,6 +21,9 @@ Llama checkpoints of the default policy's shape (`serving.testing`, `MODEL`) reg
      v3), `swap_load_seconds` (the gateway's own count: alias seen → v3 engine serving), `swap_drain_seconds`
      (v2's in-flight requests finished → v2 shut down), `failed_requests_during_swap` (target 0, streamed and
      non-streamed; `failed_streamed_requests_during_swap` of them streamed) and `requests_during_swap`.
+  4. `delta_swap`: the gateway again, swapping in place, and v4 registered as v3's child, so shipped as a delta:
+     prefetched, applied in place under load, and the served log-probs checked against the trainer's
+     recomputation (infra/bench/serving_delta.py).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from infra.argv import rtrl_argv
 from infra.bench.ports import free_port
 
 
+DELTA_STEADY_S = 5.0  # stage 4's load before v4 is registered
 ROUNDS = 3  # throughput: the best of 3 timed batches after a warm-up, for both (the machine may be shared)
 # The shape of the default policy (`rtrl bootstrap`, [policy] in rtrl.toml), random weights; the tokenizer is
 # serving.testing's (about 1,370 tokens).
@@ -218,7 +222,7 @@ def streamed_request(client, body: dict, clock: Callable[[], float] = time.monot
     return rec
 
 
-class _Clients:
+class Clients:
     """`n` threads sending chat requests in a loop; every outcome is recorded with its time. The first
     `streaming` of them send `stream: true` through the official openai client and read each stream to its end
     (`StreamTally` judges it); the others post plain JSON bodies."""
@@ -309,7 +313,7 @@ def _round(x: float) -> float | None:
     return None if x != x else round(x, 1)  # NaN (no values) -> None: JSON has no NaN
 
 
-def _health(url: str) -> dict | None:
+def health(url: str) -> dict | None:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
             return json.loads(r.read())
@@ -317,60 +321,86 @@ def _health(url: str) -> dict | None:
         return None
 
 
-def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clients: int, max_tokens: int,
-                  steady_s: float, log, stream_share: float = 0.5) -> dict:
+def start_gateway(cfg, overrides: list[str], log) -> str:
+    """`rtrl serve --detach` (its own process) with `overrides`; returns its URL once it serves."""
     import subprocess
 
-    from infra.stack.process import ManagedProcess
     from serving.server import url_of
 
-    url = url_of(cfg.serving)
     argv = rtrl_argv("serve", "--detach", overrides=overrides)
     t0 = time.monotonic()
     out = subprocess.run(argv, capture_output=True, text=True, timeout=cfg.serving.startup_timeout_s + 60)
     if out.returncode != 0:
         raise RuntimeError(f"rtrl serve --detach failed:\n{out.stdout}\n{out.stderr}")
-    log(f"gateway: up in {time.monotonic() - t0:.1f}s (2 engines) at {url}")
+    url = url_of(cfg.serving)
+    log(f"gateway: up in {time.monotonic() - t0:.1f}s at {url}")
+    return url
+
+
+def stop_gateway(cfg) -> None:
+    from infra.stack.process import ManagedProcess
+
+    ManagedProcess("serving", cfg.state_path).stop(timeout_s=30)
+
+
+def swap_under_load(cfg, url: str, registry, new: str, load: "Clients", log) -> dict:
+    """Move alias `champion` to `new` while `load` keeps sending, wait for the gateway's swap record to say the
+    swap is over (the old engine shut down, or an in-place reload done), keep the load on 2 s more and stop it:
+    {record, during (requests in flight at some point of the swap), t_move, first_new (first answer from `new`)}."""
+    t_move = time.monotonic()
+    registry.set_alias("champion", new)
+    log(f"swap: alias champion moved to v{new} under load")
+    record = None
+    deadline = t_move + cfg.serving.startup_timeout_s + cfg.serving.drain_timeout_s
+    while time.monotonic() < deadline:
+        h = health(url) or {}
+        record = next((s for s in h.get("swaps", []) if s["to_version"] == new), None)
+        if record and (record.get("old_engine_shut_down") or record.get("reload_s") is not None):
+            break
+        time.sleep(0.2)
+    time.sleep(2.0)  # keep the load on after the swap is over
+    t_done = time.monotonic()
+    load.stop()
+    during = load.window(t_move, t_done)
+    failed = [r for r in during if r["status"] != 200]
+    first_new = min((r["end"] for r in load.results if r.get("version") == new), default=None)
+    log(f"swap: {len(during)} requests during the swap, {len(failed)} failed; record {record}")
+    return {"record": record, "during": during, "t_move": t_move, "first_new": first_new}
+
+
+def steady_phase(load: "Clients", steady_s: float) -> list[dict]:
+    """Requests that started and ended within the next `steady_s` seconds (after 3 s of warm-up)."""
+    time.sleep(3.0)  # first requests warm up the engines
+    steady_from = time.monotonic()
+    time.sleep(steady_s)
+    steady_to = time.monotonic()
+    return [r for r in load.window(steady_from, steady_to) if r["start"] >= steady_from and r["end"] <= steady_to]
+
+
+def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clients: int, max_tokens: int,
+                  steady_s: float, log, stream_share: float = 0.5) -> dict:
+    url = start_gateway(cfg, overrides, log)
     streaming = stream_clients(clients, stream_share)
-    load = _Clients(url, clients, max_tokens, streaming=streaming)
+    load = Clients(url, clients, max_tokens, streaming=streaming)
     log(f"gateway: {clients} clients, {streaming} of them streaming")
     try:
         load.start()
-        time.sleep(3.0)  # first requests warm up the engines
-        steady_from = time.monotonic()
-        time.sleep(steady_s)
-        steady_to = time.monotonic()
-        steady = [r for r in load.window(steady_from, steady_to) if r["start"] >= steady_from and r["end"] <= steady_to]
+        steady = steady_phase(load, steady_s)
         ok = [r["latency_ms"] for r in steady if r["status"] == 200]
         log(f"gateway: steady phase {len(steady)} requests, p50 {_pct(ok, 0.5):.0f} ms, p95 {_pct(ok, 0.95):.0f} ms")
-
-        old, new = versions[1], versions[2]
-        t_move = time.monotonic()
-        registry.set_alias("champion", new)
-        log(f"swap: alias champion moved v{old} -> v{new} under load")
-        record = None
-        deadline = t_move + cfg.serving.startup_timeout_s + cfg.serving.drain_timeout_s
-        while time.monotonic() < deadline:
-            h = _health(url) or {}
-            record = next((s for s in h.get("swaps", []) if s["to_version"] == new), None)
-            if record and record.get("old_engine_shut_down"):
-                break
-            time.sleep(0.2)
-        time.sleep(2.0)  # keep the load on after the old engine is gone
-        t_done = time.monotonic()
-        load.stop()
-        during = load.window(t_move, t_done)
+        new = versions[2]
+        swap = swap_under_load(cfg, url, registry, new, load, log)
+        record, during = swap["record"], swap["during"]
         failed = [r for r in during if r["status"] != 200]
-        first_new = min((r["end"] for r in load.results if r.get("version") == new), default=None)
         after_ok = [r["latency_ms"] for r in during if r["status"] == 200]
-        health = _health(url) or {}
-        log(f"swap: {len(during)} requests during the swap, {len(failed)} failed; record {record}")
+        status = health(url) or {}
         steady_kinds, swap_kinds = by_kind(steady), by_kind(during)
         log(f"gateway: steady {steady_kinds}; during the swap {swap_kinds}")
+        steady_s_real = max(steady_s, 1e-9)
         return {
             "p50_latency_ms": round(_pct(ok, 0.5), 1), "p95_latency_ms": round(_pct(ok, 0.95), 1),
-            "steady_requests": len(steady), "steady_requests_per_s": round(len(steady) / (steady_to - steady_from), 2),
-            "swap_seconds": round(first_new - t_move, 2) if first_new else None,
+            "steady_requests": len(steady), "steady_requests_per_s": round(len(steady) / steady_s_real, 2),
+            "swap_seconds": round(swap["first_new"] - swap["t_move"], 2) if swap["first_new"] else None,
             "swap_load_seconds": record and record["load_s"], "swap_drain_seconds": record and record["drain_s"],
             "old_engine_shut_down": bool(record and record["old_engine_shut_down"]),
             "requests_during_swap": len(during), "failed_requests_during_swap": len(failed),
@@ -379,7 +409,7 @@ def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clie
             "versions_served_during_swap": sorted({r["version"] for r in during if "version" in r}),
             "failed_requests_total": sum(r["status"] != 200 for r in load.results),
             "requests_total": len(load.results),
-            "trajectories_sent": (health.get("telemetry") or {}).get("sent"),
+            "trajectories_sent": (status.get("telemetry") or {}).get("sent"),
             "stream_share": stream_share, "streaming_clients": streaming,
             "steady_by_kind": steady_kinds, "swap_by_kind": swap_kinds,
             "failed_streamed_requests_during_swap": swap_kinds["streamed"]["failed"],
@@ -387,7 +417,7 @@ def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clie
         }
     finally:
         load.stop()
-        ManagedProcess("serving", cfg.state_path).stop(timeout_s=30)
+        stop_gateway(cfg)
 
 
 def _gpu() -> bool:
@@ -459,10 +489,12 @@ def run(batch: int = 32, prompt_tokens: int = 64, new_tokens: int = 128, clients
 
 def _gateway_with_stack(cfg, overrides: list[str], tmp: Path, clients: int, new_tokens: int, steady_s: float,
                         log, stream_share: float = 0.5) -> dict:
-    """A private stack and registry with versions 1-3 (seeds 0-2), then the gateway stage."""
-    from registry.client import Registry
+    """A private stack and registry with versions 1-3 (seeds 0-2), the gateway stage, then the swap by delta
+    (infra/bench/serving_delta.py: v4, v3's child)."""
+    from infra.bench.serving_delta import delta_swap_stage
     from infra.stack.stack import Stack
-    from serving.testing import make_tiny_checkpoint
+    from registry.client import Registry
+    from serving.testing import make_child_checkpoint, make_tiny_checkpoint
 
     stack = Stack(cfg)
     try:
@@ -473,7 +505,11 @@ def _gateway_with_stack(cfg, overrides: list[str], tmp: Path, clients: int, new_
                                       tags={"bench": "serving"}) for s in range(3)]
         registry.set_alias("control", versions[0])
         registry.set_alias("champion", versions[1])
-        return gateway_stage(cfg, overrides, registry, versions, clients, new_tokens, steady_s, log, stream_share)
+        result = gateway_stage(cfg, overrides, registry, versions, clients, new_tokens, steady_s, log, stream_share)
+        child = make_child_checkpoint(tmp / "ckpt2", tmp / "ckpt2-child", seed=3)
+        result["delta_swap"] = delta_swap_stage(cfg, overrides, registry, versions[2], child, clients, new_tokens,
+                                                DELTA_STEADY_S, log, stream_share)
+        return result
     finally:
         stack.down(log=lambda *_: None)
 

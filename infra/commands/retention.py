@@ -57,6 +57,10 @@ def render(report: dict) -> str:
         done = report.get("to_delete") if report.get("dry_run") else report.get("deleted")
         lines.append(f"{verb}: {', '.join(done) or 'nothing'}; kept {report.get('keep', 0)}, waiting "
                      f"{report.get('wait', 0)}, already deleted {report.get('gone', 0)}")
+        masters = report.get("to_trim") if report.get("dry_run") else report.get("trimmed")
+        if masters:
+            lines.append(f"{verb} the float32 master alone (a delta chain holds the served weights): "
+                         f"{', '.join(masters)}")
         for label, why in (report.get("failed") or {}).items():
             lines.append(f"failed: {label}: {why}")
         if report.get("lost"):

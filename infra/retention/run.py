@@ -77,7 +77,8 @@ def run_retention(cfg, *, dry_run: bool = False, cache_only: bool = False, now: 
 def brief(report: dict) -> dict:
     """What the deploy step records in the ledger: counts and labels, not the whole plan."""
     cache = report.get("cache") or {}
-    return {"deleted": report.get("deleted", []), "failed": report.get("failed", {}),
+    return {"deleted": report.get("deleted", []), "masters_deleted": report.get("trimmed", []),
+            "failed": report.get("failed", {}),
             "kept": report.get("keep", 0), "waiting": report.get("wait", 0), "gone": report.get("gone", 0),
             "restored": report.get("restored", []), "lost": report.get("lost", []),
             "cache_evicted": [f"{e['model']}/v{e['version']}" for e in cache.get("evicted", []) if e.get("version")],

@@ -44,13 +44,14 @@ def test_the_cycle_whose_deploy_runs_retention_is_not_in_flight_so_its_rejected_
 
 
 def test_the_deploy_steps_summary_keeps_counts_and_labels_not_the_plan():
-    report = {"keep": 4, "wait": 1, "delete": 2, "gone": 3, "deleted": ["2", "5@acme"], "failed": {},
+    report = {"keep": 4, "wait": 1, "delete": 2, "gone": 3, "deleted": ["2", "5@acme"], "trimmed": ["7"],
+              "failed": {},
               "restored": [], "lost": [], "plan": [{"version": "1"}], "seconds": 0.2,
               "cache": {"bytes_after": 10, "evicted": [{"model": "policy", "version": "2", "bytes": 5, "reason": "x"},
                                                        {"model": "policy", "version": None, "bytes": 1,
                                                         "reason": "y"}]}}
     out = brief(report)
-    assert out == {"deleted": ["2", "5@acme"], "failed": {}, "kept": 4, "waiting": 1, "gone": 3, "restored": [],
+    assert out == {"deleted": ["2", "5@acme"], "masters_deleted": ["7"], "failed": {}, "kept": 4, "waiting": 1, "gone": 3, "restored": [],
                    "lost": [], "cache_evicted": ["policy/v2"], "cache_bytes": 10, "seconds": 0.2}
 
 

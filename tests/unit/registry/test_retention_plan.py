@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from registry.client import DELETED_TAG, DELETING_TAG
-from registry.retention import (DELETE, GONE, KEEP, WAIT, Lineage, VersionRecord, loaded_now, plan, rollback_chain,
-                                summarize)
+from registry.client import DELETED_TAG, DELETING_TAG, MASTER_DELETED_TAG, MASTER_DELETING_TAG
+from registry.retention import (DELETE, GONE, KEEP, TRIM, WAIT, Lineage, VersionRecord, loaded_now, plan,
+                                rollback_chain, summarize)
 
 HOUR = 3600.0
 NOW = 1_000_000.0
@@ -191,16 +191,51 @@ def test_a_negative_keep_promoted_is_refused():
         run(shared([v(1)], champion="1"), k=-1)
 
 
-def test_a_kept_version_served_by_delta_keeps_the_versions_it_is_rebuilt_through_back_to_its_anchor():
-    def shipped(version, served, parent="", created=OLD, **tags):
-        return v(version, created, **{"served.kind": served, "served.parent": parent, **tags})
+def shipped(version, served, parent="", created=OLD, **tags) -> VersionRecord:
+    return v(version, created, **{"served.kind": served, "served.parent": parent, **tags})
 
-    versions = [shipped(1, "anchor", kind="bootstrap"), shipped(2, "delta", "1"), shipped(3, "delta", "2"),
-                shipped(4, "anchor"), shipped(5, "delta", "4"), shipped(6, "delta", "5"),
-                shipped(7, "delta", "6", created=NOW - HOUR)]          # a new candidate: waits, and holds 6 and 5
-    got = run(shared(versions, champion="3"), k=0)
-    assert actions(got) == {"1": KEEP, "2": KEEP, "3": KEEP, "4": KEEP, "5": KEEP, "6": KEEP, "7": WAIT}
+
+CHAINS = [shipped(1, "anchor", kind="bootstrap"), shipped(2, "delta", "1"), shipped(3, "delta", "2"),
+          shipped(4, "anchor"), shipped(5, "delta", "4"), shipped(6, "delta", "5"),
+          shipped(7, "delta", "6", created=NOW - HOUR)]          # a new candidate: waits, and holds 6, 5 and 4
+
+
+def test_a_version_only_a_delta_chain_holds_keeps_its_served_weights_and_loses_its_master():
+    got = run(shared(CHAINS, champion="3"), k=0)
+    assert actions(got) == {"1": KEEP, "2": TRIM, "3": KEEP, "4": TRIM, "5": TRIM, "6": TRIM, "7": WAIT}
     reasons = {x.label: x.reasons for x in got}
-    assert reasons["2"] == ("delta chain of v3",) and reasons["4"] == ("delta chain of v7",)
-    later = run(shared(versions[:6], champion="3"), k=0)               # without v7 nothing holds 4..6
-    assert actions(later) == {"1": KEEP, "2": KEEP, "3": KEEP, "4": DELETE, "5": DELETE, "6": DELETE}
+    assert reasons["2"][0] == "delta chain of v3" and reasons["4"][0] == "delta chain of v7"
+    assert "float32 master goes" in reasons["2"][-1]
+    assert summarize(got)["to_trim"] == ["2", "4", "5", "6"] and summarize(got)["trim"] == 4
+    later = run(shared(CHAINS[:6], champion="3"), k=0)               # without v7 nothing holds 4..6
+    assert actions(later) == {"1": KEEP, "2": TRIM, "3": KEEP, "4": DELETE, "5": DELETE, "6": DELETE}
+
+
+def test_a_chain_link_that_anything_else_holds_or_that_is_young_keeps_its_master():
+    got = run(shared(CHAINS, champion="3", previous="2", control="5"), k=1)
+    assert actions(got)["2"] == KEEP and actions(got)["5"] == KEEP           # rollback 1 and alias previous; control
+    young = [shipped(1, "anchor", kind="bootstrap"), shipped(2, "delta", "1", created=NOW - HOUR),
+             shipped(3, "delta", "2", created=NOW - HOUR)]
+    assert actions(run(shared(young, champion="3"), k=0))["2"] == KEEP       # may still be rolled back to or gated
+
+
+def test_a_trimmed_link_stays_while_its_chain_holds_it_then_goes_and_an_unfinished_trim_is_planned_again():
+    trimmed = [shipped(1, "anchor", kind="bootstrap"), shipped(2, "delta", "1", **{MASTER_DELETED_TAG: "t"}),
+               shipped(3, "delta", "2")]
+    got = run(shared(trimmed, champion="3"), k=0)
+    assert actions(got)["2"] == KEEP and "master deleted at t" in got[1].reasons[-1]
+    assert actions(run(shared(trimmed[:2], champion="1"), k=0))["2"] == DELETE
+    begun = [shipped(1, "anchor", kind="bootstrap"), shipped(2, "delta", "1", **{MASTER_DELETING_TAG: "t"}),
+             shipped(3, "delta", "2")]
+    assert actions(run(shared(begun, champion="3", control="2"), k=0))["2"] == TRIM   # held, its master unusable
+    restored = [shipped(1, "anchor", kind="bootstrap"), shipped(2, "delta", "1", **{DELETING_TAG: "t"}),
+                shipped(3, "delta", "2")]
+    (_, two, _) = run(shared(restored, champion="3"), k=0)
+    assert (two.action, two.restore) == (TRIM, True)     # its whole deletion is undone: the chain needs it
+
+
+def test_a_rollback_chain_ends_at_a_version_without_its_master_and_the_cache_keeps_chain_links():
+    lin = shared([v(1, kind="bootstrap"), promoted(2, "1", **{MASTER_DELETED_TAG: "t"}), promoted(3, "2")],
+                 champion="3")
+    assert rollback_chain(lin, 5) == ["3"]
+    assert ("policy", "2") in loaded_now([shared(CHAINS, champion="3")])

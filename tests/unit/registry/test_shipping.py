@@ -4,17 +4,16 @@ corrupted delta or anchor refused."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from registry.client import Registry
 from registry.delta import DeltaMismatch
 from registry.served import in_precision, weights_of
 from registry.shipping import ShipPolicy, served_folder, ship, stored
+from serving.testing import make_child_checkpoint
 from tests.unit.trainer.tiny import tiny_checkpoint
 
 pytestmark = pytest.mark.slow   # an MLflow store per test: seconds each
@@ -24,25 +23,12 @@ def _registry(tmp_path: Path, cache: str = "cache") -> Registry:
     return Registry(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", "policy", tmp_path / cache)
 
 
-def _child(parent: Path, folder: Path, seed: int) -> Path:
-    """The parent checkpoint with a few weights of every matrix moved (a training step's worth)."""
-    shutil.copytree(parent, folder)
-    weights = load_file(str(folder / "model.safetensors"))
-    g = torch.Generator().manual_seed(seed)
-    for name, w in weights.items():
-        if w.dim() == 2:
-            idx = torch.randint(0, w.numel(), (max(1, w.numel() // 50),), generator=g)
-            w.view(-1)[idx] += 0.05
-    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    return folder
-
-
 def _lineage(tmp_path: Path, n: int) -> tuple[Registry, dict[str, Path]]:
     reg = _registry(tmp_path)
     folders = {"1": tiny_checkpoint(tmp_path / "v1")}
     reg.register(folders["1"], tags={"parent": ""})
     for v in range(2, n + 1):
-        folders[str(v)] = _child(folders[str(v - 1)], tmp_path / f"v{v}", seed=v)
+        folders[str(v)] = make_child_checkpoint(folders[str(v - 1)], tmp_path / f"v{v}", seed=v)
         assert reg.register(folders[str(v)], tags={"parent": str(v - 1)}) == str(v)
     return reg, folders
 
@@ -103,7 +89,8 @@ def test_a_registry_with_a_ship_policy_ships_at_registration_and_serves_the_veri
     reg.ship_policy = ShipPolicy(precision="bf16")
     v1 = tiny_checkpoint(tmp_path / "v1")
     assert reg.register(v1, tags={"parent": ""}, log=lambda *_: None) == "1"
-    assert reg.register(_child(v1, tmp_path / "v2", seed=2), tags={"parent": "1"}, log=lambda *_: None) == "2"
+    v2 = make_child_checkpoint(v1, tmp_path / "v2", seed=2)
+    assert reg.register(v2, tags={"parent": "1"}, log=lambda *_: None) == "2"
     assert [stored(reg, v).kind for v in ("1", "2")] == ["anchor", "delta"]
     fresh = _registry(tmp_path, cache="fresh-host")
     folder = fresh.served_path("2")
@@ -142,6 +129,42 @@ def test_retention_deleting_a_version_deletes_its_served_weights_with_its_master
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint", "served"]
     delete_artifacts(reg, "1")
     assert list(run_dir.iterdir()) == []
+
+
+def test_retention_keeps_only_the_served_weights_of_a_version_a_delta_chain_holds_and_the_chain_still_rebuilds(
+        tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from registry.client import ArtifactsDeleted
+    from registry.promotion import PromotionRefused, lock_path_for, promote
+    from registry.retention import versions_with_artifacts
+    from registry.retention_apply import apply_retention
+
+    reg = _registry(tmp_path)
+    reg.ship_policy = ShipPolicy(precision="bf16")
+    folders = {"1": tiny_checkpoint(tmp_path / "v1")}
+    reg.register(folders["1"], tags={"parent": "", "kind": "bootstrap"}, log=lambda *_: None)
+    for v in range(2, 5):
+        folders[str(v)] = make_child_checkpoint(folders[str(v - 1)], tmp_path / f"v{v}", seed=v)
+        reg.register(folders[str(v)], tags={"parent": str(v - 1)}, log=lambda *_: None)
+    reg.set_alias("champion", "4")
+    lock = lock_path_for(reg.tracking_uri, tmp_path)
+    later = datetime.now(timezone.utc) + timedelta(hours=2)
+    report = apply_retention(reg, lock, keep_promoted=0, min_age_s=3600, cache_max_bytes=None, now=later)
+    assert report["trimmed"] == ["2", "3"] and report["deleted"] == [] and report["failed"] == {}
+    for v in ("2", "3"):
+        run_dir = next((tmp_path / "artifacts").rglob(f"{reg.info(v).run_id}/artifacts"))
+        assert sorted(p.name for p in run_dir.iterdir()) == ["served"]             # the master went
+        with pytest.raises(ArtifactsDeleted, match="no float32 master"):
+            _registry(tmp_path, cache=f"fresh-{v}").local_path(v)
+    assert versions_with_artifacts(reg) == ["1", "4"]
+    fresh = _registry(tmp_path, cache="fresh-host")                                # through v2's and v3's deltas
+    assert weights_of(fresh.served_path("4")) == in_precision(weights_of(folders["4"]), "bf16")
+    reg.set_version_tags("3", {"gate.decision": "promote", "gate.champion_version": "4"})
+    with pytest.raises(PromotionRefused, match="float32 master was deleted"):
+        promote(reg, "3", lock, force=True)
+    again = apply_retention(reg, lock, keep_promoted=0, min_age_s=3600, cache_max_bytes=None, now=later)
+    assert again["trimmed"] == [] and again["to_trim"] == [] and again["keep"] == 4       # done once
 
 
 def test_when_both_the_served_copy_and_the_master_are_corrupted_nothing_is_served(tmp_path):

@@ -155,6 +155,7 @@ def test_the_newest_registered_version_is_prefetched_once_and_a_promotion_then_l
         await f.poll_once()                   # the next poll's prefetch finds it fetched already
         await wait_for_async(lambda: f._prefetching.done(), 5, "the second poll's prefetch")
         assert reg.served_calls.count("2") == 1 and [e.version for e in loader.engines] == ["1"]
+        assert list(f.status()["prefetched"]) == ["2"]          # what /health shows
         reg.aliases["champion"] = "2"
         (swap,) = await f.poll_once()
         assert swap.to_version == "2" and loader.engines[-1].version == "2"
