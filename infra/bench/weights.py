@@ -12,7 +12,10 @@ and learning rate):
   3. Per version, in float32 and in bf16: full against delta bytes, the share of elements changed, encode and
      decode seconds, and whether the rebuilt weights equal the trainer's (cast to the precision) bit for bit.
   4. The chain: the newest version rebuilt on a host with an empty cache (from its anchor through every delta,
-     each checked) -- its seconds and length -- and the bytes the lineage stores: served copies and masters.
+     each checked) -- its seconds and length -- and the bytes the lineage stores: served copies and masters, and
+     `under_retention`, what stays once retention has run with `retention.keep_promoted` on the lineage promoted
+     version by version (`stored_under_retention`: masters for what may be rolled back to, served weights alone
+     for the links of the newest version's delta chain).
   5. The swap (`--swap`, vLLM on this machine's device): an engine serving v(N-1) reloads vN in place (the layers
      of the changed tensors, verified: serving.engine.VllmEngine.reload) against a new engine started on vN (a
      full load), and the two engines' log-probs of the same tokens compared.
@@ -164,6 +167,29 @@ def _swap(serving_cfg, old: tuple[str, Path], new: tuple[str, Path], log) -> dic
     return asyncio.run(go())
 
 
+def stored_under_retention(tags: dict[str, dict[str, str]], keep_promoted: int, master_bytes: int) -> dict:
+    """The bytes a straight lineage (v1 the anchor v0, each version promoted over the one before, the newest the
+    champion) stores once retention has run (registry.retention.plan, every version past its minimum age): a
+    master for each version kept whole, served weights for those and for each one only a delta chain holds."""
+    from registry.retention import KEEP, TRIM, Lineage, VersionRecord, plan
+    from registry.shipping import BYTES_TAG
+
+    versions = sorted(tags, key=int)
+    records = [VersionRecord(v, 0.0, {**tags[v], **({"kind": "bootstrap"} if v == versions[0] else
+                                                   {"promotion.previous_version": str(int(v) - 1)})})
+               for v in versions]
+    verdicts = plan([Lineage("bench", records, {"champion": versions[-1]})], keep_promoted=keep_promoted,
+                    min_age_s=0.0, now_s=1.0)
+    masters = [x.version for x in verdicts if x.action == KEEP]
+    served = [x.version for x in verdicts if x.action in (KEEP, TRIM)]
+    served_bytes = sum(int(tags[v].get(BYTES_TAG, 0)) for v in served)
+    return {"keep_promoted": keep_promoted, "masters_kept": masters, "served_only": [
+                x.version for x in verdicts if x.action == TRIM],
+            "deleted": [x.version for x in verdicts if x.action not in (KEEP, TRIM)],
+            "bytes": len(masters) * master_bytes + served_bytes, "master_bytes": len(masters) * master_bytes,
+            "served_bytes": served_bytes}
+
+
 def run(cfg, shape: str = "0.5b", versions: int = 2, steps: int = 4, rows_per_step: int = 2, seed: int = 0,
         swap: bool = True, log: Callable[[str], None] = print) -> dict:
     from registry.client import Registry
@@ -226,7 +252,10 @@ def run(cfg, shape: str = "0.5b", versions: int = 2, steps: int = 4, rows_per_st
                             "rebuilt_equal": equal,
                             "served_bytes_stored": sum(s["bytes"] for s in shipped),
                             "served_bytes_if_whole": sum(s["full_bytes"] for s in shipped),
-                            "master_bytes_each": master_bytes}}
+                            "master_bytes_each": master_bytes,
+                            "under_retention": stored_under_retention(
+                                {str(v): t for v, t in enumerate(tags, 1)}, cfg.retention.keep_promoted,
+                                master_bytes)}}
         if swap:
             older = str(versions - 1)
             result["swap"] = _swap(cfg.serving, (older, served_folder(reg, older)), (newest, rebuilt), log)
