@@ -40,6 +40,7 @@ from schemas.events import Trajectory
 from serving.arms import Fleet
 from serving.auth import AuthMiddleware, principal_of
 from serving.config import CPU_CORES_PATTERN, ServingConfig
+from serving.metrics import ServingMetrics
 from serving.protocol import (Caller, ChatRequest, Generation, RequestError, SampleSpec, Served, TimeBounds,
                               build_response, build_trajectories, final_content, fit_max_tokens, parse_request,
                               tool_format_of)
@@ -115,6 +116,7 @@ class Gateway:
         self.emit, self._on_close, self.telemetry_stats = emit, on_close, telemetry_stats
         self.counts = {"served": 0, "failed": 0, "rejected": 0, "telemetry_errors": 0, "secret_requests_not_logged": 0,
                        "streams_cut_short": 0, "event_time_clamped": 0}
+        self.metrics = ServingMetrics(self)     # GET /metrics (serving/metrics.py)
 
     async def start(self, poll: bool = True) -> None:
         await self.fleet.start()
@@ -202,9 +204,11 @@ class Gateway:
         self._log(served, pinned)
         return build_response(served)
 
-    async def open_stream(self, body: Any, caller: Caller = Caller()) -> "Stream":
+    async def open_stream(self, body: Any, caller: Caller = Caller(), received: float | None = None) -> "Stream":
         """A streamed completion, validated, routed, leased and rendered (so a bad request is still a plain 4xx);
-        iterate `Stream.chunks()` to sample and send, and `close()` it whatever happens."""
+        iterate `Stream.chunks()` to sample and send, and `close()` it whatever happens. `received`: when the
+        request came (time.perf_counter(); default now), for its latency metrics."""
+        received = time.perf_counter() if received is None else received
         req, pinned, arm = self._prepare(body, caller)
         lease = self._lease(pinned, arm, req.org_id)
         slot = lease.__enter__()
@@ -214,7 +218,7 @@ class Gateway:
         except BaseException:
             lease.__exit__(None, None, None)
             raise
-        return Stream(self, req, pinned, arm, lease, slot, prompt_ids, spec)
+        return Stream(self, req, pinned, arm, lease, slot, prompt_ids, spec, received)
 
 
 class Stream:
@@ -223,11 +227,13 @@ class Stream:
     ended is marked `cut_short` -- and the engine's lease released."""
 
     def __init__(self, gateway: Gateway, req: ChatRequest, pinned: str | None, arm: str, lease, slot,
-                 prompt_ids: list[int], spec: SampleSpec):
+                 prompt_ids: list[int], spec: SampleSpec, received: float | None = None):
         self.gw, self.req, self.pinned, self.arm, self.lease, self.slot = gateway, req, pinned, arm, lease, slot
         self.prompt_ids, self.spec = prompt_ids, spec
         self.samples = [Sample(i, ContentStream(spec.stop, req.format.markers)) for i in range(spec.n)]
         self.t0 = time.perf_counter()
+        self.received = self.t0 if received is None else received
+        self.first_token_seen = False
         self.failed = False
         self.closed = False
         self.head = ChunkHead(req.request_id, int(time.time()), f"{gateway.model_name}/v{slot.version}",
@@ -253,8 +259,10 @@ class Stream:
                 s.add(d)
                 if s.finish_reason is None:
                     if text := s.content.update(engine.partial_text(s.token_ids)):
+                        self._first_token()
                         yield content_chunk(self.head, s.index, text)
                     continue
+                self._first_token()
                 served = self.served()
                 g, p = served.generations[s.index], served.parsed[s.index]
                 yield last_chunk(self.head, served, s.index, s.content.rest(final_content(g, p)))
@@ -270,6 +278,11 @@ class Stream:
         finally:
             self.close()
 
+    def _first_token(self) -> None:
+        if not self.first_token_seen:
+            self.first_token_seen = True
+            self.gw.metrics.first_token(self.arm, time.perf_counter() - self.received)
+
     def served(self) -> Served:
         return self.gw._served(self.req, self.arm, self.slot, self.prompt_ids, self.spec,
                                [self._generation(s) for s in self.samples], self.t0)
@@ -279,14 +292,20 @@ class Stream:
         if self.closed:
             return
         self.closed = True
+        seconds = time.perf_counter() - self.received
         try:
             if self.failed:
                 self.gw.counts["failed"] += 1
+                self.gw.metrics.finished(500, seconds, self.arm, self.slot.version, stream=True)
             else:
                 cut = sum(s.finish_reason is None for s in self.samples)
                 self.gw.counts["served"] += 1
                 self.gw.counts["streams_cut_short"] += bool(cut)
-                self.gw._log(self.served(), self.pinned)
+                served = self.served()
+                self.gw.metrics.finished(200, seconds, self.arm, self.slot.version, stream=True,
+                                         prompt_tokens=len(served.prompt_token_ids),
+                                         completion_tokens=sum(len(g.token_ids) for g in served.generations))
+                self.gw._log(served, self.pinned)
         finally:
             self.lease.__exit__(None, None, None)
 
@@ -326,6 +345,10 @@ class SSEResponse(StreamingResponse):
             self.stream.close()
 
 
+class _Counted(JSONResponse):
+    """An answered non-streamed request: the metrics counted it already, with its arm and version."""
+
+
 def _error(status: int, message: str, type_: str, param: str | None = None) -> JSONResponse:
     return JSONResponse(RequestError(message, param, status, type_).body(), status_code=status)
 
@@ -335,6 +358,13 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
     keys (serving.auth; None = none valid, so /admin/* refuses every request and /v1/* too when a key is required)."""
 
     async def chat_completions(request: Request) -> Response:
+        received = time.perf_counter()
+        response = await _chat_completions(request, received)
+        if not isinstance(response, (SSEResponse, _Counted)):   # a stream counts itself when it ends (Stream.close)
+            gateway.metrics.finished(response.status_code, time.perf_counter() - received)
+        return response
+
+    async def _chat_completions(request: Request, received: float) -> Response:
         if not gateway.fleet.ready:
             return _error(503, "the model is still loading; retry shortly", "service_unavailable")
         try:
@@ -350,7 +380,7 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
         try:
             caller = caller_of(request, gateway.cfg.user_header)
             if isinstance(body, dict) and body.get("stream") is True:
-                stream = await gateway.open_stream(body, caller)
+                stream = await gateway.open_stream(body, caller, received)
                 return SSEResponse(stream)
             answer = await gateway.chat(body, caller)
         except RequestError as e:
@@ -361,12 +391,20 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
             log.exception("request failed")
             return _error(500, f"generation failed: {type(e).__name__}: {e}", "server_error")
         gateway.counts["served"] += 1
-        return JSONResponse(answer)
+        usage = answer.get("usage") or {}
+        gateway.metrics.finished(200, time.perf_counter() - received, answer.get("arm", ""),
+                                 answer.get("policy_version", ""), prompt_tokens=usage.get("prompt_tokens", 0),
+                                 completion_tokens=usage.get("completion_tokens", 0))
+        return _Counted(answer)
 
     async def models(request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [
             {"id": gateway.model_name, "object": "model", "created": 0, "owned_by": "rtrl",
              "arms": gateway.fleet.arm_versions()}]})
+
+    async def metrics(request: Request) -> Response:
+        body, content_type = gateway.metrics.exposition()
+        return Response(body, media_type=content_type)
 
     async def health(request: Request) -> JSONResponse:
         status = gateway.fleet.status()
@@ -424,6 +462,7 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
     return Starlette(routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"]),
                              Route("/v1/models", models, methods=["GET"]),
                              Route("/health", health, methods=["GET"]),
+                             Route("/metrics", metrics, methods=["GET"]),
                              Route("/admin/stage", stage, methods=["POST"]),
                              Route("/admin/unstage", unstage, methods=["POST"])], lifespan=lifespan,
                      middleware=[Middleware(AuthMiddleware, keys=keys, require_key=gateway.cfg.key_required)])

@@ -46,7 +46,7 @@ from schemas.api_keys import KEY_PREFIX, ClientKey, KeyStore, KeyStoreError
 log = logging.getLogger("rtrl.serving")
 
 PRINCIPAL_KEY = "rtrl.principal"          # the ASGI scope key AuthMiddleware stores the Principal under
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/metrics"})  # probes and Prometheus scrapes: counts, no user data
 ADMIN_PREFIX = "/admin"
 ADMIN_ROLE = "admin"
 ADMIN_KEY_ENV = "RTRL_ADMIN_KEY"
