@@ -3,6 +3,7 @@
     POST /v1/events     {"events": [event, ...]} -> 200 {"accepted": n, "rejected": [{index, event_id, field, reason}]}
     GET  /v1/stats      the collector's counters (`stats.Stats`); needs a key with role admin (401 / 403)
     GET  /healthz       200 {"status": "ok", "kafka": true} | 503 {"status": "unavailable", "kafka": false}
+    GET  /metrics       Prometheus text (`metrics.py`): counts only, no key needed (the unauthenticated bucket applies)
     GET  /openapi.json  the OpenAPI 3.1 description (`openapi.py`), including every error status
 
 Every request first passes the header limits (`HeaderLimits`: count and size, 431) and, per remote address, the
@@ -44,6 +45,7 @@ from instrumentation.collector.body import BadContentLength, BodyTooLarge, decla
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.collector.ingest import Admission, BadRequest, decode_batch, encodable, validate_events
 from schemas.api_keys import ClientKey, KeyStore, KeyStoreError
+from instrumentation.collector.metrics import CollectorMetrics
 from instrumentation.collector.openapi import build_openapi
 from instrumentation.collector.producer import GroupProducer
 from instrumentation.collector.ratelimit import RateLimiter
@@ -133,9 +135,17 @@ class Collector:
         self.stats = Stats()
         self.openapi_doc = build_openapi(cfg)
         self.producer = GroupProducer(transport, max_group_records=max(5000, cfg.max_events_per_batch))
+        self.metrics = CollectorMetrics(self.stats, self.producer.queued)
 
     # -- routes --------------------------------------------------------------------------------------------------
     async def ingest(self, request: Request) -> Response:
+        t0 = time.perf_counter()
+        response = await self._answer_ingest(request)
+        self.stats.add(f"responses.{response.status_code}")
+        self.metrics.ingest.observe(time.perf_counter() - t0)
+        return response
+
+    async def _answer_ingest(self, request: Request) -> Response:
         if (refused := self._address_over_limit(request)) is not None:
             return refused
         try:
@@ -187,6 +197,7 @@ class Collector:
             try:
                 await self.producer.produce(batch.records)
             except TransportError as e:
+                self.stats.add("produce_errors")
                 self.limiter.refund(client, len(items))
                 if (invalidate := getattr(self.kafka_ok, "invalidate", None)) is not None:
                     invalidate()  # /healthz asks the broker again instead of answering from its cache
@@ -225,6 +236,12 @@ class Collector:
             return JSONResponse({"status": "ok", "kafka": True})
         return JSONResponse({"status": "unavailable", "kafka": False}, status_code=503,
                             headers={"Retry-After": str(KAFKA_RETRY_AFTER_S)})
+
+    async def metrics_route(self, request: Request) -> Response:
+        if (refused := self._address_over_limit(request, charge=True)) is not None:
+            return refused
+        body, content_type = self.metrics.exposition()
+        return Response(body, media_type=content_type)
 
     async def openapi(self, request: Request) -> Response:
         if (refused := self._address_over_limit(request, charge=True)) is not None:
@@ -297,6 +314,7 @@ class Collector:
         app = Starlette(routes=[Route("/v1/events", self.ingest, methods=["POST"]),
                                 Route("/v1/stats", self.stats_route, methods=["GET"]),
                                 Route("/healthz", self.healthz, methods=["GET"]),
+                                Route("/metrics", self.metrics_route, methods=["GET"]),
                                 Route("/openapi.json", self.openapi, methods=["GET"])],
                         exception_handlers={HTTPException: http_error}, lifespan=lifespan)
         app.state.collector = self

@@ -195,6 +195,16 @@ def build_openapi(cfg: CollectorConfig) -> dict[str, Any]:
                             "content": {"application/json": {"schema": _ref("Health")}}},
                 },
             }},
+            "/metrics": {"get": {
+                "summary": "Prometheus metrics: counts of requests, events and refusals (no client data)",
+                "operationId": "metrics",
+                "security": [],
+                "responses": {"200": {"description": "Prometheus text exposition format 0.0.4.",
+                                      "content": {"text/plain": {"schema": {"type": "string"}}}},
+                              "429": _error_response("Too many unauthenticated requests from this address.",
+                                                     retry_after=True),
+                              "431": _error_response("Too many request headers, or too large.")},
+            }},
             "/openapi.json": {"get": {
                 "summary": "This document",
                 "operationId": "openapi",

@@ -28,6 +28,10 @@ class GroupProducer:
         self._thread.start()
         self.sends = 0  # Kafka send calls made (tests and stats: groups, not requests)
 
+    def queued(self) -> int:
+        """Batches waiting for the producer thread (approximate: a gauge's reading)."""
+        return self._queue.qsize()
+
     async def produce(self, records: list[Record]) -> None:
         """Returns once Kafka acknowledged every record; raises TransportError otherwise."""
         fut: Future = Future()

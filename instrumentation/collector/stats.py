@@ -19,6 +19,8 @@ class Stats:
     forbidden                requests answered 403 (key without org, admin endpoint without the admin role)
     rate_limited.<kind>      requests answered 429: events, requests (per client), unauthenticated (per address)
     headers_refused          requests answered 431 (too many or too large headers)
+    responses.<status>       POST /v1/events answered with that HTTP status
+    produce_errors           batches Kafka did not acknowledge (answered 503)
     """
 
     def __init__(self):

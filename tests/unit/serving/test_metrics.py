@@ -5,24 +5,18 @@ swaps and the telemetry client's counts, and no key needed to scrape."""
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from schemas.api_keys import KeyStore
 from serving.app import create_app
+from tests.prometheus_text import samples, value
 from tests.unit.serving.test_gateway import chat, gateway
 
 
 def scrape(client) -> dict[tuple[str, tuple], float]:
-    """{(sample name, sorted labels): value} of one scrape."""
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(r.text) for s in fam.samples}
-
-
-def value(samples, name: str, **labels) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+    return samples(r.text)
 
 
 @pytest.fixture

@@ -1,0 +1,84 @@
+"""The collector's Prometheus metrics, exposed at its `GET /metrics` (docs/monitoring.md lists each one).
+
+Read from its counters (`stats.Stats`) at each scrape, plus one histogram observed as ingest requests finish:
+
+    rtrl_collector_ingest_requests_total{status}          POST /v1/events answered, by HTTP status
+    rtrl_collector_ingest_duration_seconds                POST /v1/events received -> answered (histogram)
+    rtrl_collector_events_accepted_total                  events Kafka acknowledged
+    rtrl_collector_events_rejected_total{reason}          per-event rejections (`ingest.REJECTION_CODES`)
+    rtrl_collector_kafka_produce_errors_total             batches Kafka did not acknowledge (answered 503)
+    rtrl_collector_auth_failures_total                    requests answered 401
+    rtrl_collector_forbidden_total                        requests answered 403
+    rtrl_collector_rate_limited_total{kind}               requests answered 429: events | requests | unauthenticated
+    rtrl_collector_headers_refused_total                  requests answered 431
+    rtrl_collector_secrets_redacted_total                 secrets the collector's own redaction replaced
+    rtrl_collector_producer_queued_batches                ingest batches waiting for the Kafka producer thread
+
+No label carries a client, key, address or event id.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+INGEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+RATE_LIMIT_KINDS = ("events", "requests", "unauthenticated")
+
+
+def _counter(name: str, help_: str, value: float) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, help_)
+    c.add_metric([], value)
+    return c
+
+
+class StatsCollector:
+    """The collector's `Stats` counters as Prometheus metrics (read at each scrape)."""
+
+    def __init__(self, stats, queue_depth=None):
+        self.stats, self.queue_depth = stats, queue_depth
+
+    def collect(self):
+        snap = self.stats.snapshot()
+        statuses = CounterMetricFamily("rtrl_collector_ingest_requests", "POST /v1/events answered, by HTTP status",
+                                       labels=["status"])
+        for name, n in snap.items():
+            if name.startswith("responses."):
+                statuses.add_metric([name.removeprefix("responses.")], float(n))
+        yield statuses
+        yield _counter("rtrl_collector_events_accepted", "Events Kafka acknowledged", snap.get("events_accepted", 0))
+        rejected = CounterMetricFamily("rtrl_collector_events_rejected", "Events refused one by one, by reason",
+                                       labels=["reason"])
+        for name, n in snap.items():
+            if name.startswith("rejected."):
+                rejected.add_metric([name.removeprefix("rejected.")], float(n))
+        yield rejected
+        yield _counter("rtrl_collector_kafka_produce_errors", "Batches Kafka did not acknowledge (answered 503)",
+                       snap.get("produce_errors", 0))
+        yield _counter("rtrl_collector_auth_failures", "Requests answered 401", snap.get("auth_failures", 0))
+        yield _counter("rtrl_collector_forbidden", "Requests answered 403", snap.get("forbidden", 0))
+        limited = CounterMetricFamily("rtrl_collector_rate_limited", "Requests answered 429, by the limit they hit",
+                                      labels=["kind"])
+        for kind in RATE_LIMIT_KINDS:
+            limited.add_metric([kind], float(snap.get(f"rate_limited.{kind}", 0)))
+        yield limited
+        yield _counter("rtrl_collector_headers_refused", "Requests answered 431 (too many or too large headers)",
+                       snap.get("headers_refused", 0))
+        yield _counter("rtrl_collector_secrets_redacted", "Secrets the collector's own redaction replaced",
+                       snap.get("secrets_redacted", 0))
+        if self.queue_depth is not None:
+            g = GaugeMetricFamily("rtrl_collector_producer_queued_batches", "Ingest batches waiting for the "
+                                  "Kafka producer thread")
+            g.add_metric([], float(self.queue_depth()))
+            yield g
+
+
+class CollectorMetrics:
+    def __init__(self, stats, queue_depth=None):
+        self.registry = CollectorRegistry()
+        self.ingest = Histogram("rtrl_collector_ingest_duration_seconds", "POST /v1/events received -> answered",
+                                buckets=INGEST_BUCKETS, registry=self.registry)
+        self.registry.register(StatsCollector(stats, queue_depth))
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
