@@ -171,9 +171,13 @@ def main(args, cfg) -> int:
     if args.bench_command == "serving":
         from infra.bench.serving import run as run_serving
 
-        result = {"benchmark": "serving", "cpus": os.cpu_count(),
-                  **run_serving(args.batch, args.prompt_tokens, args.new_tokens, args.clients, log=log,
-                              gateway=not args.throughput_only, shape=args.shape, stream_share=args.stream_share)}
+        import contextlib
+
+        with contextlib.redirect_stdout(sys.stderr):     # DeepSpeed's and the registry's chatter: stdout is the JSON's
+            result = {"benchmark": "serving", "cpus": os.cpu_count(),
+                      **run_serving(args.batch, args.prompt_tokens, args.new_tokens, args.clients, log=log,
+                                    gateway=not args.throughput_only, shape=args.shape,
+                                    stream_share=args.stream_share)}
         print(json.dumps(result))
         delta = result.get("delta_swap") or {}
         ok = args.throughput_only or (result["failed_requests_during_swap"] == 0 and result["old_engine_shut_down"]
