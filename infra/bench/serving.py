@@ -502,7 +502,7 @@ def _gateway_with_stack(cfg, overrides: list[str], tmp: Path, clients: int, new_
         stack.up(log=lambda *_: None)
         registry = Registry.from_config(cfg)
         versions = [registry.register(make_tiny_checkpoint(tmp / f"ckpt{s}", seed=s, **MODEL),
-                                      tags={"bench": "serving"}) for s in range(3)]
+                                      tags={"bench": "serving"}, log=log) for s in range(3)]
         registry.set_alias("control", versions[0])
         registry.set_alias("champion", versions[1])
         result = gateway_stage(cfg, overrides, registry, versions, clients, new_tokens, steady_s, log, stream_share)

@@ -50,8 +50,8 @@ def add_parser(subparsers) -> None:
              "failure rate, bubblewrap overhead vs a plain subprocess")
     bg.add_argument("--tasks", type=int, help="tasks (default gate.tasks.suite_tasks)")
     bg.add_argument("--samples", type=int, help="samples per task and arm (default gate.tasks.samples_per_task)")
-    bsv = add("serving", "vLLM vs transformers generate throughput, gateway latency, hot swap under load (private "
-              "stack and tiny model)")
+    bsv = add("serving", "vLLM vs transformers generate throughput, gateway latency, hot swap under load, and a "
+              "swap by delta in place under load with the served log-probs checked (private stack and tiny model)")
     bsv.add_argument("--batch", type=int, default=32, help="sequences generated at once (default 32)")
     bsv.add_argument("--prompt-tokens", type=int, default=64, help="prompt length (default 64)")
     bsv.add_argument("--new-tokens", type=int, default=128, help="tokens generated per sequence (default 128)")
@@ -171,11 +171,18 @@ def main(args, cfg) -> int:
     if args.bench_command == "serving":
         from infra.bench.serving import run as run_serving
 
-        result = {"benchmark": "serving", "cpus": os.cpu_count(),
-                  **run_serving(args.batch, args.prompt_tokens, args.new_tokens, args.clients, log=log,
-                              gateway=not args.throughput_only, shape=args.shape, stream_share=args.stream_share)}
+        import contextlib
+
+        with contextlib.redirect_stdout(sys.stderr):     # DeepSpeed's and the registry's chatter: stdout is the JSON's
+            result = {"benchmark": "serving", "cpus": os.cpu_count(),
+                      **run_serving(args.batch, args.prompt_tokens, args.new_tokens, args.clients, log=log,
+                                    gateway=not args.throughput_only, shape=args.shape,
+                                    stream_share=args.stream_share)}
         print(json.dumps(result))
-        ok = args.throughput_only or (result["failed_requests_during_swap"] == 0 and result["old_engine_shut_down"])
+        delta = result.get("delta_swap") or {}
+        ok = args.throughput_only or (result["failed_requests_during_swap"] == 0 and result["old_engine_shut_down"]
+                                      and delta.get("failed_requests_during_swap") == 0 and delta.get("in_place")
+                                      and not delta.get("fallback") and delta.get("contract_holds"))
         return 0 if ok else 1
     if args.bench_command == "trainer":
         from infra.bench.trainer import run as run_trainer
