@@ -108,6 +108,11 @@ def main(args, cfg) -> int:
 
     try:
         archiver = Archiver.from_config(cfg, log=log)
+        if cfg.archive.metrics_port:
+            from pipelines.archive.metrics import serve_metrics
+
+            serve_metrics(archiver, cfg.archive.metrics_host, cfg.archive.metrics_port)
+            log(f"archive: metrics at http://{cfg.archive.metrics_host}:{cfg.archive.metrics_port}/metrics")
         stats = archiver.run(until_idle_s=args.until_idle)
     except (ArchiveError, SourceError) as e:
         print(f"rtrl archive: {e}", file=sys.stderr)

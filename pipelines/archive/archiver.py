@@ -190,6 +190,7 @@ class Archiver:
             self.log(f"archive: cannot read the Kafka cluster id ({type(e).__name__}: {e})")
             return None
         if cid == self.cluster_id:
+            self._read_lag()
             return True
         dropped = len(self.batch)
         self.log(f"archive: Kafka cluster id changed from {self.cluster_id} to {cid}: the log the offsets referred "
@@ -200,6 +201,16 @@ class Archiver:
         self.cluster_id = cid
         self._recover_and_assign()
         return False
+
+    def _read_lag(self) -> None:
+        """Kafka's records past each partition's position, for /metrics (a source without `lag`: none)."""
+        lag = getattr(self.source, "lag", None)
+        if lag is None:
+            return
+        try:
+            self.stats.lag = {tp_name(tp): n for tp, n in lag().items()}
+        except (OSError, KafkaError) as e:
+            self.log(f"archive: cannot read end offsets for the lag ({type(e).__name__}: {e})")
 
     # -- committing -------------------------------------------------------------------------------------------
 
@@ -252,6 +263,7 @@ class Archiver:
             s.bytes_written += sum(f.bytes for f in m.files)
             s.set_position(m.tp, m.last_offset + 1)
         self._manifests_since_checkpoint += len(manifests)
+        s.last_commit_wall = self.wall_clock().timestamp()
         if self._first_record_at is not None:
             s.busy_s = self.clock() - self._first_record_at
 

@@ -94,6 +94,11 @@ class KafkaSource:
         ends = self._consumer.end_offsets(list(self._consumer.assignment()))
         return any(self._consumer.position(tp) < end for tp, end in ends.items())
 
+    def lag(self) -> dict[TopicPartitionKey, int]:
+        """Records past the consumer's position per assigned partition (Kafka's high watermark minus it)."""
+        ends = self._consumer.end_offsets(list(self._consumer.assignment()))
+        return {(tp.topic, tp.partition): max(0, end - self._consumer.position(tp)) for tp, end in ends.items()}
+
     def commit(self, positions: dict[TopicPartitionKey, int]) -> None:
         from kafka import TopicPartition
         from kafka.structs import OffsetAndMetadata

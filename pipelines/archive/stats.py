@@ -34,6 +34,9 @@ class ArchiveStats:
     files_expired: int = 0              # retired by age retention
     retired_deleted: int = 0            # retired files deleted after their grace period
     maintenance_errors: int = 0
+    last_commit_wall: float = 0.0       # when the last batch committed (epoch seconds; 0: none yet)
+    lag: dict[str, int] = field(default_factory=dict)           # 'topic/partition' -> records past the consumer's
+    # position at the last cluster check (Kafka's reported end; the archiver's own reading, for /metrics)
 
     @property
     def dead_letters_total(self) -> int:
