@@ -192,8 +192,10 @@ class Gateway:
             self.counts["telemetry_errors"] += 1
             log.warning("trajectory of request %s not emitted: %s: %s", req.request_id, type(e).__name__, e)
 
-    async def chat(self, body: Any, caller: Caller = Caller()) -> dict:
-        """A non-streamed completion: the OpenAI response body."""
+    async def chat(self, body: Any, caller: Caller = Caller(), received: float | None = None) -> dict:
+        """A non-streamed completion: the OpenAI response body. `received`: when the request came
+        (time.perf_counter(); default now), for its latency metric."""
+        received = time.perf_counter() if received is None else received
         req, pinned, arm = self._prepare(body, caller)
         t0 = time.perf_counter()
         with self._lease(pinned, arm, req.org_id) as slot:
@@ -201,6 +203,7 @@ class Gateway:
             prompt_ids, spec = self._render(slot.engine, req)
             generations = await slot.engine.sample(prompt_ids, spec, request_id=req.request_id)
         served = self._served(req, arm, slot, prompt_ids, spec, generations, t0)
+        self.metrics.answered(served, time.perf_counter() - received)
         self._log(served, pinned)
         return build_response(served)
 
@@ -302,9 +305,7 @@ class Stream:
                 self.gw.counts["served"] += 1
                 self.gw.counts["streams_cut_short"] += bool(cut)
                 served = self.served()
-                self.gw.metrics.finished(200, seconds, self.arm, self.slot.version, stream=True,
-                                         prompt_tokens=len(served.prompt_token_ids),
-                                         completion_tokens=sum(len(g.token_ids) for g in served.generations))
+                self.gw.metrics.answered(served, seconds, stream=True)
                 self.gw._log(served, self.pinned)
         finally:
             self.lease.__exit__(None, None, None)
@@ -345,10 +346,6 @@ class SSEResponse(StreamingResponse):
             self.stream.close()
 
 
-class _Counted(JSONResponse):
-    """An answered non-streamed request: the metrics counted it already, with its arm and version."""
-
-
 def _error(status: int, message: str, type_: str, param: str | None = None) -> JSONResponse:
     return JSONResponse(RequestError(message, param, status, type_).body(), status_code=status)
 
@@ -360,7 +357,8 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
     async def chat_completions(request: Request) -> Response:
         received = time.perf_counter()
         response = await _chat_completions(request, received)
-        if not isinstance(response, (SSEResponse, _Counted)):   # a stream counts itself when it ends (Stream.close)
+        # an answer (200) was counted with its arm and version by Gateway.chat, a stream is counted by Stream.close
+        if response.status_code != 200 and not isinstance(response, SSEResponse):
             gateway.metrics.finished(response.status_code, time.perf_counter() - received)
         return response
 
@@ -382,7 +380,7 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
             if isinstance(body, dict) and body.get("stream") is True:
                 stream = await gateway.open_stream(body, caller, received)
                 return SSEResponse(stream)
-            answer = await gateway.chat(body, caller)
+            answer = await gateway.chat(body, caller, received)
         except RequestError as e:
             gateway.counts["rejected"] += 1
             return JSONResponse(e.body(), status_code=e.status)
@@ -391,11 +389,7 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
             log.exception("request failed")
             return _error(500, f"generation failed: {type(e).__name__}: {e}", "server_error")
         gateway.counts["served"] += 1
-        usage = answer.get("usage") or {}
-        gateway.metrics.finished(200, time.perf_counter() - received, answer.get("arm", ""),
-                                 answer.get("policy_version", ""), prompt_tokens=usage.get("prompt_tokens", 0),
-                                 completion_tokens=usage.get("completion_tokens", 0))
-        return _Counted(answer)
+        return JSONResponse(answer)
 
     async def models(request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [

@@ -88,10 +88,10 @@ def architecture(folder: str | Path) -> dict | None:
     return {k: v for k, v in cfg.items() if k not in _NOT_ARCHITECTURE}
 
 
-def same_architecture(a: str | Path | dict, b: str | Path | dict) -> bool:
-    """Whether two Hugging Face checkpoints (folders, or an `architecture` an engine kept) have the same config.json
-    apart from names and stamps (so one's weights load into a model built for the other)."""
-    a, b = (x if isinstance(x, dict) else architecture(x) for x in (a, b))
+def same_architecture(a: str | Path | dict | None, b: str | Path | dict | None) -> bool:
+    """Whether two Hugging Face checkpoints (folders, or an `architecture` an engine kept; None: unreadable) have the
+    same config.json apart from names and stamps (so one's weights load into a model built for the other)."""
+    a, b = (x if x is None or isinstance(x, dict) else architecture(x) for x in (a, b))
     return a is not None and a == b
 
 
@@ -176,7 +176,7 @@ class VllmEngine:
 
         t0 = time.monotonic()
         arch, digests = _identity(folder)
-        if arch is None or arch != self.architecture:
+        if not same_architecture(self.architecture, arch):
             raise ValueError(f"checkpoint {folder} has another architecture than {self.folder}: not reloadable")
         tokenizer = await asyncio.to_thread(chat_tokenizer, version, folder)
         changed = changed_tensors(self.digests, digests)

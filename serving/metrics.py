@@ -3,7 +3,7 @@
     metrics = ServingMetrics(gateway)        # serving/app.py counts requests into it as they finish
     body, content_type = metrics.exposition()
 
-Counted as requests finish (`ServingMetrics.finished`, `first_token`):
+Counted as requests finish (`ServingMetrics.finished`, `answered`, `first_token`):
     rtrl_serving_requests_total{route, status, arm, version}   every chat request answered, refused or failed;
                                                                 arm and version are "" when refused before routing
     rtrl_serving_request_duration_seconds{arm, stream}         received -> answer sent (a stream: its last event)
@@ -18,7 +18,7 @@ Read from the gateway at each scrape (`GatewayCollector`):
                                                                sampled_out | dropped_<reason>
     rtrl_serving_telemetry_queue_depth, rtrl_serving_telemetry_spool_bytes
 
-Labels come from small sets (DESIGN.md §11): route, status, arm, version, kind, mode, outcome; never a user or a
+Labels come from small fixed sets: route, status, arm, version, kind, mode, outcome; never a user or a
 request id. A version label is the served policy version ("7", "3@acme"): a handful at a time.
 """
 
@@ -105,16 +105,18 @@ class ServingMetrics:
         if gateway is not None:
             r.register(GatewayCollector(gateway))
 
-    def finished(self, status: int, seconds: float, arm: str = "", version: str = "", stream: bool = False,
-                 prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
-        """A chat request is over: its HTTP status (a stream that failed midway: 500), seconds since it was
-        received, and, once routed, its arm and version (and an answered one's tokens)."""
+    def finished(self, status: int, seconds: float, arm: str = "", version: str = "", stream: bool = False) -> None:
+        """A chat request is over without an answer, or ended: its HTTP status (a stream that failed midway: 500),
+        seconds since it was received, and, once routed, its arm and version."""
         self.requests.labels(CHAT_ROUTE, str(status), arm, version).inc()
         if arm:
             self.duration.labels(arm, "true" if stream else "false").observe(seconds)
-        if prompt_tokens or completion_tokens:
-            self.tokens.labels(arm, "prompt").inc(prompt_tokens)
-            self.tokens.labels(arm, "completion").inc(completion_tokens)
+
+    def answered(self, served, seconds: float, stream: bool = False) -> None:
+        """A chat request answered (200): `served` (serving.protocol.Served) gives its arm, version and tokens."""
+        self.finished(200, seconds, served.arm, served.policy_version, stream)
+        self.tokens.labels(served.arm, "prompt").inc(len(served.prompt_token_ids))
+        self.tokens.labels(served.arm, "completion").inc(sum(len(g.token_ids) for g in served.generations))
 
     def first_token(self, arm: str, seconds: float) -> None:
         self.ttft.labels(arm).observe(seconds)

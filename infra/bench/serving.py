@@ -368,13 +368,15 @@ def swap_under_load(cfg, url: str, registry, new: str, load: "Clients", log) -> 
     return {"record": record, "during": during, "t_move": t_move, "first_new": first_new}
 
 
-def steady_phase(load: "Clients", steady_s: float) -> list[dict]:
-    """Requests that started and ended within the next `steady_s` seconds (after 3 s of warm-up)."""
+def steady_phase(load: "Clients", steady_s: float) -> tuple[list[dict], float]:
+    """(requests that started and ended within the next `steady_s` seconds (after 3 s of warm-up), the seconds
+    that window really lasted)."""
     time.sleep(3.0)  # first requests warm up the engines
     steady_from = time.monotonic()
     time.sleep(steady_s)
     steady_to = time.monotonic()
-    return [r for r in load.window(steady_from, steady_to) if r["start"] >= steady_from and r["end"] <= steady_to]
+    return ([r for r in load.window(steady_from, steady_to) if r["start"] >= steady_from and r["end"] <= steady_to],
+            steady_to - steady_from)
 
 
 def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clients: int, max_tokens: int,
@@ -385,7 +387,7 @@ def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clie
     log(f"gateway: {clients} clients, {streaming} of them streaming")
     try:
         load.start()
-        steady = steady_phase(load, steady_s)
+        steady, window_s = steady_phase(load, steady_s)
         ok = [r["latency_ms"] for r in steady if r["status"] == 200]
         log(f"gateway: steady phase {len(steady)} requests, p50 {_pct(ok, 0.5):.0f} ms, p95 {_pct(ok, 0.95):.0f} ms")
         new = versions[2]
@@ -396,10 +398,9 @@ def gateway_stage(cfg, overrides: list[str], registry, versions: list[str], clie
         status = health(url) or {}
         steady_kinds, swap_kinds = by_kind(steady), by_kind(during)
         log(f"gateway: steady {steady_kinds}; during the swap {swap_kinds}")
-        steady_s_real = max(steady_s, 1e-9)
         return {
             "p50_latency_ms": round(_pct(ok, 0.5), 1), "p95_latency_ms": round(_pct(ok, 0.95), 1),
-            "steady_requests": len(steady), "steady_requests_per_s": round(len(steady) / steady_s_real, 2),
+            "steady_requests": len(steady), "steady_requests_per_s": round(len(steady) / window_s, 2),
             "swap_seconds": round(swap["first_new"] - swap["t_move"], 2) if swap["first_new"] else None,
             "swap_load_seconds": record and record["load_s"], "swap_drain_seconds": record and record["drain_s"],
             "old_engine_shut_down": bool(record and record["old_engine_shut_down"]),

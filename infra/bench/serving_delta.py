@@ -75,7 +75,7 @@ def delta_swap_stage(cfg, overrides: list[str], registry, old: str, new_folder: 
     load = Clients(url, clients, max_tokens, streaming=stream_clients(clients, stream_share))
     try:
         load.start()
-        steady = steady_phase(load, steady_s)
+        steady, _ = steady_phase(load, steady_s)
         new = registry.register(new_folder, tags={"bench": "serving", "parent": old}, log=log)
         shipped = shipped_of(registry.info(new).tags)
         log(f"delta swap: v{new} registered, shipped {shipped}")

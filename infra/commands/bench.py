@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -171,8 +172,6 @@ def main(args, cfg) -> int:
     if args.bench_command == "serving":
         from infra.bench.serving import run as run_serving
 
-        import contextlib
-
         with contextlib.redirect_stdout(sys.stderr):     # DeepSpeed's and the registry's chatter: stdout is the JSON's
             result = {"benchmark": "serving", "cpus": os.cpu_count(),
                       **run_serving(args.batch, args.prompt_tokens, args.new_tokens, args.clients, log=log,
@@ -201,8 +200,6 @@ def main(args, cfg) -> int:
             return 2
         quiet_libraries()
         versions = args.versions or (2 if args.shape == "0.5b" else 11)
-        import contextlib
-
         with contextlib.redirect_stdout(sys.stderr):     # DeepSpeed's op builds print: stdout is the JSON's alone
             result = {"benchmark": "weights", "cpus": os.cpu_count(),
                       **run_weights(cfg, args.shape, versions, args.steps, args.rows_per_step, args.seed,
@@ -238,8 +235,6 @@ def main(args, cfg) -> int:
         if args.cycles < 1 or args.seeds < 1:
             print("rtrl bench learning: --cycles and --seeds must be at least 1", file=sys.stderr)
             return 2
-        import contextlib
-
         seeds = list(range(args.first_seed, args.first_seed + args.seeds))
         with contextlib.redirect_stdout(sys.stderr):     # libraries' prints (DeepSpeed's op builder) stay off stdout
             result = {"benchmark": "learning", "cpus": os.cpu_count(),
@@ -248,8 +243,6 @@ def main(args, cfg) -> int:
         print(json.dumps(result, default=str))
         return 0
     if args.bench_command == "specialize":
-        import contextlib
-
         from infra.bench.specialize import run as run_specialize
 
         with contextlib.redirect_stdout(sys.stderr):     # libraries' prints stay off stdout
@@ -265,7 +258,6 @@ def main(args, cfg) -> int:
         print(json.dumps(result))
         return 0
     if args.bench_command in ("ranks", "gpu", "services", "live", "soak"):   # run(args, cfg, log) -> (result, ok)
-        import contextlib
         import importlib
 
         with contextlib.redirect_stdout(sys.stderr):     # DeepSpeed's and the launcher's prints stay off stdout

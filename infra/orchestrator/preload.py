@@ -54,8 +54,9 @@ def preload(modules=PRELOAD, log: Callable[[str], None] = print, deepspeed: bool
 
 
 # Imported in the calling thread before the background one starts: what the caller itself imports next (the stack's
-# MLflow store and its SQL store). Two threads initialising one package whose modules import each other in a cycle (mlflow and
-# mlflow.tracking) can each see the other's half-initialised module: ImportError "partially initialized module".
+# MLflow store and its SQL store). Two threads initialising one package whose modules import each other in a cycle
+# (mlflow and mlflow.tracking) can each see the other's half-initialised module: ImportError "partially initialized
+# module".
 FOREGROUND = ("mlflow", "mlflow.store.tracking.sqlalchemy_store")
 
 
