@@ -24,8 +24,10 @@ request id. A version label is the served policy version ("7", "3@acme"): a hand
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from schemas.prometheus import exposition, gauge
 
 CHAT_ROUTE = "/v1/chat/completions"
 # seconds: a CPU engine answers in 0.1-30 s, a GPU one in 0.05-5 s; a stream may run for minutes
@@ -42,9 +44,8 @@ class GatewayCollector:
     def collect(self):
         fleet = self.gateway.fleet
         status = fleet.status()
-        ready = GaugeMetricFamily("rtrl_serving_ready", "1 once every arm's engine is loaded, else 0")
-        ready.add_metric([], 1.0 if status["ready"] else 0.0)
-        yield ready
+        yield gauge("rtrl_serving_ready", "1 once every arm's engine is loaded, else 0",
+                    1.0 if status["ready"] else 0.0)
         arms = GaugeMetricFamily("rtrl_serving_arm_info", "1 per arm: the alias it serves and that alias's version "
                                  "now (empty while loading)", labels=["arm", "alias", "version"])
         for arm, a in sorted(status["arms"].items()):
@@ -81,9 +82,7 @@ def _telemetry(stats: dict):
                               "Trajectory events waiting to be sent"),
                              ("rtrl_serving_telemetry_spool_bytes", "spool_bytes",
                               "Bytes of trajectory events spooled on disk while Kafka is unreachable")):
-        g = GaugeMetricFamily(name, help_)
-        g.add_metric([], float(stats.get(key, 0)))
-        yield g
+        yield gauge(name, help_, stats.get(key, 0))
 
 
 class ServingMetrics:
@@ -123,4 +122,4 @@ class ServingMetrics:
 
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition of every metric, and its content type."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return exposition(self.registry)

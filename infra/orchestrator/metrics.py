@@ -25,16 +25,11 @@ from __future__ import annotations
 from prometheus_client.core import GaugeMetricFamily
 
 from infra.orchestrator.ledger import DONE, FAILED, RUNNING
+from schemas.prometheus import gauge
 
 STEPS = ("collect", "distill", "validate", "measure", "train", "evaluate", "promote", "specialize", "deploy")
 WALK_BACK = 10
 AB_RATES = ("edit_persistence", "dissatisfied_followup")
-
-
-def _gauge(name: str, help_: str, value: float, labels: list[str] | None = None, label_values=()) -> GaugeMetricFamily:
-    g = GaugeMetricFamily(name, help_, labels=labels)
-    g.add_metric(list(label_values), float(value))
-    return g
 
 
 def recent_cycles(ledger, walk_back: int = WALK_BACK) -> list:
@@ -70,12 +65,12 @@ class CycleCollector:
         if not recent:
             return
         latest = recent[0]
-        yield _gauge("rtrl_cycle_info", "1 for the latest cycle, with its status", 1.0, ["cycle", "status"],
-                     (latest.cycle_id, latest.status))
-        yield _gauge("rtrl_cycle_started_timestamp_seconds", "When the latest cycle started (epoch seconds)",
+        yield gauge("rtrl_cycle_info", "1 for the latest cycle, with its status", 1.0,
+                    {"cycle": latest.cycle_id, "status": latest.status})
+        yield gauge("rtrl_cycle_started_timestamp_seconds", "When the latest cycle started (epoch seconds)",
                      latest.started_wall)
         done = next((r for r in recent if r.status == DONE), None)
-        yield _gauge("rtrl_cycle_last_done_timestamp_seconds", "When the newest done cycle finished (epoch "
+        yield gauge("rtrl_cycle_last_done_timestamp_seconds", "When the newest done cycle finished (epoch "
                      "seconds; 0: none among the recent cycles)",
                      (done.finished_wall or done.started_wall) if done else 0.0)
         seconds = GaugeMetricFamily("rtrl_cycle_step_seconds", "Seconds each finished step of the latest cycle took",
@@ -89,7 +84,7 @@ class CycleCollector:
             states.add_metric([step, step_state(latest, step)], 1.0)
         yield seconds
         yield states
-        yield _gauge("rtrl_cycle_failures_in_a_row", "The latest cycle's failures since its last finished step",
+        yield gauge("rtrl_cycle_failures_in_a_row", "The latest cycle's failures since its last finished step",
                      len(latest.failures))
         if done is not None:
             distill = done.result("distill")
@@ -98,7 +93,7 @@ class CycleCollector:
                                       "Events the newest done cycle's reward job saw after their window"),
                                      ("duplicates_dropped", "rtrl_cycle_reward_duplicates_dropped",
                                       "Duplicate events the newest done cycle's reward job dropped")):
-                yield _gauge(name, help_, distill.get(key, 0))
+                yield gauge(name, help_, distill.get(key, 0))
         yield from self._gate(recent)
         yield from self._ab(recent)
 
@@ -107,13 +102,13 @@ class CycleCollector:
         decisions = [d for d in decisions if d]
         if not decisions:
             return
-        yield _gauge("rtrl_gate_decision_info", "1 for the newest gate decision", 1.0, ["decision"], (decisions[0],))
+        yield gauge("rtrl_gate_decision_info", "1 for the newest gate decision", 1.0, {"decision": decisions[0]})
         keeps = 0
         for d in decisions:
             if d != "keep_champion":
                 break
             keeps += 1
-        yield _gauge("rtrl_gate_keeps_in_a_row", "Gate decisions keep_champion since the last promote (among the "
+        yield gauge("rtrl_gate_keeps_in_a_row", "Gate decisions keep_champion since the last promote (among the "
                      "recent cycles)", keeps)
 
     def _ab(self, recent: list):
@@ -127,5 +122,5 @@ class CycleCollector:
                 if v is not None:
                     rates.add_metric([arm, metric], float(v))
         yield rates
-        yield _gauge("rtrl_ab_srm_flagged", "1 when the newest measure step's sample-ratio check flagged the split",
+        yield gauge("rtrl_ab_srm_flagged", "1 when the newest measure step's sample-ratio check flagged the split",
                      1.0 if measured.get("srm_flagged") else 0.0)

@@ -19,17 +19,13 @@ No label carries a client, key, address or event id.
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily
+
+from schemas.prometheus import counter, exposition, gauge
 
 INGEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 RATE_LIMIT_KINDS = ("events", "requests", "unauthenticated")
-
-
-def _counter(name: str, help_: str, value: float) -> CounterMetricFamily:
-    c = CounterMetricFamily(name, help_)
-    c.add_metric([], value)
-    return c
 
 
 class StatsCollector:
@@ -46,31 +42,29 @@ class StatsCollector:
             if name.startswith("responses."):
                 statuses.add_metric([name.removeprefix("responses.")], float(n))
         yield statuses
-        yield _counter("rtrl_collector_events_accepted", "Events Kafka acknowledged", snap.get("events_accepted", 0))
+        yield counter("rtrl_collector_events_accepted", "Events Kafka acknowledged", snap.get("events_accepted", 0))
         rejected = CounterMetricFamily("rtrl_collector_events_rejected", "Events refused one by one, by reason",
                                        labels=["reason"])
         for name, n in snap.items():
             if name.startswith("rejected."):
                 rejected.add_metric([name.removeprefix("rejected.")], float(n))
         yield rejected
-        yield _counter("rtrl_collector_kafka_produce_errors", "Batches Kafka did not acknowledge (answered 503)",
+        yield counter("rtrl_collector_kafka_produce_errors", "Batches Kafka did not acknowledge (answered 503)",
                        snap.get("produce_errors", 0))
-        yield _counter("rtrl_collector_auth_failures", "Requests answered 401", snap.get("auth_failures", 0))
-        yield _counter("rtrl_collector_forbidden", "Requests answered 403", snap.get("forbidden", 0))
+        yield counter("rtrl_collector_auth_failures", "Requests answered 401", snap.get("auth_failures", 0))
+        yield counter("rtrl_collector_forbidden", "Requests answered 403", snap.get("forbidden", 0))
         limited = CounterMetricFamily("rtrl_collector_rate_limited", "Requests answered 429, by the limit they hit",
                                       labels=["kind"])
         for kind in RATE_LIMIT_KINDS:
             limited.add_metric([kind], float(snap.get(f"rate_limited.{kind}", 0)))
         yield limited
-        yield _counter("rtrl_collector_headers_refused", "Requests answered 431 (too many or too large headers)",
+        yield counter("rtrl_collector_headers_refused", "Requests answered 431 (too many or too large headers)",
                        snap.get("headers_refused", 0))
-        yield _counter("rtrl_collector_secrets_redacted", "Secrets the collector's own redaction replaced",
+        yield counter("rtrl_collector_secrets_redacted", "Secrets the collector's own redaction replaced",
                        snap.get("secrets_redacted", 0))
         if self.queue_depth is not None:
-            g = GaugeMetricFamily("rtrl_collector_producer_queued_batches", "Ingest batches waiting for the "
-                                  "Kafka producer thread")
-            g.add_metric([], float(self.queue_depth()))
-            yield g
+            yield gauge("rtrl_collector_producer_queued_batches", "Ingest batches waiting for the Kafka producer "
+                        "thread", self.queue_depth())
 
 
 class CollectorMetrics:
@@ -81,4 +75,4 @@ class CollectorMetrics:
         self.registry.register(StatsCollector(stats, queue_depth))
 
     def exposition(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return exposition(self.registry)

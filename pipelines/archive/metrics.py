@@ -21,6 +21,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from schemas.prometheus import counter, gauge
+
 COUNTERS = (("messages", "rtrl_archive_messages", "Kafka records consumed into committed batches"),
             ("events_written", "rtrl_archive_events_written", "Rows in committed data files"),
             ("duplicates_dropped", "rtrl_archive_duplicates_dropped", "Records whose event id was archived already"),
@@ -40,21 +42,15 @@ class ArchiverCollector:
     def collect(self):
         st = self.stats()
         for attr, name, help_ in COUNTERS:
-            c = CounterMetricFamily(name, help_)
-            c.add_metric([], float(getattr(st, attr)))
-            yield c
+            yield counter(name, help_, getattr(st, attr))
         letters = CounterMetricFamily("rtrl_archive_dead_letters", "Records sent to the dead-letter topic, by reason",
                                       labels=["reason"])
         for reason, n in sorted(st.dead_letters.items()):
             letters.add_metric([reason], float(n))
         yield letters
-        batch = GaugeMetricFamily("rtrl_archive_batch_messages", "Messages in the batch not committed yet")
-        batch.add_metric([], float(self.batch_messages()))
-        yield batch
-        last = GaugeMetricFamily("rtrl_archive_last_commit_timestamp_seconds",
-                                 "When the last batch committed (epoch seconds; 0: none since start)")
-        last.add_metric([], st.last_commit_wall)
-        yield last
+        yield gauge("rtrl_archive_batch_messages", "Messages in the batch not committed yet", self.batch_messages())
+        yield gauge("rtrl_archive_last_commit_timestamp_seconds", "When the last batch committed (epoch seconds; 0: "
+                    "none since start)", st.last_commit_wall)
         lag = GaugeMetricFamily("rtrl_archive_consumer_lag_records", "Records Kafka holds past the archiver's "
                                 "position, summed over the topic's partitions", labels=["topic"])
         by_topic: dict[str, int] = {}
