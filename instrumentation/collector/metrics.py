@@ -28,6 +28,15 @@ INGEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 RATE_LIMIT_KINDS = ("events", "requests", "unauthenticated")
 
 
+def _by_suffix(snap: dict[str, int], prefix: str, name: str, help_: str, label: str) -> CounterMetricFamily:
+    """The counters named `<prefix><x>` as one family labelled `label` = x."""
+    c = CounterMetricFamily(name, help_, labels=[label])
+    for key, n in snap.items():
+        if key.startswith(prefix):
+            c.add_metric([key.removeprefix(prefix)], float(n))
+    return c
+
+
 class StatsCollector:
     """The collector's `Stats` counters as Prometheus metrics (read at each scrape)."""
 
@@ -36,19 +45,11 @@ class StatsCollector:
 
     def collect(self):
         snap = self.stats.snapshot()
-        statuses = CounterMetricFamily("rtrl_collector_ingest_requests", "POST /v1/events answered, by HTTP status",
-                                       labels=["status"])
-        for name, n in snap.items():
-            if name.startswith("responses."):
-                statuses.add_metric([name.removeprefix("responses.")], float(n))
-        yield statuses
+        yield _by_suffix(snap, "responses.", "rtrl_collector_ingest_requests", "POST /v1/events answered, by HTTP "
+                         "status", "status")
         yield counter("rtrl_collector_events_accepted", "Events Kafka acknowledged", snap.get("events_accepted", 0))
-        rejected = CounterMetricFamily("rtrl_collector_events_rejected", "Events refused one by one, by reason",
-                                       labels=["reason"])
-        for name, n in snap.items():
-            if name.startswith("rejected."):
-                rejected.add_metric([name.removeprefix("rejected.")], float(n))
-        yield rejected
+        yield _by_suffix(snap, "rejected.", "rtrl_collector_events_rejected", "Events refused one by one, by reason",
+                         "reason")
         yield counter("rtrl_collector_kafka_produce_errors", "Batches Kafka did not acknowledge (answered 503)",
                        snap.get("produce_errors", 0))
         yield counter("rtrl_collector_auth_failures", "Requests answered 401", snap.get("auth_failures", 0))
