@@ -12,12 +12,13 @@ import sys
 # Each command's module adds its command(s), their arguments and handlers (`add_parser`). Importing one stays cheap
 # (stdlib at module level; torch, vllm, beam, dagster load inside the handlers): tests/unit/infra/test_cli.py checks.
 from infra.commands import (ab, archive, bench, bootstrap, chaos, collector, config, cycle, dashboard, demo, gate,
-                            mlflow_server, offline_ab, orchestrator, promote, quality, replay, retention, rewards,
-                            schemas, serve, simulate, stack, train)
+                            metrics, mlflow_server, offline_ab, orchestrator, promote, quality, replay, retention,
+                            rewards, schemas, serve, simulate, stack, train)
 
 EPILOG = """examples:
   rtrl up                      start the embedded broker (+ topics) and the MLflow store
-  rtrl status                  what is running, where its logs are
+  rtrl status                  the deployment's health: processes, arms, the last cycle, lag, monitors, alerts
+  rtrl metrics --detach        the cycle's Prometheus exporter (`--scrape-config FILE`: Prometheus's configuration)
   rtrl collector --keys-new web   make an API key for client 'web', then `rtrl collector` serves ingest
   rtrl archive                 archive telemetry to Parquet (Ctrl-C stops it cleanly)
   rtrl replay --start 2026-11-01T00:00Z --end 2026-11-02T00:00Z --out /tmp/rewards
@@ -43,7 +44,8 @@ EPILOG = """examples:
 
 # in the order `rtrl --help` lists their commands
 COMMANDS = (stack, config, schemas, collector, archive, serve, quality, rewards, train, replay, simulate, offline_ab,
-            bootstrap, gate, promote, retention, cycle, ab, dashboard, demo, orchestrator, mlflow_server, chaos, bench)
+            bootstrap, gate, promote, retention, cycle, ab, dashboard, metrics, demo, orchestrator, mlflow_server, chaos,
+            bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from evals.gate.config import GateConfig
 from infra.dashboard.config import DashboardConfig
 from infra.learning.config import LearningConfig
+from infra.monitoring.config import MonitoringConfig
 from infra.orchestrator.config import DemoConfig, OrchestratorConfig
 from infra.retention.config import RetentionConfig
 from infra.weights.config import WeightsConfig
@@ -103,6 +104,9 @@ class RtrlConfig(BaseModel):
     weights: WeightsConfig = Field(default_factory=WeightsConfig, description="Each registered version's served "
                                    "weights: their precision, and when they are stored whole or as a verified delta "
                                    "against the parent's (docs/operations.md).")
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig, description="Prometheus metrics, alerts "
+                                         "and `rtrl status`: the cycle's exporter (`rtrl metrics`), the scrape "
+                                         "configuration, the Prometheus asked for alerts (docs/monitoring.md).")
 
     # --- rules across sections: each names both keys and the fix ---------------------------------------------
 

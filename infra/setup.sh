@@ -28,7 +28,7 @@ else
 fi
 
 # --- system packages -------------------------------------------------------------------------------------------
-SYSTEM_PACKAGES=(bubblewrap chromium chromium-driver stunnel4 openssl postgresql)  # chromium: the dashboard browser test; stunnel4, openssl: the Kafka mTLS terminator and its test certificates; postgresql: the services topology (Dagster and MLflow storage, infra/stack/postgres.py)
+SYSTEM_PACKAGES=(bubblewrap chromium chromium-driver stunnel4 openssl postgresql prometheus)  # chromium: the dashboard browser test; stunnel4, openssl: the Kafka mTLS terminator and its test certificates; postgresql: the services topology (Dagster and MLflow storage, infra/stack/postgres.py); prometheus: the alert rules' tests (promtool) and the monitoring test's real Prometheus (docs/monitoring.md)
 missing=()
 for p in "${SYSTEM_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ] && [ "$DRY" = 1 ]; then

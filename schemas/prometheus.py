@@ -25,3 +25,11 @@ def gauge(name: str, help_: str, value: float, labels: dict[str, str] | None = N
 def exposition(registry) -> tuple[bytes, str]:
     """The text exposition of every metric of `registry`, and its content type."""
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def parse_samples(text: str) -> dict[tuple[str, tuple], float]:
+    """A text exposition read back: {(sample name, sorted (label, value) pairs): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}

@@ -116,7 +116,7 @@ class Gateway:
         self.emit, self._on_close, self.telemetry_stats = emit, on_close, telemetry_stats
         self.counts = {"served": 0, "failed": 0, "rejected": 0, "telemetry_errors": 0, "secret_requests_not_logged": 0,
                        "streams_cut_short": 0, "event_time_clamped": 0}
-        self.metrics = ServingMetrics(self)     # GET /metrics (serving/metrics.py)
+        self.metrics = ServingMetrics(self, enabled=cfg.metrics)     # GET /metrics (serving/metrics.py)
 
     async def start(self, poll: bool = True) -> None:
         await self.fleet.start()
@@ -397,6 +397,8 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
              "arms": gateway.fleet.arm_versions()}]})
 
     async def metrics(request: Request) -> Response:
+        if not gateway.metrics.enabled:
+            return JSONResponse({"error": "metrics are off (serving.metrics = false)"}, status_code=404)
         body, content_type = gateway.metrics.exposition()
         return Response(body, media_type=content_type)
 

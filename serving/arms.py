@@ -273,6 +273,11 @@ class Fleet:
                 "staged": self.staged, "spares": self.spares.status(), "prefetched": dict(self.prefetched),
                 "swaps": [s.as_dict() for s in self.swaps[-20:]], "last_error": self.last_error}
 
+    def engine_stats(self) -> list[tuple[str, str, object]]:
+        """(version, engine serial, its vLLM statistics) of every engine serving or draining that keeps them."""
+        return [(s.version, str(getattr(s.engine, "serial", "")), s.engine.stats) for s in self._all_slots()
+                if getattr(s.engine, "stats", None) is not None]
+
     def _all_slots(self) -> list[Loaded]:
         return [*self._loaded.values(), *self._draining]
 

@@ -144,6 +144,9 @@ class ServingConfig(BaseModel):
                                         "this client), so a kill of serving loses no answered request's "
                                         "trajectory; false follows sdk.write_ahead.")
     access_log: bool = Field(default=False, description="Log one line per HTTP request (uvicorn's access log).")
+    metrics: bool = Field(default=True, description="Serve GET /metrics: the gateway's request, latency and token "
+                          "counters and each vLLM engine's own statistics (docs/monitoring.md). false: none is "
+                          "kept and /metrics answers 404 (the baseline of `rtrl bench serving`'s cost of metrics).")
     api_keys_file: str = Field(default="", description="Hashed client keys (JSON, schemas.api_keys); '' = the "
                                "collector's (collector.api_keys_file, <state_dir>/collector_keys.json by default): "
                                "one file holds a deployment's keys, so a client's key works at both servers.")

@@ -23,6 +23,7 @@ processes' environment, per device (on CPU each engine gets `serving.kv_cache_gb
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -34,6 +35,7 @@ from typing import Iterator
 from serving.config import ServingConfig
 from serving.engine_args import BUSY_POLL_EXECUTOR, engine_env, engine_kwargs, ignored_knobs  # noqa: F401
 from serving.protocol import Delta, Generation, SampleSpec, Sampling, cut_at_stop
+from serving.vllm_stats import EngineStats, logger_class
 
 log = logging.getLogger("rtrl.serving.engine")
 
@@ -121,6 +123,9 @@ def _identity(folder: str | Path) -> tuple[dict | None, dict[str, str] | None]:
     return architecture(folder), tensor_digests(folder)
 
 
+_SERIALS = itertools.count()
+
+
 class VllmEngine:
     """A loaded version: its tokenizer (chat template) and its vLLM engine."""
 
@@ -132,6 +137,8 @@ class VllmEngine:
         self.cpu_cores = cfg.cpu_cores
         self.devices, self.lora = "", False
         self.load_seconds = 0.0
+        self.stats = None                          # EngineStats when serving.metrics (serving/vllm_stats.py)
+        self.serial = next(_SERIALS)               # this engine's number in the process (the metrics' engine label)
         self.loaded_tensors: int | None = None     # the last in-place reload's tensors (None: all of them)
         # what a later reload compares against, kept in memory: retention may evict the folder from the cache while
         # the engine still holds its weights (an unstaged candidate's engine kept as a spare)
@@ -154,9 +161,12 @@ class VllmEngine:
         # The engine's processes read these from the environment when they spawn: one load at a time, or a load
         # for other cores (devices) would bind its worker where the other load asked (seen: a spare on the arms'
         # core)
+        stats = EngineStats() if cfg.metrics else None      # vLLM's own statistics (serving/vllm_stats.py)
+        loggers = {"stat_loggers": [logger_class(stats)]} if stats is not None else {}
         with _environment(engine_env(cfg, device, devices)):
-            llm = AsyncLLM.from_engine_args(engine_args(folder, cfg, device, lora=lora))
+            llm = AsyncLLM.from_engine_args(engine_args(folder, cfg, device, lora=lora), **loggers)
         engine = cls(version, Path(folder), llm, tokenizer, cfg)
+        engine.stats = stats
         engine.devices, engine.lora = devices, lora or cfg.enable_lora
         engine.load_seconds = time.monotonic() - t0
         log.info("engine for version %s loaded from %s in %.1fs (%s%s%s)", version, folder, engine.load_seconds,

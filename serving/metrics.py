@@ -17,6 +17,7 @@ Read from the gateway at each scrape (`GatewayCollector`):
     rtrl_serving_telemetry_events_total{outcome}               trajectory events: sent | spooled | resent |
                                                                sampled_out | dropped_<reason>
     rtrl_serving_telemetry_queue_depth, rtrl_serving_telemetry_spool_bytes
+    vllm:*{model_name, engine}                                 each engine's own statistics (serving/vllm_stats.py)
 
 Labels come from small fixed sets: route, status, arm, version, kind, mode, outcome; never a user or a
 request id. A version label is the served policy version ("7", "3@acme"): a handful at a time.
@@ -28,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from schemas.prometheus import exposition, gauge
+from serving.vllm_stats import families
 
 CHAT_ROUTE = "/v1/chat/completions"
 # seconds: a CPU engine answers in 0.1-30 s, a GPU one in 0.05-5 s; a stream may run for minutes
@@ -68,6 +70,8 @@ class GatewayCollector:
         stats = self.gateway.telemetry_stats() if self.gateway.telemetry_stats is not None else None
         if stats is not None:
             yield from _telemetry(stats)
+        yield from families([(f"{self.gateway.model_name}/v{version}", engine, st)
+                             for version, engine, st in fleet.engine_stats()])
 
 
 def _telemetry(stats: dict):
@@ -88,7 +92,8 @@ def _telemetry(stats: dict):
 class ServingMetrics:
     """The gateway's metrics registry: counters and histograms updated as requests finish, and the live state."""
 
-    def __init__(self, gateway=None):
+    def __init__(self, gateway=None, enabled: bool = True):
+        self.enabled = enabled                  # serving.metrics: false counts nothing (the cost baseline)
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("rtrl_serving_requests", "Chat requests by route, HTTP status, arm and policy "
@@ -107,17 +112,23 @@ class ServingMetrics:
     def finished(self, status: int, seconds: float, arm: str = "", version: str = "", stream: bool = False) -> None:
         """A chat request is over without an answer, or ended: its HTTP status (a stream that failed midway: 500),
         seconds since it was received, and, once routed, its arm and version."""
+        if not self.enabled:
+            return
         self.requests.labels(CHAT_ROUTE, str(status), arm, version).inc()
         if arm:
             self.duration.labels(arm, "true" if stream else "false").observe(seconds)
 
     def answered(self, served, seconds: float, stream: bool = False) -> None:
         """A chat request answered (200): `served` (serving.protocol.Served) gives its arm, version and tokens."""
+        if not self.enabled:
+            return
         self.finished(200, seconds, served.arm, served.policy_version, stream)
         self.tokens.labels(served.arm, "prompt").inc(len(served.prompt_token_ids))
         self.tokens.labels(served.arm, "completion").inc(sum(len(g.token_ids) for g in served.generations))
 
     def first_token(self, arm: str, seconds: float) -> None:
+        if not self.enabled:
+            return
         self.ttft.labels(arm).observe(seconds)
 
     def exposition(self) -> tuple[bytes, str]:

@@ -60,14 +60,19 @@ def _sdk_stage(cfg, events, log) -> dict:
             "sdk_sent": stats["sent"], "sdk_spooled": stats["spooled"], "sdk_dropped": sum(stats["dropped"].values())}
 
 
-def _collector_stage(cfg, config_path, overrides, events, log) -> dict:
+def bench_key(cfg) -> str:
     from schemas.api_keys import KeyStore
+
+    return KeyStore(cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json")).create(
+        "bench", org="*", role="serving")  # the sample events span seven orgs and include trajectories
+
+
+def _collector_stage(cfg, config_path, overrides, events, log, key: str | None = None) -> dict:
     from instrumentation.collector_client import CollectorTransport
     from instrumentation.transport import Record
     import subprocess
 
-    key = KeyStore(cfg.path_or_default(cfg.collector.api_keys_file, "collector_keys.json")).create(
-        "bench", org="*", role="serving")  # the sample events span seven orgs and include trajectories
+    key = key or bench_key(cfg)
     argv = rtrl_argv("collector", "--detach", config=config_path, overrides=overrides)
     subprocess.run(argv, check=True, capture_output=True, text=True, timeout=120)
     url = f"http://{cfg.collector.host}:{cfg.collector.port}"
@@ -140,6 +145,41 @@ def run(n_events: int, config_path: str | None = None, base_overrides: tuple[str
         result |= _collector_stage(cfg, config_path, overrides, collector_events, log)
         result |= _archive_stage(cfg, {e.event_id for e in sdk_events + collector_events}, log)
         return {"storage_engine": cfg.kafka.storage_engine, **result}
+    finally:
+        ManagedProcess("collector", cfg.state_path).stop()
+        stack.down(log=lambda *_: None)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def collector_cost(n_events: int, rounds: int, config_path: str | None = None, base_overrides: tuple[str, ...] = (),
+                   log: Callable[[str], None] = print) -> dict:
+    """The collector stage with collector.metrics off and on, alternating, `n_events` new events each round, on one
+    private stack (infra/bench/metrics_cost.py)."""
+    from infra.bench.metrics_cost import alternate
+
+    tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-ingest-cost-"))
+    overrides = [*base_overrides, f'state_dir="{tmp}"', f"kafka.port={free_port(pair=True)}",
+                 f"collector.port={free_port()}", f"mlflow.ui_port={free_port()}"]
+    cfg = load_config(config_path, overrides)
+    stack = Stack(cfg)
+    seeds = iter(range(10, 10 + 2 * rounds))
+    try:
+        stack.up(log=lambda *_: None)
+        key = bench_key(cfg)
+
+        def measure(on: bool) -> float:
+            events = sample_events(n_events, seed=next(seeds), start=datetime.now(timezone.utc) - timedelta(
+                seconds=0.25 * n_events + 60))
+            try:
+                out = _collector_stage(cfg, config_path, [*overrides, f"collector.metrics={'true' if on else 'false'}"],
+                                       events, log, key=key)
+            finally:
+                ManagedProcess("collector", cfg.state_path).stop()
+            if out["collector_errors"]:
+                raise RuntimeError(f"collector errors: {out['collector_errors']}")
+            return out["collector_events_per_s"]
+
+        return {**alternate(measure, rounds, log), "events_per_round": n_events, "rounds": rounds}
     finally:
         ManagedProcess("collector", cfg.state_path).stop()
         stack.down(log=lambda *_: None)

@@ -111,8 +111,12 @@ def main(args, cfg) -> int:
         if cfg.archive.metrics_port:
             from pipelines.archive.metrics import serve_metrics
 
-            serve_metrics(archiver, cfg.archive.metrics_host, cfg.archive.metrics_port)
-            log(f"archive: metrics at http://{cfg.archive.metrics_host}:{cfg.archive.metrics_port}/metrics")
+            where = f"http://{cfg.archive.metrics_host}:{cfg.archive.metrics_port}/metrics"
+            try:
+                serve_metrics(archiver, cfg.archive.metrics_host, cfg.archive.metrics_port)
+                log(f"archive: metrics at {where}")
+            except OSError as e:   # the port is taken (another archiver's, say): archive without metrics
+                log(f"WARNING archive: no metrics at {where}: {e} (set archive.metrics_port to a free port, 0 = off)")
         stats = archiver.run(until_idle_s=args.until_idle)
     except (ArchiveError, SourceError) as e:
         print(f"rtrl archive: {e}", file=sys.stderr)

@@ -9,6 +9,8 @@ import sys
 
 from infra.commands import add_command
 
+METRICS_COST_BAR = 0.95   # issue: with metrics on, throughput within 5 % of metrics off
+
 
 def add_parser(subparsers) -> None:
     bench = add_command(subparsers, "bench", main, "benchmarks that print JSON")
@@ -21,6 +23,9 @@ def add_parser(subparsers) -> None:
 
     bi = add("ingest", "SDK enqueue latency, collector and Kafka throughput, archive check")
     bi.add_argument("--events", type=int, default=50_000, help="events to send per stage (default 50000)")
+    bi.add_argument("--metrics-cost", action="store_true", help="instead: the collector stage with collector.metrics "
+                    "off and on in alternating rounds (--rounds), --events each; exit 1 when on is below 0.95x off")
+    bi.add_argument("--rounds", type=int, default=3, help="with --metrics-cost: rounds of off-then-on (default 3)")
     bem = add("emit", "SDK emit latency and throughput on the caller's thread (transport that discards), without "
               "and with the write-ahead log (sdk.write_ahead)")
     from instrumentation.bench_emit import add_arguments as add_emit_arguments  # argparse only
@@ -61,6 +66,12 @@ def add_parser(subparsers) -> None:
                      "true through the official openai client, each stream read to its end; default 0.5)")
     bsv.add_argument("--shape", choices=("default", "1b"), default="default", help="model shape of the throughput "
                      "stage: the default policy's (default) or a ~1B-parameter Llama")
+    bsv.add_argument("--metrics-cost", action="store_true", help="instead: the gateway's steady requests/s with "
+                     "serving.metrics off and on (its counters and vLLM's statistics), alternating --rounds rounds "
+                     "of --steady-s; exit 1 when on is below 0.95x off")
+    bsv.add_argument("--rounds", type=int, default=3, help="with --metrics-cost: rounds of off-then-on (default 3)")
+    bsv.add_argument("--steady-s", type=float, default=15.0, help="with --metrics-cost: seconds measured per round "
+                     "(after 3 s of warm-up; default 15)")
     bsv.add_argument("--throughput-only", action="store_true", help="only vLLM vs HF generate (no broker or MLflow "
                      "needed: e.g. on a GPU machine; there both run in bfloat16, vLLM with CUDA graphs)")
     bab = add("ab", "one cycle's A/B metrics over 10 million reward rows (Parquet in, the stored result out)")
@@ -141,6 +152,21 @@ def main(args, cfg) -> int:
     # vLLM logs to stdout by default (its engine processes inherit this): stdout is the JSON object's alone
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
+    if args.bench_command == "ingest" and args.metrics_cost:
+        from infra.bench.ingest import collector_cost
+
+        result = {"benchmark": "ingest_metrics_cost", "cpus": os.cpu_count(),
+                  **collector_cost(args.events, args.rounds, args.config, tuple(args.overrides), log=log)}
+        print(json.dumps(result))
+        return 0 if result["on_over_off"] >= METRICS_COST_BAR else 1
+    if args.bench_command == "serving" and args.metrics_cost:
+        from infra.bench.metrics_cost import serving_run
+
+        with contextlib.redirect_stdout(sys.stderr):
+            result = {"benchmark": "serving_metrics_cost", "cpus": os.cpu_count(),
+                      **serving_run(args.clients, args.new_tokens, args.steady_s, args.rounds, log=log)}
+        print(json.dumps(result))
+        return 0 if result["on_over_off"] >= METRICS_COST_BAR else 1
     if args.bench_command == "ingest":
         from infra.bench.ingest import run
 

@@ -18,9 +18,28 @@ ledger's length):
     rtrl_ab_rate{arm, metric}                      the newest measure step's rates: edit_persistence,
                                                    dissatisfied_followup
     rtrl_ab_srm_flagged                            1 when that step's sample-ratio check flagged the split
+    rtrl_ab_aa_cycle, rtrl_ab_aa_failed            1 when both arms served the same versions; 1 when such a cycle's
+                                                   headline difference excluded zero
+    rtrl_ab_monitor_rate{arm, metric}              the reward-hacking monitors per arm: edit_rate,
+                                                   clarification_rate, broken_tool_call_rate, tokens_per_response
+    rtrl_ab_monitor_change{metric}                 treatment against control (relative or absolute, as configured)
+    rtrl_ab_monitor_red{metric}                    1 when the monitor is past its `[ab.monitors]` threshold
+    rtrl_champion_info{arm, version}               1 per arm following the champion alias: the version the newest
+                                                   done deploy put on it
+
+With a configuration (`for_config`), also:
+
+    rtrl_cycle_cadence_seconds                     orchestrator.interval_s
+    rtrl_reward_as_of_timestamp_seconds            the event time the newest done cycle's rewards reach (its as_of)
+    rtrl_disk_free_bytes, rtrl_disk_size_bytes     the state dir's file system
+    rtrl_registry_cache_bytes                      the checkpoint cache after the newest retention run
+    rtrl_registry_cache_max_bytes                  retention.cache_max_bytes
 """
 
 from __future__ import annotations
+
+import shutil
+from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily
 
@@ -56,12 +75,29 @@ def step_state(rec, step: str) -> str:
     return "pending"
 
 
+def epoch(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 class CycleCollector:
-    def __init__(self, ledger, walk_back: int = WALK_BACK):
-        self.ledger, self.walk_back = ledger, walk_back
+    def __init__(self, ledger, walk_back: int = WALK_BACK, cfg=None):
+        self.ledger, self.walk_back, self.cfg = ledger, walk_back, cfg
+
+    @classmethod
+    def for_config(cls, cfg, walk_back: int = WALK_BACK) -> "CycleCollector":
+        from infra.orchestrator.ledger import Ledger
+
+        return cls(Ledger.for_config(cfg), walk_back, cfg)
 
     def collect(self):
         recent = recent_cycles(self.ledger, self.walk_back)
+        if self.cfg is not None:
+            yield from self._config(recent)
         if not recent:
             return
         latest = recent[0]
@@ -96,6 +132,43 @@ class CycleCollector:
                 yield gauge(name, help_, distill.get(key, 0))
         yield from self._gate(recent)
         yield from self._ab(recent)
+        yield from self._deploy(recent)
+
+    def _config(self, recent: list):
+        cfg = self.cfg
+        yield gauge("rtrl_cycle_cadence_seconds", "The cycle's cadence (orchestrator.interval_s)",
+                    cfg.orchestrator.interval_s)
+        done = next((r for r in recent if r.status == DONE), None)
+        as_of = epoch(done.result("collect").get("as_of")) if done is not None else None
+        if as_of is not None:
+            yield gauge("rtrl_reward_as_of_timestamp_seconds", "The event time the newest done cycle's rewards "
+                        "reach (its as_of, epoch seconds)", as_of)
+        try:
+            usage = shutil.disk_usage(cfg.state_path)
+        except OSError:
+            usage = None
+        if usage is not None:
+            yield gauge("rtrl_disk_free_bytes", "Free bytes on the state dir's file system", usage.free)
+            yield gauge("rtrl_disk_size_bytes", "Size of the state dir's file system", usage.total)
+        yield gauge("rtrl_registry_cache_max_bytes", "The checkpoint cache's bound (retention.cache_max_bytes)",
+                    cfg.retention.cache_max_bytes)
+        cache = next(((r.result("deploy").get("retention") or {}).get("cache_bytes") for r in recent
+                      if r.done("deploy") and (r.result("deploy").get("retention") or {}).get("cache_bytes")
+                      is not None), None)
+        if cache is not None:
+            yield gauge("rtrl_registry_cache_bytes", "The checkpoint cache's bytes after the newest retention run",
+                        cache)
+
+    def _deploy(self, recent: list):
+        arms = next((r.result("deploy").get("arms") for r in recent if r.done("deploy")
+                     and r.result("deploy").get("arms")), None)
+        if not arms:
+            return
+        info = GaugeMetricFamily("rtrl_champion_info", "1 per arm: the version the newest done deploy put on it",
+                                 labels=["arm", "version"])
+        for arm, version in sorted(arms.items()):
+            info.add_metric([arm, str(version)], 1.0)
+        yield info
 
     def _gate(self, recent: list):
         decisions = [r.result("evaluate").get("decision") for r in recent if r.done("evaluate")]
@@ -124,3 +197,26 @@ class CycleCollector:
         yield rates
         yield gauge("rtrl_ab_srm_flagged", "1 when the newest measure step's sample-ratio check flagged the split",
                      1.0 if measured.get("srm_flagged") else 0.0)
+        yield gauge("rtrl_ab_aa_cycle", "1 when both arms served the same versions in the newest measured cycle",
+                    1.0 if measured.get("aa") else 0.0)
+        yield gauge("rtrl_ab_aa_failed", "1 when the newest measured cycle was A/A and its headline difference "
+                    "excluded zero", 1.0 if measured.get("aa_failed") else 0.0)
+        monitors = measured.get("monitors") or []
+        if not monitors:
+            return
+        rate = GaugeMetricFamily("rtrl_ab_monitor_rate", "The newest measure step's reward-hacking monitors per arm",
+                                 labels=["arm", "metric"])
+        change = GaugeMetricFamily("rtrl_ab_monitor_change", "Each monitor's treatment against control (relative or "
+                                   "absolute, as [ab.monitors] says)", labels=["metric"])
+        red = GaugeMetricFamily("rtrl_ab_monitor_red", "1 when the monitor is past its [ab.monitors] threshold "
+                                "against control", labels=["metric"])
+        for m in monitors:
+            for arm in ("control", "treatment"):
+                if m.get(arm) is not None:
+                    rate.add_metric([arm, m["metric"]], float(m[arm]))
+            if m.get("change") is not None:
+                change.add_metric([m["metric"]], float(m["change"]))
+            red.add_metric([m["metric"]], 1.0 if m.get("status") == "red" else 0.0)
+        yield rate
+        yield change
+        yield red

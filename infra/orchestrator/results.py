@@ -62,6 +62,12 @@ class MeasureResult(StepResult):
     srm_flagged: bool = False
     edit_persistence_rate: dict[str, float | None] | None = None
     dissatisfied_followup_rate: dict[str, float | None] | None = None
+    monitors: list[dict[str, Any]] = Field(default_factory=list, description="The reward-hacking monitors "
+                                           "(pipelines.metrics.monitors): metric, control, treatment, change, "
+                                           "status (ok | red | no data), reason.")
+    aa: bool = Field(False, description="Both arms served the same versions this cycle: an A/A comparison.")
+    aa_failed: bool = Field(False, description="An A/A cycle whose headline difference (edit persistence or "
+                            "dissatisfied follow-ups) excluded zero: the split itself favours an arm.")
 
 
 class TrainStepResult(StepResult):

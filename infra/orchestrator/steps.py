@@ -215,13 +215,31 @@ def measure(ctx: CycleContext) -> MeasureResult:
                                 store=store)
     store.write(ctx.cycle_id, res)
     out = {}
-    for name in ("edit_persistence_rate", "dissatisfied_followup_rate"):
+    for name in HEADLINE_RATES:
         m = res.metric(name)
         out[name] = {"control": m.control, "treatment": m.treatment, "change": m.change, "low": m.low,
                      "high": m.high}
-    return MeasureResult(measured=True, rows=res.counts.get("rows_used"),
-                         versions={a: [str(v) for v in vs] for a, vs in (res.versions or {}).items()},
-                         srm_flagged=bool(res.srm.get("flagged")), **out)
+    versions = {a: [str(v) for v in vs] for a, vs in (res.versions or {}).items()}
+    aa = is_aa(versions, ctx.cfg.ab.control_arm, ctx.cfg.ab.treatment_arm)
+    return MeasureResult(measured=True, rows=res.counts.get("rows_used"), versions=versions,
+                         srm_flagged=bool(res.srm.get("flagged")), **out,
+                         monitors=[{k: m.get(k) for k in ("metric", "control", "treatment", "change", "status",
+                                                          "reason")} for m in res.monitors],
+                         aa=aa, aa_failed=aa and any(excludes_zero(out[n]) for n in HEADLINE_RATES))
+
+
+HEADLINE_RATES = ("edit_persistence_rate", "dissatisfied_followup_rate")
+
+
+def is_aa(versions: dict[str, list[str]], control: str, treatment: str) -> bool:
+    """Both arms served the same versions (and some): the cycle compares a checkpoint with itself."""
+    c, t = versions.get(control), versions.get(treatment)
+    return bool(c) and sorted(c) == sorted(t or [])
+
+
+def excludes_zero(rate: dict) -> bool:
+    low, high = rate.get("low"), rate.get("high")
+    return low is not None and high is not None and not (low <= 0 <= high)
 
 
 def _train(ctx: CycleContext, step: str, org: str | None = None) -> dict:

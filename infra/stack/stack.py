@@ -17,7 +17,7 @@ from schemas.topics import TOPICS
 
 # Services started by other subcommands that `rtrl down` also stops, so nothing is left behind.
 WORKERS = ("simulator", "steps", "orchestrator", "dashboard", "collector", "archiver", "serving", "mlflow-server",
-           "orchestrator-webserver", "orchestrator-daemon")
+           "orchestrator-webserver", "orchestrator-daemon", "metrics")
 
 
 @dataclass

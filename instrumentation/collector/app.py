@@ -142,7 +142,8 @@ class Collector:
         t0 = time.perf_counter()
         response = await self._answer_ingest(request)
         self.stats.add(f"responses.{response.status_code}")
-        self.metrics.ingest.observe(time.perf_counter() - t0)
+        if self.cfg.metrics:
+            self.metrics.ingest.observe(time.perf_counter() - t0)
         return response
 
     async def _answer_ingest(self, request: Request) -> Response:
@@ -240,6 +241,8 @@ class Collector:
     async def metrics_route(self, request: Request) -> Response:
         if (refused := self._address_over_limit(request, charge=True)) is not None:
             return refused
+        if not self.cfg.metrics:
+            return JSONResponse({"error": "metrics are off (collector.metrics = false)"}, status_code=404)
         body, content_type = self.metrics.exposition()
         return Response(body, media_type=content_type)
 

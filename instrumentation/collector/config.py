@@ -28,6 +28,9 @@ class CollectorConfig(BaseModel):
                                      description="Wait for Kafka acks (acks=all) per batch; past it the answer is 503.")
     health_cache_s: float = Field(default=1.0, ge=0, le=60,
                                   description="How long a Kafka reachability probe result is reused by /healthz.")
+    metrics: bool = Field(default=True, description="Serve GET /metrics (docs/monitoring.md) and time each ingest "
+                          "request for it. false: /metrics answers 404 (the baseline of `rtrl bench ingest`'s cost "
+                          "of metrics).")
     startup_timeout_s: float = Field(default=30.0, gt=0, le=600,
                                      description="`rtrl collector --detach` waits this long for /healthz to answer.")
     access_log: bool = Field(default=False, description="Log one line per HTTP request (uvicorn access log).")

@@ -22,18 +22,22 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily
 
+from instrumentation.collector.ingest import REJECTION_CODES
 from schemas.prometheus import counter, exposition, gauge
 
 INGEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 RATE_LIMIT_KINDS = ("events", "requests", "unauthenticated")
 
 
-def _by_suffix(snap: dict[str, int], prefix: str, name: str, help_: str, label: str) -> CounterMetricFamily:
-    """The counters named `<prefix><x>` as one family labelled `label` = x."""
+def _by_suffix(snap: dict[str, int], prefix: str, name: str, help_: str, label: str,
+               known: tuple[str, ...] = ()) -> CounterMetricFamily:
+    """The counters named `<prefix><x>` as one family labelled `label` = x; each of `known` at 0 until counted (so
+    the series exist before the first one, and a rate over them is defined)."""
     c = CounterMetricFamily(name, help_, labels=[label])
-    for key, n in snap.items():
-        if key.startswith(prefix):
-            c.add_metric([key.removeprefix(prefix)], float(n))
+    values = {k: 0 for k in known}
+    values.update({key.removeprefix(prefix): n for key, n in snap.items() if key.startswith(prefix)})
+    for value, n in values.items():
+        c.add_metric([value], float(n))
     return c
 
 
@@ -49,7 +53,7 @@ class StatsCollector:
                          "status", "status")
         yield counter("rtrl_collector_events_accepted", "Events Kafka acknowledged", snap.get("events_accepted", 0))
         yield _by_suffix(snap, "rejected.", "rtrl_collector_events_rejected", "Events refused one by one, by reason",
-                         "reason")
+                         "reason", REJECTION_CODES)
         yield counter("rtrl_collector_kafka_produce_errors", "Batches Kafka did not acknowledge (answered 503)",
                        snap.get("produce_errors", 0))
         yield counter("rtrl_collector_auth_failures", "Requests answered 401", snap.get("auth_failures", 0))

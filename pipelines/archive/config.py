@@ -33,9 +33,10 @@ class ArchiveConfig(BaseModel):
                           "monitoring (lag) only: the archive's manifests are the source of truth.")
     compression: Literal["zstd", "snappy", "gzip", "none"] = Field(
         default="zstd", description="Parquet compression codec of the data files.")
-    metrics_port: int = Field(default=0, ge=0, le=65535,
+    metrics_port: int = Field(default=18390, ge=0, le=65535,
                               description="Serve the archiver's Prometheus metrics (GET /metrics, "
-                              "docs/monitoring.md) on this port; 0 = off.")
+                              "docs/monitoring.md) on this port; 0 = off. A port already taken is a warning: the "
+                              "archiver archives without metrics.")
     metrics_host: str = Field(default="127.0.0.1", min_length=1,
                               description="Address the metrics port listens on (0.0.0.0: every interface).")
     cluster_check_s: float = Field(default=10.0, gt=0, le=3600,

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from pipelines.archive.deadletter import REASONS
 from schemas.prometheus import counter, gauge
 
 COUNTERS = (("messages", "rtrl_archive_messages", "Kafka records consumed into committed batches"),
@@ -45,7 +46,7 @@ class ArchiverCollector:
             yield counter(name, help_, getattr(st, attr))
         letters = CounterMetricFamily("rtrl_archive_dead_letters", "Records sent to the dead-letter topic, by reason",
                                       labels=["reason"])
-        for reason, n in sorted(st.dead_letters.items()):
+        for reason, n in sorted({**dict.fromkeys(REASONS, 0), **st.dead_letters}.items()):
             letters.add_metric([reason], float(n))
         yield letters
         yield gauge("rtrl_archive_batch_messages", "Messages in the batch not committed yet", self.batch_messages())

@@ -31,7 +31,10 @@ class MonitorStatus:
 
 
 def evaluate(metric: str, change: Change, threshold: MonitorThreshold) -> MonitorStatus:
-    delta = change.relative if threshold.relative else change.absolute
+    """Red when the change passes a threshold and is significant that way: its interval (the A/B alpha, on the
+    threshold's scale) lies wholly on that side of zero. A point estimate past the threshold inside noise (an A/A
+    cycle's few hundred rows put +-5 pp on a rate) is not red; without an interval the point estimate decides."""
+    delta, _, low, high, _ = change.on("relative" if threshold.relative else "absolute")
     base = dict(metric=metric, control=change.control, treatment=change.treatment, change=delta,
                 relative=threshold.relative, max_increase=threshold.max_increase,
                 max_decrease=threshold.max_decrease)
@@ -41,10 +44,17 @@ def evaluate(metric: str, change: Change, threshold: MonitorThreshold) -> Monito
         return (f"{x:+.1%}" if signed else f"{x:.1%}") if threshold.relative else (
             f"{x:+.4g}" if signed else f"{x:.4g}")
 
+    rose_surely, fell_surely = (low is None or low > 0), (high is None or high < 0)
     if threshold.max_increase is not None and delta > threshold.max_increase:
-        return MonitorStatus(**base, status="red", reason=f"rose {show(delta)}, more than the "
-                                                          f"{show(threshold.max_increase, False)} tolerated")
+        if rose_surely:
+            return MonitorStatus(**base, status="red", reason=f"rose {show(delta)}, more than the "
+                                                              f"{show(threshold.max_increase, False)} tolerated")
+        return MonitorStatus(**base, status="ok", reason=f"rose {show(delta)}, within noise (interval "
+                                                         f"{show(low)}..{show(high)})")
     if threshold.max_decrease is not None and delta < -threshold.max_decrease:
-        return MonitorStatus(**base, status="red", reason=f"fell {show(delta)}, more than the "
-                                                          f"{show(threshold.max_decrease, False)} tolerated")
+        if fell_surely:
+            return MonitorStatus(**base, status="red", reason=f"fell {show(delta)}, more than the "
+                                                              f"{show(threshold.max_decrease, False)} tolerated")
+        return MonitorStatus(**base, status="ok", reason=f"fell {show(delta)}, within noise (interval "
+                                                         f"{show(low)}..{show(high)})")
     return MonitorStatus(**base, status="ok", reason="within thresholds")

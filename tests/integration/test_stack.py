@@ -34,7 +34,7 @@ def test_up_is_idempotent_and_down_leaves_no_process(tmp_path):
     assert second.returncode == 0 and f"({0} created)" in second.stdout
     assert [st.broker.proc.info()["pid"], st.broker.store.proc.info()["pid"]] == pids  # nothing new started
 
-    status = json.loads(cli(cfg, "status").stdout)
+    status = json.loads(cli(cfg, "status", "--json").stdout)["stack"]
     assert status["broker_healthy"] is True and status["services"]["broker"]["running"]
 
     down = cli(cfg, "down")

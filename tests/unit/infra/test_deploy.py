@@ -115,10 +115,25 @@ def test_ports_and_addresses_agree_with_the_configuration(cfg):
     assert dask.endswith(f"dask-scheduler.rtrl.svc:{services['dask-scheduler']['spec']['ports'][0]['port']}")
 
 
+def test_every_process_with_metrics_is_annotated_for_prometheus_on_its_metrics_port(cfg):
+    want = {"serving": (cfg.serving.port, "https"), "collector": (cfg.collector.port, "https"),
+            "archiver": (cfg.archive.metrics_port, "http"), "orchestrator-daemon": (cfg.monitoring.port, "http")}
+    for component, (port, scheme) in want.items():
+        (doc, pod, _), *_ = _by_component(component)
+        notes = doc["spec"]["template"]["metadata"].get("annotations", {})
+        assert notes.get("prometheus.io/scrape") == "true", component
+        assert (int(notes["prometheus.io/port"]), notes["prometheus.io/scheme"]) == (port, scheme), component
+        assert any(p["containerPort"] == port for c in pod["containers"] for p in c.get("ports", [])), \
+            f"{component}: no container port {port}"
+    assert cfg.archive.metrics_host == "0.0.0.0" and cfg.monitoring.host == "0.0.0.0"   # reachable from the scraper
+
+
 def test_secrets_and_files_the_configuration_names_are_mounted_where_it_reads_them(cfg):
     needs_kafka = ("collector", "archiver", "serving", "orchestrator-daemon")
     for component in needs_kafka:
         for _, _, c in _by_component(component):
+            if c["name"] == "metrics":       # the cycle's exporter beside the daemon reads the ledger, not Kafka
+                continue
             env = {e["name"] for e in c.get("env", [])}
             assert cfg.kafka.sasl_password_env in env, f"{component} reads Kafka without its password"
     for component, files in (("collector", (cfg.collector.tls_cert_file, cfg.collector.api_keys_file)),
