@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,16 @@ from infra.config import RtrlConfig, load_config, render_overrides
 def free_port_pair() -> int:
     """A port P such that P and P+1 are free (the broker and its object store), below the ephemeral range."""
     return free_ports(2)
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout_s`; returns once the process is gone."""
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """What metrics cost (`rtrl bench serving --metrics-cost`, `rtrl bench ingest --metrics-cost`): the same load with
-the process's metrics off and on, in alternating rounds (off, on, off, on, ...) so drift on a shared machine falls
-on both; the ratio of the medians.
+the process's metrics off and on, in alternating rounds (off-on, on-off, ...) so drift on a shared machine and
+the order fall on both; the ratio of the medians.
 
 Serving: the gateway (`rtrl serve --detach`, a private stack and registry, a tiny model on both arms) under
 `clients` closed-loop clients for `steady_s` per round, with `serving.metrics` false then true (the request
@@ -15,10 +15,11 @@ from typing import Callable
 
 
 def alternate(measure: Callable[[bool], float], rounds: int, log) -> dict:
-    """`measure(metrics_on)` in `rounds` rounds of off-then-on: each side's values, medians and on/off ratio."""
+    """`measure(metrics_on)` in `rounds` rounds, off then on, then on then off (ABBA: neither side always goes
+    first): each side's values, medians and on/off ratio."""
     values: dict[str, list[float]] = {"off": [], "on": []}
     for i in range(rounds):
-        for on in (False, True):
+        for on in ((False, True) if i % 2 == 0 else (True, False)):
             v = measure(on)
             values["on" if on else "off"].append(round(v, 2))
             log(f"metrics cost: round {i + 1}/{rounds}, metrics {'on' if on else 'off'}: {v:.2f}/s")
@@ -60,11 +61,9 @@ def serving_run(clients: int = 8, new_tokens: int = 128, steady_s: float = 15.0,
 
     from infra.bench.ports import free_port
     from infra.bench.quiet import quiet_libraries
-    from infra.bench.serving import GPU_OVERRIDES, MODEL, _gpu
+    from infra.bench.serving import GPU_OVERRIDES, _gpu, tiny_versions
     from infra.config import load_config
     from infra.stack.stack import Stack
-    from registry.client import Registry
-    from serving.testing import make_tiny_checkpoint
 
     quiet_libraries()
     tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-metrics-cost-"))
@@ -76,11 +75,7 @@ def serving_run(clients: int = 8, new_tokens: int = 128, steady_s: float = 15.0,
     load_at_start = round(os.getloadavg()[0], 2)
     try:
         stack.up(log=lambda *_: None)
-        registry = Registry.from_config(cfg)
-        versions = [registry.register(make_tiny_checkpoint(tmp / f"ckpt{s}", seed=s, **MODEL),
-                                      tags={"bench": "metrics-cost"}, log=log) for s in range(2)]
-        registry.set_alias("control", versions[0])
-        registry.set_alias("champion", versions[1])
+        tiny_versions(cfg, tmp, 2, "metrics-cost", log)
         return {"load_average_at_start": load_at_start, "new_tokens": new_tokens,
                 **serving_cost(cfg, overrides, clients, new_tokens, steady_s, rounds, log)}
     finally:

@@ -488,24 +488,33 @@ def run(batch: int = 32, prompt_tokens: int = 64, new_tokens: int = 128, clients
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def tiny_versions(cfg, tmp: Path, count: int, bench: str, log) -> tuple:
+    """`count` tiny checkpoints of the default shape (seeds 0, 1, ...) registered as versions; alias control on the
+    first, champion on the second. (the registry, the versions)."""
+    from registry.client import Registry
+    from serving.testing import make_tiny_checkpoint
+
+    registry = Registry.from_config(cfg)
+    versions = [registry.register(make_tiny_checkpoint(tmp / f"ckpt{s}", seed=s, **MODEL), tags={"bench": bench},
+                                  log=log) for s in range(count)]
+    registry.set_alias("control", versions[0])
+    registry.set_alias("champion", versions[1])
+    return registry, versions
+
+
 def _gateway_with_stack(cfg, overrides: list[str], tmp: Path, clients: int, new_tokens: int, steady_s: float,
                         log, stream_share: float = 0.5) -> dict:
     """A private stack and registry with versions 1-3 (seeds 0-2), the gateway stage, then the swap by delta
     (infra/bench/serving_delta.py: v4, v3's child)."""
     from infra.bench.serving_delta import delta_swap_stage
     from infra.stack.stack import Stack
-    from registry.client import Registry
-    from serving.testing import make_child_checkpoint, make_tiny_checkpoint
+    from serving.testing import make_child_checkpoint
 
     stack = Stack(cfg)
     try:
         log(f"bench: private stack and registry in {tmp}")
         stack.up(log=lambda *_: None)
-        registry = Registry.from_config(cfg)
-        versions = [registry.register(make_tiny_checkpoint(tmp / f"ckpt{s}", seed=s, **MODEL),
-                                      tags={"bench": "serving"}, log=log) for s in range(3)]
-        registry.set_alias("control", versions[0])
-        registry.set_alias("champion", versions[1])
+        registry, versions = tiny_versions(cfg, tmp, 3, "serving", log)
         result = gateway_stage(cfg, overrides, registry, versions, clients, new_tokens, steady_s, log, stream_share)
         child = make_child_checkpoint(tmp / "ckpt2", tmp / "ckpt2-child", seed=3)
         result["delta_swap"] = delta_swap_stage(cfg, overrides, registry, versions[2], child, clients, new_tokens,

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 SERVED = "served"
@@ -175,12 +175,7 @@ def _s3_process(tmp_path_factory):
         server.client().create_bucket(Bucket=server.bucket)
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import free_port
+from tests.conftest import free_port, stop_process
 from tests.waiting import wait_for
 
 
@@ -66,10 +66,5 @@ def prometheus(config_file: Path, data_dir: Path, port: int | None = None):
         wait_for(ready, 60, "Prometheus ready")
         yield prom
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
         log.close()

@@ -175,11 +175,7 @@ def test_empty_state_says_run_demo(browser, tmp_path_factory):
         info = _wait(browser, '[data-testid="stAlertContentInfo"]', text="rtrl demo")
         assert "No data yet" in info.text
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
 
 
 def test_trends_and_health_render(dashboard, browser, tmp_path):
