@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime, timezone
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 ID = Field(min_length=1, max_length=128)
+SAFE_ID = r"^[!-~]+$"
+"""Ids (users, orgs, workspaces, sessions, requests, files, versions): visible ASCII, no space and no control
+character, so an id is safe as a Kafka key, a file name part and in a terminal."""
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+"""C0 and C1 control characters and DEL, except tab, line feed and carriage return (which code and prose use)."""
+
+
+def strip_controls(text):
+    """`text` without control characters (NUL, terminal escapes, ...); tabs and line breaks stay. Anything but a
+    string is left to the type check."""
+    return CONTROL.sub("", text) if isinstance(text, str) else text
+
+
+Text = Annotated[str, BeforeValidator(strip_controls)]
+"""Free text a client or a model wrote (a follow-up, an error message): stored without control characters."""
 
 
 class SchemaError(ValueError):
@@ -55,12 +71,12 @@ class Event(BaseModel):
     schema_version: int = Field(ge=1, description="Version of this event type's schema the producer wrote.")
     event_time: datetime = Field(description="Client clock, UTC, when the thing happened.")
     received_time: datetime | None = Field(default=None, description="Set by the collector/sender on receipt, UTC.")
-    user_id: str = Field(min_length=1, max_length=128, description="Pseudonymous user id.")
-    org_id: str = Field(min_length=1, max_length=128)
-    workspace_id: str = Field(min_length=1, max_length=128)
-    session_id: str = Field(min_length=1, max_length=128)
+    user_id: str = Field(min_length=1, max_length=128, pattern=SAFE_ID, description="Pseudonymous user id.")
+    org_id: str = Field(min_length=1, max_length=128, pattern=SAFE_ID)
+    workspace_id: str = Field(min_length=1, max_length=128, pattern=SAFE_ID)
+    session_id: str = Field(min_length=1, max_length=128, pattern=SAFE_ID)
     privacy_mode: bool = Field(default=False, description="When true the event carries no trainable content.")
-    client_version: str = Field(min_length=1, max_length=64)
+    client_version: str = Field(min_length=1, max_length=64, pattern=SAFE_ID)
 
     @field_validator("event_id")
     @classmethod

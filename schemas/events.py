@@ -11,15 +11,15 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from schemas.envelope import Event
+from schemas.envelope import SAFE_ID, Event, Text
 
 Fingerprint = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
 """A normalized-line fingerprint: 64-bit BLAKE2b of the whitespace-normalized line, hex. Never the code itself."""
 
-FileId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+FileId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=SAFE_ID)]
 """A file inside a workspace, as a stable id (the SDK hashes the workspace-relative path)."""
 
-RequestId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+RequestId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=SAFE_ID)]
 
 MAX_TOKENS = 65_536
 MAX_LINES = 200_000
@@ -41,9 +41,9 @@ class ToolCallStatus(str, Enum):
 class ToolCallRecord(_Part):
     """One tool call in a model response, as judged by serving's strict parser."""
 
-    name: str = Field(max_length=128, description="Tool name as the model wrote it ('' when unparseable).")
+    name: Text = Field(max_length=128, description="Tool name as the model wrote it ('' when unparseable).")
     status: ToolCallStatus
-    error: str = Field(default="", max_length=2048, description="Why the call is broken; '' when ok.")
+    error: Text = Field(default="", max_length=2048, description="Why the call is broken; '' when ok.")
 
 
 class Hunk(_Part):
@@ -82,8 +82,8 @@ class Trajectory(Event):
     event_type: Literal["trajectory"] = "trajectory"
     schema_version: int = SCHEMA_VERSION
     request_id: RequestId
-    policy_version: str = Field(min_length=1, max_length=128, description="Registry version that served it.")
-    arm: str = Field(min_length=1, max_length=64, description="A/B arm the user is assigned to.")
+    policy_version: str = Field(min_length=1, max_length=128, pattern=SAFE_ID, description="Registry version that served it.")
+    arm: str = Field(min_length=1, max_length=64, pattern=SAFE_ID, description="A/B arm the user is assigned to.")
     prompt_token_ids: list[TokenId] = Field(default_factory=list, max_length=MAX_TOKENS)
     completion_token_ids: list[TokenId] = Field(default_factory=list, max_length=MAX_TOKENS)
     behaviour_logprobs: list[Annotated[float, Field(le=0.0)]] = Field(
@@ -98,12 +98,12 @@ class Trajectory(Event):
     top_k: int = Field(default=-1, ge=-1, le=MAX_INT64, description="v2: top-k used (-1 = untruncated).")
     response_kind: ResponseKind = Field(default=ResponseKind.unknown,
                                         description="v3: what the response does (edit, question, answer).")
-    group_id: str | None = Field(default=None, min_length=1, max_length=128,
+    group_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=SAFE_ID,
                                  description="v4: shared by the samples of one request with n > 1 (a prompt group "
                                              "for the trainer's group baseline); None for a single sample.")
     cut_short: bool = Field(default=False, description="v4: the client disconnected from a streamed answer before "
                             "it ended; the completion is what had been sampled by then.")
-    task_id: str | None = Field(default=None, min_length=1, max_length=128,
+    task_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=SAFE_ID,
                                 description="v5: the background task this request works on (the client names it); "
                                             "its task_outcome event rewards every request of the task (the chain). "
                                             "None for an interactive request.")
@@ -185,7 +185,7 @@ class FollowupMessage(Event):
     event_type: Literal["followup_message"] = "followup_message"
     schema_version: int = 1
     previous_request_id: RequestId | None = Field(default=None, description="The request this message answers.")
-    text: str = Field(default="", max_length=100_000)
+    text: Text = Field(default="", max_length=100_000)
 
 
 class ToolErrorKind(str, Enum):
@@ -206,11 +206,11 @@ class ToolCallResult(Event):
     event_type: Literal["tool_call_result"] = "tool_call_result"
     schema_version: int = 1
     request_id: RequestId
-    tool: str = Field(min_length=1, max_length=128)
+    tool: Text = Field(min_length=1, max_length=128)
     call_index: int = Field(default=0, ge=0, le=255)
     ok: bool
     error_kind: ToolErrorKind = ToolErrorKind.none
-    error_message: str = Field(default="", max_length=4096)
+    error_message: Text = Field(default="", max_length=4096)
 
     @model_validator(mode="after")
     def _ok_has_no_error(self):
@@ -240,7 +240,7 @@ class TaskOutcome(Event):
 
     event_type: Literal["task_outcome"] = "task_outcome"
     schema_version: int = 1
-    task_id: str = Field(min_length=1, max_length=128, description="The task, as its trajectories name it.")
+    task_id: str = Field(min_length=1, max_length=128, pattern=SAFE_ID, description="The task, as its trajectories name it.")
     outcome: TaskOutcomeKind
     rating: int | None = Field(default=None, ge=1, le=5, description="The user's optional rating, 1 (worst) to 5.")
 

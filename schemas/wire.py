@@ -27,8 +27,10 @@ class _Header(BaseModel):
     schema_version: int
 
 
-def parse_event(d: Any) -> Event:
-    """Validate a decoded event (a dict), upgrading older schema versions. Raises SchemaError naming the field."""
+def parse_event(d: Any, strict: bool = False) -> Event:
+    """Validate a decoded event (a dict), upgrading older schema versions. Raises SchemaError naming the field.
+    `strict` (what the collector admits from clients): JSON's own types only, nothing coerced: `true` is not the
+    integer 1, `"3"` is not 3, a number is not a string (ISO times and UUIDs as JSON strings, as the wire has them)."""
     if not isinstance(d, dict):
         raise SchemaError("<event>", f"must be a JSON object, got {type(d).__name__}")
     event_type = d.get("event_type")
@@ -42,7 +44,10 @@ def parse_event(d: Any) -> Event:
     except ValueError as e:
         raise SchemaError("schema_version", str(e)) from None
     try:
-        return cls.model_validate(d)
+        event = cls.model_validate(d)
+        if strict:      # after the lax pass, which names the field of a bad string (a lone surrogate, say)
+            cls.model_validate_json(json.dumps(d), strict=True)
+        return event
     except ValidationError as e:
         raise _first_error(e) from None
 

@@ -65,6 +65,9 @@ class ServingConfig(BaseModel):
 
     host: str = Field(default="127.0.0.1", description="Bind address; localhost by default.")
     port: int = Field(default=18300, ge=1, le=65535, description="The gateway's port (OpenAI-compatible /v1).")
+    trusted_proxies: list[str] = Field(default_factory=list, description="Addresses (or CIDR ranges) of reverse "
+                                       "proxies whose X-Forwarded-For / X-Forwarded-Proto name the client; [] = "
+                                       "trust none: the client is the TCP peer, whatever the headers say.")
     experiment: str = Field(default="rtrl-ab-1", min_length=1, max_length=64,
                             description="Salt of the sticky user→arm hash; a new value reshuffles users.")
     arms: list[ArmConfig] = Field(default_factory=_default_arms, min_length=1, max_length=8,

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from schemas.chat_format import to_text_messages
+from schemas.envelope import SAFE_ID
 from schemas.events import Trajectory
 from schemas.tool_formats import ToolFormat, detect, get_format
 from schemas.tool_protocol import ParsedResponse, ToolCall, ToolSet, to_openai_tool_calls
@@ -212,6 +214,9 @@ def _id(value: Any, name: str) -> str:
         raise RequestError(f"{name} must be a non-empty string", name)
     if len(value) > MAX_ID:
         raise RequestError(f"{name} must be at most {MAX_ID} characters (got {len(value)})", name)
+    if not re.fullmatch(SAFE_ID, value):
+        raise RequestError(f"{name} must be visible ASCII characters without spaces (an id: it keys the A/B arm, "
+                           "Kafka and the stores)", name)
     return value
 
 

@@ -77,6 +77,8 @@ def make_server(cfg, *, gateway: Gateway | None = None, log_level: str = "info")
     """A `uvicorn.Server` (not started) for `cfg.serving.host:port`."""
     import uvicorn
 
+    from instrumentation.proxies import proxy_settings
+
     scfg = cfg.serving
     keys = KeyStore(keys_path(cfg))
     if scfg.key_required and not len(keys):
@@ -86,7 +88,8 @@ def make_server(cfg, *, gateway: Gateway | None = None, log_level: str = "info")
     tls = {"ssl_certfile": scfg.tls_cert_file, "ssl_keyfile": scfg.tls_key_file} if scfg.tls else {}
     config = uvicorn.Config(app, host=scfg.host, port=scfg.port, loop="auto", http="auto",
                             lifespan="on", access_log=scfg.access_log, log_level=log_level,
-                            server_header=False, timeout_graceful_shutdown=scfg.shutdown_grace_s, **tls)
+                            server_header=False, timeout_graceful_shutdown=scfg.shutdown_grace_s,
+                            **proxy_settings(scfg.trusted_proxies), **tls)
     return uvicorn.Server(config)
 
 

@@ -273,7 +273,8 @@ class Collector:
             self.unauth_limiter.acquire(_remote(request), 1)  # a failed attempt counts against its address
         elif e.status == 403:
             self.stats.add("forbidden")
-        return error(e.status, e.code, e.message, retry_after=e.retry_after, headers=headers)
+        # refused before its body was read: close the connection instead of reading (and discarding) the body
+        return error(e.status, e.code, e.message, retry_after=e.retry_after, headers=headers, close=True)
 
     def _admit(self, client: str) -> ClientKey:
         """An authenticated client's key, after its request-rate bucket and the key's org are checked. Raises

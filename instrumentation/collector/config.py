@@ -24,6 +24,14 @@ class CollectorConfig(BaseModel):
         "when full, further signed requests get 429 until entries expire (never forgotten early: no replay).")
     body_read_timeout_s: float = Field(default=30.0, gt=0, le=600,
                                        description="A request body not fully received within this gets 408.")
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600,
+                                    description="A connection whose request line and headers are not complete this "
+                                    "long after the connection opened or its previous request ended is closed (a "
+                                    "client sending its headers slowly holds no connection open).")
+    trusted_proxies: list[str] = Field(default_factory=list, description="Addresses (or CIDR ranges) of reverse "
+                                       "proxies whose X-Forwarded-For / X-Forwarded-Proto name the client; [] = "
+                                       "trust none: the client is the TCP peer, whatever the headers say (the "
+                                       "per-address limits key on it).")
     produce_timeout_s: float = Field(default=10.0, gt=0, le=600,
                                      description="Wait for Kafka acks (acks=all) per batch; past it the answer is 503.")
     health_cache_s: float = Field(default=1.0, ge=0, le=60,

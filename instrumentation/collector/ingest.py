@@ -80,9 +80,12 @@ def _no_constants(name: str):
 
 
 def decode_batch(body: bytes, max_events: int) -> list[Any]:
-    """The `events` list of a request body. Raises BadRequest 400 (not JSON, wrong shape) or 413 (too many)."""
+    """The `events` list of a request body: strict UTF-8 JSON (no byte-order mark; `json.loads` on bytes would also
+    take UTF-16 and UTF-32). Raises BadRequest 400 (not UTF-8 JSON, wrong shape) or 413 (too many)."""
+    if body.startswith(b"\xef\xbb\xbf"):
+        raise BadRequest(400, "invalid_json", "body starts with a byte-order mark: send UTF-8 JSON without one")
     try:
-        doc = json.loads(body, parse_constant=_no_constants)
+        doc = json.loads(body.decode("utf-8"), parse_constant=_no_constants)
     except UnicodeDecodeError:
         raise BadRequest(400, "invalid_json", "body is not UTF-8 encoded JSON") from None
     except json.JSONDecodeError as e:
@@ -159,7 +162,7 @@ def validate_events(items: list[Any], adm: Admission) -> ValidatedBatch:
     for i, item in enumerate(items):
         try:
             _precheck(item)
-            event = parse_event(item)
+            event = parse_event(item, strict=True)
         except SchemaError as e:
             out.rejected.append(Rejection(i, _event_id(item), echo(e.field), echo(e.reason)))
             out.counts["schema"] += 1

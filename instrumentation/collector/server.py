@@ -13,6 +13,7 @@ from pathlib import Path
 
 from instrumentation.collector.config import CollectorConfig
 from instrumentation.collector.health import KafkaProbe
+from instrumentation.proxies import proxy_settings
 from schemas.api_keys import KeyStore
 from schemas.kafka_clients import KafkaTarget
 
@@ -41,9 +42,11 @@ def build_app(cfg: CollectorConfig, bootstrap_servers: KafkaTarget, keys_path: P
     return create_app(cfg, keys=keys, transport=transport, kafka_ok=probe)
 
 
-def limited_http_protocol(max_header_bytes: int, max_headers: int):
+def limited_http_protocol(max_header_bytes: int, max_headers: int, header_timeout_s: float = 10.0):
     """uvicorn's httptools protocol with the request target + headers bounded to `max_header_bytes` and the header
-    count to `max_headers` while they are parsed (431 and close past either). "auto" (h11) without httptools."""
+    count to `max_headers` while they are parsed (431 and close past either), and in time: a connection whose
+    request line and headers are not complete `header_timeout_s` after it opened or its request began gets 408 and
+    is closed. "auto" (h11) without httptools."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:
@@ -54,13 +57,46 @@ def limited_http_protocol(max_header_bytes: int, max_headers: int):
         _raw_head = 0        # bytes received while its headers are incomplete (a header still arriving)
         _in_head = False
         _refused = False
+        _head_timer = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def connection_lost(self, exc) -> None:
+            self._cancel_head_timer()
+            super().connection_lost(exc)
+
+        def _arm_head_timer(self) -> None:
+            self._cancel_head_timer()
+            self._head_timer = self.loop.call_later(header_timeout_s, self._head_timed_out)
+
+        def _cancel_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self._refused or self.transport.is_closing():
+                return
+            self._refused = True
+            body = (b'{"error": "header_timeout", "message": "request headers not received within '
+                    + f"{header_timeout_s:g} s".encode() + b'"}')
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                                 b"connection: close\r\ncontent-length: " + str(len(body)).encode()
+                                 + b"\r\n\r\n" + body)
+            self.transport.close()
 
         def on_message_begin(self) -> None:
             self._head_bytes, self._raw_head, self._in_head = 0, 0, True
+            if self._head_timer is None:            # a later request on a kept-alive connection
+                self._arm_head_timer()
             super().on_message_begin()
 
         def on_headers_complete(self) -> None:
             self._in_head = False
+            self._cancel_head_timer()
             super().on_headers_complete()
 
         def _grow(self, n: int) -> None:
@@ -116,7 +152,8 @@ def server_for(app, cfg: CollectorConfig, *, log_level: str = "info"):
 
     tls = {"ssl_certfile": cfg.tls_cert_file, "ssl_keyfile": cfg.tls_key_file} if cfg.tls else {}
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, loop="auto",
-                            http=limited_http_protocol(cfg.max_header_bytes, cfg.max_headers), lifespan="on",
+                            http=limited_http_protocol(cfg.max_header_bytes, cfg.max_headers, cfg.header_timeout_s),
+                            lifespan="on", **proxy_settings(cfg.trusted_proxies),
                             access_log=cfg.access_log, log_level=log_level, server_header=False,
                             h11_max_incomplete_event_size=cfg.max_header_bytes,
                             timeout_graceful_shutdown=max(5, int(cfg.produce_timeout_s) + 2), **tls)

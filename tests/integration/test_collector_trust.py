@@ -190,7 +190,8 @@ def _raw_request(port: int, head: bytes) -> bytes:
 
 @pytest.fixture
 def plain(tmp_path):
-    cfg = CollectorConfig(port=free_port(), max_headers=32, max_header_bytes=8192)
+    cfg = CollectorConfig(port=free_port(), max_headers=32, max_header_bytes=8192, header_timeout_s=1.0,
+                          rate_limit_unauthenticated_per_s=1, rate_limit_unauthenticated_burst=3)
     keys = KeyStore(tmp_path / "keys.json")
     keys.create("web", org="org-a")
     with running(cfg, keys) as (url, transport):
@@ -216,3 +217,47 @@ def test_a_request_within_the_header_limits_is_served(plain):
     port, _ = plain
     head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + b"X-Pad: " + b"a" * 4000 + b"\r\n\r\n"
     assert _raw_request(port, head).startswith(b"HTTP/1.1 200")
+
+
+def test_headers_sent_slowly_get_408_and_the_connection_is_closed(plain):
+    port, _ = plain
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        t0 = time.monotonic()
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")          # then nothing more: a slow sender
+        reply = s.recv(65536)
+        waited = time.monotonic() - t0
+        assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+        assert s.recv(65536) == b""                                       # closed
+    assert waited < 5
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(plain):
+    port, _ = plain
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        assert s.recv(65536).startswith(b"HTTP/1.1 408")
+
+
+def test_a_refused_key_closes_the_connection_without_reading_the_body(plain):
+    port, _ = plain
+    declared = 200 * 2**20
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer rtrl_" + b"x" * 43
+                  + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(declared).encode() + b"\r\n\r\n")
+        chunk = b"a" * 65536
+        try:
+            while sent < declared:
+                s.sendall(chunk)
+                sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            pass
+    assert sent < 32 * 2**20, f"the server read {sent} bytes of a refused request's body"
+
+
+def test_forwarded_for_from_an_untrusted_peer_does_not_change_the_address_the_limits_key_on(plain):
+    port, _ = plain
+    url = f"http://127.0.0.1:{port}/v1/events"
+    bad = {"Authorization": "Bearer rtrl_" + "x" * 43, "Content-Type": "application/json"}
+    codes = [httpx.post(url, content=b'{"events": []}', timeout=10,
+                        headers={**bad, "X-Forwarded-For": f"203.0.113.{i}"}).status_code for i in range(6)]
+    assert codes[:3] == [401] * 3 and 429 in codes[3:], codes    # every attempt counted against 127.0.0.1

@@ -225,3 +225,25 @@ def test_no_input_crashes_the_server_or_produces_an_invalid_event(harness, body)
 
     for rec in harness.transport.records:  # whatever got through is a valid event
         parse_wire(rec.value)
+
+
+@pytest.mark.parametrize("body", [
+    b"\xef\xbb\xbf" + json.dumps({"events": []}).encode(),                # UTF-8 with a byte-order mark
+    json.dumps({"events": []}).encode("utf-16"),                          # UTF-16 (json.loads would take it)
+    json.dumps({"events": []}).encode("utf-32-le"),
+])
+def test_a_body_that_is_not_plain_utf8_json_is_a_400(harness, body):
+    r = harness.post(body)
+    assert r.status_code == 400 and r.json()["error"] == "invalid_json", r.text
+    assert harness.transport.records == []
+
+
+@pytest.mark.parametrize("field,value", [("schema_version", True), ("schema_version", "1"), ("user_id", 7),
+                                         ("hunks", [{"old_start": "3", "old_count": 1, "new_fingerprints": []}])])
+def test_a_field_of_the_wrong_json_type_is_rejected_not_coerced(harness, field, value):
+    e = fixture_event("edit_applied")
+    e[field] = value
+    r = harness.post({"events": [e]})
+    assert r.status_code == 200 and r.json()["accepted"] == 0, r.json()
+    assert r.json()["rejected"][0]["field"].split(".")[0] == field
+    assert harness.transport.records == []

@@ -10,7 +10,7 @@ from schemas.events import (CodebaseSnapshot, EditApplied, EditRejected, Followu
                             SnapshotTrigger, SuggestionShown, ToolCallRecord, ToolCallResult, ToolCallStatus,
                             ToolErrorKind, Trajectory)
 
-ids = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40)
+ids = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=40)   # SAFE_ID
 times = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1),
                      timezones=st.just(timezone.utc))
 fingerprints = st.lists(st.text("0123456789abcdef", min_size=16, max_size=16), max_size=20)
