@@ -35,7 +35,7 @@ from pipelines.archive.batch import Batch, flush_due
 from pipelines.archive.config import ArchiveConfig
 from pipelines.archive.consumer import KafkaSource, Source
 from pipelines.archive.deadletter import DeadLetterSink, KafkaDeadLetterSink
-from pipelines.archive.dedupe import RecentIds
+from pipelines.archive.dedupe import RecentIds, tenant_key
 from pipelines.archive.lock import RootLock
 from pipelines.archive.maintenance import MaintenanceResult, maintain, maintenance_due
 from pipelines.archive.manifest import Manifest, Recovery, recover, write_manifest
@@ -241,7 +241,7 @@ class Archiver:
             write_manifest(self.root, m)
             manifests.append(m)
             self.fault("manifest_written")
-        self.window.add_all(e.event_id for pb in parts for e, _ in pb.events)
+        self.window.add_all(tenant_key(e) for pb in parts for e, _ in pb.events)
         self._reset_batch()
         self._record(manifests)
         self._commit_kafka(manifests)

@@ -1,8 +1,8 @@
 """One batch in flight: consumed messages sorted into events, duplicates and dead letters, per partition.
 
 Nothing here touches disk or Kafka; `Archiver.flush` commits a batch when `flush_due` says so (by messages, bytes
-or age). Duplicates (same `event_id`) are dropped within the batch and against the `RecentIds` window of what is
-already archived; the first copy wins. Each dropped copy's identity, times and Kafka position are kept
+or age). Duplicates (same org_id and event_id) are dropped within the batch and against the `RecentIds` window of
+what is already archived; the first copy wins. Each dropped copy's identity, times and Kafka position are kept
 (`duplicate_copies`, written as the batch's duplicates file), so a replay counts late and duplicate copies exactly
 as the live reward cycles did.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.archive.deadletter import DeadLetter
-from pipelines.archive.dedupe import RecentIds
+from pipelines.archive.dedupe import RecentIds, tenant_key
 from pipelines.archive.messages import SourceMessage
 from schemas import Event, SchemaError, parse_wire
 
@@ -47,7 +47,7 @@ class Batch:
     def __init__(self, window: RecentIds):
         self.window = window
         self.partitions: dict[tuple[str, int], PartitionBatch] = {}
-        self.event_ids: set[str] = set()
+        self.event_ids: set[tuple[str, str]] = set()      # tenant keys: (org_id, event_id)
         self.messages = 0
         self.bytes = 0            # of the messages' values
 
@@ -72,11 +72,12 @@ class Batch:
         except SchemaError as e:
             pb.dead_letters.append(DeadLetter.of(m, e))
             return
-        if event.event_id in self.event_ids or event.event_id in self.window:
+        key = tenant_key(event)
+        if key in self.event_ids or key in self.window:
             pb.duplicates += 1
             pb.duplicate_copies.append((event, m.offset))
             return
-        self.event_ids.add(event.event_id)
+        self.event_ids.add(key)
         pb.events.append((event, m.offset))
 
     @property

@@ -52,7 +52,7 @@ class Recovery:
     manifests_other_clusters: int             # manifests read under other cluster ids (after the checkpoint)
     orphans_deleted: list[str]                # root-relative paths of files no commit record listed
     missing_files: list[str]                  # listed as live but absent (damage; reported, not fatal)
-    recent_ids: list[str]                     # newest archived event_ids, oldest first (dedupe window seed)
+    recent_ids: list[tuple[str, str]]         # newest archived (org_id, event_id), oldest first (dedupe seed)
     checkpoint: int | None = None             # the seq of the checkpoint read (None: none yet)
     checkpoint_files: int = 0                 # the live files it lists
     folded_deleted: int = 0                   # manifests it folded that a crash had left behind, deleted
@@ -82,14 +82,16 @@ def _sweep_orphans(root: Path | str, known: set[str], present: list[storage.Stor
     return deleted
 
 
-def _recent_ids(root: Path | str, files: list[CommittedFile], limit: int, present: set[str]) -> list[str]:
-    chunks: list[list[str]] = []
+def _recent_ids(root: Path | str, files: list[CommittedFile], limit: int,
+                present: set[str]) -> list[tuple[str, str]]:
+    chunks: list[list[tuple[str, str]]] = []
     n = 0
     for f in reversed(files):
         if n >= limit:
             break
         if f.entry.kind == EVENTS and f.entry.path in present:
-            ids = storage.read_parquet(storage.join(root, f.entry.path), ["event_id"]).column("event_id").to_pylist()
+            t = storage.read_parquet(storage.join(root, f.entry.path), ["org_id", "event_id"])
+            ids = list(zip(t.column("org_id").to_pylist(), t.column("event_id").to_pylist()))
             chunks.append(ids)
             n += len(ids)
     ids = [e for chunk in reversed(chunks) for e in chunk]

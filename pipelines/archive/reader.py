@@ -8,7 +8,8 @@ since only added fields, their columns take the fields' defaults (`schemas.arrow
 are upgraded one by one through `schemas.from_arrow`.
 
 Rows come sorted by (event_time, event_id, _topic, _partition, _offset): the same archive always gives the same
-frame. With `dedupe=True` (the default) only the first row of each event_id in that order is kept.
+frame. With `dedupe=True` (the default) only the first row of each (org_id, event_id) in that order is kept: event
+ids are the clients', so the same id in two orgs is two events.
 
 `root` is a local folder or an object-store URL (`s3://bucket/archive`, see `schemas.storage`), as a `str` or
 `Path`.
@@ -171,8 +172,8 @@ def read_events(root: str | Path, event_type: str | None = None, start: datetime
     if end is not None:
         df = df.filter(pl.col("event_time") < end)
     df = df.sort(SORT_KEY)
-    if dedupe:
-        df = df.unique(subset=["event_id"], keep="first", maintain_order=True)
+    if dedupe:   # by tenant key: an event id is the client's, unique only within its org
+        df = df.unique(subset=["org_id", "event_id"], keep="first", maintain_order=True)
     return df
 
 

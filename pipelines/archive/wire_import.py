@@ -147,7 +147,7 @@ def import_wire(path: str | Path, root: str | Path, dead_letter_file: str | Path
     dl_path = storage.normalize(dead_letter_file) if dead_letter_file else storage.join(
         root, IMPORTS_DIR, f"{import_id}.dead_letters.jsonl")
     reasons: Counter[str] = Counter()
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()      # (org_id, event_id): an event id is unique only within its org
     t_min = t_max = None
     lock = RootLock(root)
     lock.acquire()
@@ -173,10 +173,10 @@ def import_wire(path: str | Path, root: str | Path, dead_letter_file: str | Path
                                             "detail": str(err), "raw": text[:RAW_KEPT],
                                             "raw_truncated": len(text) > RAW_KEPT}) + "\n")
                     continue
-                if event.event_id in seen:
+                if (event.org_id, event.event_id) in seen:
                     summary.duplicates_dropped += 1
                     continue
-                seen.add(event.event_id)
+                seen.add((event.org_id, event.event_id))
                 if event.received_time is None:
                     event.received_time = event.event_time
                     summary.received_time_filled += 1

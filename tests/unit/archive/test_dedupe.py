@@ -1,9 +1,10 @@
-"""Client retries (same event_id) are dropped within a batch and against a bounded window of recent ids."""
+"""Client retries (same org and event_id) are dropped within a batch and against a bounded window of recent ids;
+another org's event that reuses an id is a different event and is kept, by the archiver and by readers."""
 
 from __future__ import annotations
 
 from pipelines.archive.batch import Batch
-from pipelines.archive.dedupe import RecentIds
+from pipelines.archive.dedupe import RecentIds, tenant_key
 from pipelines.archive.messages import SourceMessage
 from pipelines.archive.reader import read_events
 from schemas import to_wire
@@ -60,8 +61,8 @@ def test_window_rebuild_takes_the_newest_ids_up_to_its_size(tmp_path):
     a, _ = make_archiver(tmp_path, log, dedupe_window=7)
     rec = a.start()
     a.close()
-    assert set(rec.recent_ids) == {e.event_id for e in new}
-    assert all(e.event_id in a.window for e in new) and not any(e.event_id in a.window for e in old)
+    assert set(rec.recent_ids) == {tenant_key(e) for e in new}
+    assert all(tenant_key(e) in a.window for e in new) and not any(tenant_key(e) in a.window for e in old)
 
 
 def test_window_of_zero_still_dedupes_within_a_batch(tmp_path):
@@ -70,3 +71,17 @@ def test_window_of_zero_still_dedupes_within_a_batch(tmp_path):
     log.produce([e, e])
     stats, _ = archive_all(tmp_path, log, dedupe_window=0)
     assert stats.duplicates_dropped == 1 and stats.events_written == 1
+
+
+def test_another_orgs_event_with_the_same_id_is_kept_by_the_archiver_and_by_readers(tmp_path):
+    log = FakeLog(partitions=1)
+    a = make_event()
+    b = a.model_copy(update={"org_id": "org-b", "user_id": "u-of-b"})    # org B reuses org A's event id
+    log.produce([a, b, a])                                                # and A's own retry
+    stats, _ = archive_all(tmp_path, log)
+    assert stats.events_written == 2 and stats.duplicates_dropped == 1
+    log.produce([b])                                                      # B's retry after a restart
+    assert archive_all(tmp_path, log)[0].duplicates_dropped == 1
+    rows = read_events(tmp_path)
+    assert sorted(zip(rows["org_id"], rows["event_id"])) == sorted([tenant_key(a), tenant_key(b)])
+    assert set(rows.filter(rows["org_id"] == "org-b")["user_id"]) == {"u-of-b"}
