@@ -26,8 +26,9 @@ class ArchiveConfig(BaseModel):
                                  description="How long one Kafka poll waits for records before the loop looks at "
                                  "its flush deadline and stop signals again.")
     dedupe_window: int = Field(default=200_000, ge=0, le=10_000_000,
-                               description="How many recent event_ids are remembered to drop client retries "
-                               "(rebuilt at start from the newest archived files); 0 = dedupe within a batch only.")
+                               description="How many recent (org_id, event_id) pairs are remembered to drop "
+                               "client retries (rebuilt at start from the newest archived files); 0 = dedupe "
+                               "within a batch only.")
     group_id: str = Field(default="rtrl-archiver", min_length=1, max_length=255,
                           description="Kafka consumer group the archived positions are committed under, for "
                           "monitoring (lag) only: the archive's manifests are the source of truth.")
