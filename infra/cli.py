@@ -44,8 +44,8 @@ EPILOG = """examples:
 
 # in the order `rtrl --help` lists their commands
 COMMANDS = (stack, config, schemas, collector, archive, serve, quality, rewards, train, replay, simulate, offline_ab,
-            bootstrap, gate, promote, retention, cycle, ab, dashboard, metrics, demo, orchestrator, mlflow_server, chaos,
-            bench)
+            bootstrap, gate, promote, retention, cycle, ab, dashboard, metrics, demo, orchestrator, mlflow_server,
+            chaos, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -82,7 +82,8 @@ class Trajectory(Event):
     event_type: Literal["trajectory"] = "trajectory"
     schema_version: int = SCHEMA_VERSION
     request_id: RequestId
-    policy_version: str = Field(min_length=1, max_length=128, pattern=SAFE_ID, description="Registry version that served it.")
+    policy_version: str = Field(min_length=1, max_length=128, pattern=SAFE_ID,
+                                description="Registry version that served it.")
     arm: str = Field(min_length=1, max_length=64, pattern=SAFE_ID, description="A/B arm the user is assigned to.")
     prompt_token_ids: list[TokenId] = Field(default_factory=list, max_length=MAX_TOKENS)
     completion_token_ids: list[TokenId] = Field(default_factory=list, max_length=MAX_TOKENS)
@@ -240,7 +241,8 @@ class TaskOutcome(Event):
 
     event_type: Literal["task_outcome"] = "task_outcome"
     schema_version: int = 1
-    task_id: str = Field(min_length=1, max_length=128, pattern=SAFE_ID, description="The task, as its trajectories name it.")
+    task_id: str = Field(min_length=1, max_length=128, pattern=SAFE_ID,
+                         description="The task, as its trajectories name it.")
     outcome: TaskOutcomeKind
     rating: int | None = Field(default=None, ge=1, le=5, description="The user's optional rating, 1 (worst) to 5.")
 

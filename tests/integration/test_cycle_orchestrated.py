@@ -380,8 +380,8 @@ def _stream_one(loop) -> None:
     """One streamed chat request through the gateway (time to first token is measured on streams only)."""
     import httpx
 
-    body = {"model": "rtrl", "messages": [{"role": "user", "content": "fix the bug in util.py"}], "stream": True, "max_tokens": 8,
-            "user": "monitoring-test-user"}
+    body = {"model": "rtrl", "messages": [{"role": "user", "content": "fix the bug in util.py"}], "stream": True,
+            "max_tokens": 8, "user": "monitoring-test-user"}
     with httpx.stream("POST", f"http://127.0.0.1:{loop.cfg.serving.port}/v1/chat/completions", json=body,
                       timeout=120) as r:
         assert r.status_code == 200, r.read()
