@@ -43,11 +43,17 @@ def parse_event(d: Any, strict: bool = False) -> Event:
         d = upgrade(d, cls.SCHEMA_VERSION)
     except ValueError as e:
         raise SchemaError("schema_version", str(e)) from None
+    if strict:
+        try:
+            return cls.model_validate_json(json.dumps(d), strict=True)
+        except ValidationError as strict_error:
+            try:        # the lax pass names the field of what JSON itself refuses (a lone surrogate in a string)
+                cls.model_validate(d)
+            except ValidationError as e:
+                raise _first_error(e) from None
+            raise _first_error(strict_error) from None
     try:
-        event = cls.model_validate(d)
-        if strict:      # after the lax pass, which names the field of a bad string (a lone surrogate, say)
-            cls.model_validate_json(json.dumps(d), strict=True)
-        return event
+        return cls.model_validate(d)
     except ValidationError as e:
         raise _first_error(e) from None
 
