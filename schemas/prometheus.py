@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -20,6 +22,25 @@ def gauge(name: str, help_: str, value: float, labels: dict[str, str] | None = N
     g = GaugeMetricFamily(name, help_, labels=list(labels))
     g.add_metric(list(labels.values()), float(value))
     return g
+
+
+def _by_label(family, values: Mapping[str, float], known: Iterable[str]):
+    for value, n in {**dict.fromkeys(known, 0), **values}.items():
+        family.add_metric([value], float(n))
+    return family
+
+
+def counter_by(name: str, help_: str, label: str, values: Mapping[str, float],
+               known: Iterable[str] = ()) -> CounterMetricFamily:
+    """A counter family with one sample per `values` key, labelled `label`; each of `known` at 0 until counted (so
+    its series exists before the first one, and a rate over it is defined)."""
+    return _by_label(CounterMetricFamily(name, help_, labels=[label]), values, known)
+
+
+def gauge_by(name: str, help_: str, label: str, values: Mapping[str, float],
+             known: Iterable[str] = ()) -> GaugeMetricFamily:
+    """A gauge family with one sample per `values` key, labelled `label` (each of `known` at 0 when absent)."""
+    return _by_label(GaugeMetricFamily(name, help_, labels=[label]), values, known)
 
 
 def exposition(registry) -> tuple[bytes, str]:

@@ -398,7 +398,7 @@ def create_app(gateway: Gateway, *, poll: bool = True, keys: KeyStore | None = N
 
     async def metrics(request: Request) -> Response:
         if not gateway.metrics.enabled:
-            return JSONResponse({"error": "metrics are off (serving.metrics = false)"}, status_code=404)
+            return _error(404, "metrics are off (serving.metrics = false)", "not_found")
         body, content_type = gateway.metrics.exposition()
         return Response(body, media_type=content_type)
 

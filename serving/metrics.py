@@ -26,9 +26,9 @@ request id. A version label is the served policy version ("7", "3@acme"): a hand
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 
-from schemas.prometheus import exposition, gauge
+from schemas.prometheus import counter_by, exposition, gauge, gauge_by
 from serving.vllm_stats import families
 
 CHAT_ROUTE = "/v1/chat/completions"
@@ -53,20 +53,14 @@ class GatewayCollector:
         for arm, a in sorted(status["arms"].items()):
             arms.add_metric([arm, a["alias"], a["version"] or ""], 1.0)
         yield arms
-        in_flight = GaugeMetricFamily("rtrl_serving_requests_in_flight", "Requests an engine holds now (waiting "
-                                      "for weights, queued or sampling), by the version it serves",
-                                      labels=["version"])
         by_version: dict[str, int] = {}
         for e in status["engines"]:
             by_version[e["version"]] = by_version.get(e["version"], 0) + e["in_flight"]
-        for version, n in sorted(by_version.items()):
-            in_flight.add_metric([version], float(n))
-        yield in_flight
-        swaps = CounterMetricFamily("rtrl_serving_swaps", "Hot swaps begun since the gateway started, by how the "
-                                    "new weights are loaded", labels=["mode"])
-        for mode in ("blue_green", "in_place"):
-            swaps.add_metric([mode], float(sum(s.in_place == (mode == "in_place") for s in fleet.swaps)))
-        yield swaps
+        yield gauge_by("rtrl_serving_requests_in_flight", "Requests an engine holds now (waiting for weights, queued "
+                       "or sampling), by the version it serves", "version", dict(sorted(by_version.items())))
+        in_place = sum(s.in_place for s in fleet.swaps)
+        yield counter_by("rtrl_serving_swaps", "Hot swaps begun since the gateway started, by how the new weights "
+                         "are loaded", "mode", {"blue_green": len(fleet.swaps) - in_place, "in_place": in_place})
         stats = self.gateway.telemetry_stats() if self.gateway.telemetry_stats is not None else None
         if stats is not None:
             yield from _telemetry(stats)
@@ -75,13 +69,10 @@ class GatewayCollector:
 
 
 def _telemetry(stats: dict):
-    events = CounterMetricFamily("rtrl_serving_telemetry_events", "Trajectory events the gateway's telemetry "
-                                 "client handled, by outcome (dropped_<reason>: never sent)", labels=["outcome"])
-    for outcome in ("sent", "spooled", "resent", "sampled_out"):
-        events.add_metric([outcome], float(stats.get(outcome, 0)))
-    for reason, n in sorted((stats.get("dropped") or {}).items()):
-        events.add_metric([f"dropped_{reason}"], float(n))
-    yield events
+    outcomes = {o: stats.get(o, 0) for o in ("sent", "spooled", "resent", "sampled_out")}
+    outcomes |= {f"dropped_{reason}": n for reason, n in sorted((stats.get("dropped") or {}).items())}
+    yield counter_by("rtrl_serving_telemetry_events", "Trajectory events the gateway's telemetry client handled, by "
+                     "outcome (dropped_<reason>: never sent)", "outcome", outcomes)
     for name, key, help_ in (("rtrl_serving_telemetry_queue_depth", "queue_depth",
                               "Trajectory events waiting to be sent"),
                              ("rtrl_serving_telemetry_spool_bytes", "spool_bytes",

@@ -16,6 +16,7 @@ import statistics
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
@@ -124,9 +125,10 @@ def _archive_stage(cfg, expected_ids: set[str], log) -> dict:
     return {"events_archived": archived, "archive_events_per_s": round(len(found) / max(elapsed - 3.0, 1e-6), 1)}
 
 
-def run(n_events: int, config_path: str | None = None, base_overrides: tuple[str, ...] = (),
-        log: Callable[[str], None] = print) -> dict:
-    """Measure on a private stack: the given configuration, with its own temp state dir and free ports."""
+@contextmanager
+def private_stack(config_path: str | None, base_overrides: tuple[str, ...], log: Callable[[str], None]):
+    """The given configuration on a stack of its own (a temp state dir, free ports), up: (cfg, its overrides).
+    Everything it started (the collector too) is stopped and the state removed on the way out."""
     tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-ingest-"))
     overrides = [*base_overrides, f'state_dir="{tmp}"', f"kafka.port={free_port(pair=True)}",
                  f"collector.port={free_port()}", f"mlflow.ui_port={free_port()}"]
@@ -135,20 +137,32 @@ def run(n_events: int, config_path: str | None = None, base_overrides: tuple[str
     try:
         log(f"bench: starting a private stack in {tmp}")
         stack.up(log=lambda *_: None)
-        sdk_events = sample_events(n_events, seed=1)
-        # the collector rejects event times far from its clock: these end a minute before now
-        collector_events = sample_events(n_events, seed=2, start=datetime.now(timezone.utc) - timedelta(
-            seconds=0.25 * n_events + 60))
-        result = {"events_sent": 2 * n_events, "event_bytes_mean": round(statistics.mean(
-            len(e.model_dump_json()) for e in sdk_events[:2000]), 1)}
-        result |= _sdk_stage(cfg, sdk_events, log)
-        result |= _collector_stage(cfg, config_path, overrides, collector_events, log)
-        result |= _archive_stage(cfg, {e.event_id for e in sdk_events + collector_events}, log)
-        return {"storage_engine": cfg.kafka.storage_engine, **result}
+        yield cfg, overrides
     finally:
         ManagedProcess("collector", cfg.state_path).stop()
         stack.down(log=lambda *_: None)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def collector_events(n_events: int, seed: int) -> list:
+    """Sample events the collector accepts: their times end a minute before now (it rejects times far from its
+    clock)."""
+    return sample_events(n_events, seed=seed, start=datetime.now(timezone.utc) - timedelta(
+        seconds=0.25 * n_events + 60))
+
+
+def run(n_events: int, config_path: str | None = None, base_overrides: tuple[str, ...] = (),
+        log: Callable[[str], None] = print) -> dict:
+    """Measure on a private stack: the given configuration, with its own temp state dir and free ports."""
+    with private_stack(config_path, base_overrides, log) as (cfg, overrides):
+        sdk_events = sample_events(n_events, seed=1)
+        posted = collector_events(n_events, seed=2)
+        result = {"events_sent": 2 * n_events, "event_bytes_mean": round(statistics.mean(
+            len(e.model_dump_json()) for e in sdk_events[:2000]), 1)}
+        result |= _sdk_stage(cfg, sdk_events, log)
+        result |= _collector_stage(cfg, config_path, overrides, posted, log)
+        result |= _archive_stage(cfg, {e.event_id for e in sdk_events + posted}, log)
+        return {"storage_engine": cfg.kafka.storage_engine, **result}
 
 
 def collector_cost(n_events: int, rounds: int, config_path: str | None = None, base_overrides: tuple[str, ...] = (),
@@ -157,22 +171,14 @@ def collector_cost(n_events: int, rounds: int, config_path: str | None = None, b
     private stack (infra/bench/metrics_cost.py)."""
     from infra.bench.metrics_cost import alternate
 
-    tmp = Path(tempfile.mkdtemp(prefix="rtrl-bench-ingest-cost-"))
-    overrides = [*base_overrides, f'state_dir="{tmp}"', f"kafka.port={free_port(pair=True)}",
-                 f"collector.port={free_port()}", f"mlflow.ui_port={free_port()}"]
-    cfg = load_config(config_path, overrides)
-    stack = Stack(cfg)
     seeds = iter(range(10, 10 + 2 * rounds))
-    try:
-        stack.up(log=lambda *_: None)
+    with private_stack(config_path, base_overrides, log) as (cfg, overrides):
         key = bench_key(cfg)
 
         def measure(on: bool) -> float:
-            events = sample_events(n_events, seed=next(seeds), start=datetime.now(timezone.utc) - timedelta(
-                seconds=0.25 * n_events + 60))
             try:
                 out = _collector_stage(cfg, config_path, [*overrides, f"collector.metrics={'true' if on else 'false'}"],
-                                       events, log, key=key)
+                                       collector_events(n_events, next(seeds)), log, key=key)
             finally:
                 ManagedProcess("collector", cfg.state_path).stop()
             if out["collector_errors"]:
@@ -180,7 +186,3 @@ def collector_cost(n_events: int, rounds: int, config_path: str | None = None, b
             return out["collector_events_per_s"]
 
         return {**alternate(measure, rounds, log), "events_per_round": n_events, "rounds": rounds}
-    finally:
-        ManagedProcess("collector", cfg.state_path).stop()
-        stack.down(log=lambda *_: None)
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -44,7 +44,7 @@ from datetime import datetime
 from prometheus_client.core import GaugeMetricFamily
 
 from infra.orchestrator.ledger import DONE, FAILED, RUNNING
-from schemas.prometheus import gauge
+from schemas.prometheus import gauge, gauge_by
 
 STEPS = ("collect", "distill", "validate", "measure", "train", "evaluate", "promote", "specialize", "deploy")
 WALK_BACK = 10
@@ -96,8 +96,9 @@ class CycleCollector:
 
     def collect(self):
         recent = recent_cycles(self.ledger, self.walk_back)
+        done = next((r for r in recent if r.status == DONE), None)
         if self.cfg is not None:
-            yield from self._config(recent)
+            yield from self._config(recent, done)
         if not recent:
             return
         latest = recent[0]
@@ -105,7 +106,6 @@ class CycleCollector:
                     {"cycle": latest.cycle_id, "status": latest.status})
         yield gauge("rtrl_cycle_started_timestamp_seconds", "When the latest cycle started (epoch seconds)",
                      latest.started_wall)
-        done = next((r for r in recent if r.status == DONE), None)
         yield gauge("rtrl_cycle_last_done_timestamp_seconds", "When the newest done cycle finished (epoch "
                      "seconds; 0: none among the recent cycles)",
                      (done.finished_wall or done.started_wall) if done else 0.0)
@@ -134,11 +134,10 @@ class CycleCollector:
         yield from self._ab(recent)
         yield from self._deploy(recent)
 
-    def _config(self, recent: list):
+    def _config(self, recent: list, done):
         cfg = self.cfg
         yield gauge("rtrl_cycle_cadence_seconds", "The cycle's cadence (orchestrator.interval_s)",
                     cfg.orchestrator.interval_s)
-        done = next((r for r in recent if r.status == DONE), None)
         as_of = epoch(done.result("collect").get("as_of")) if done is not None else None
         if as_of is not None:
             yield gauge("rtrl_reward_as_of_timestamp_seconds", "The event time the newest done cycle's rewards "
@@ -152,9 +151,8 @@ class CycleCollector:
             yield gauge("rtrl_disk_size_bytes", "Size of the state dir's file system", usage.total)
         yield gauge("rtrl_registry_cache_max_bytes", "The checkpoint cache's bound (retention.cache_max_bytes)",
                     cfg.retention.cache_max_bytes)
-        cache = next(((r.result("deploy").get("retention") or {}).get("cache_bytes") for r in recent
-                      if r.done("deploy") and (r.result("deploy").get("retention") or {}).get("cache_bytes")
-                      is not None), None)
+        caches = ((r.result("deploy").get("retention") or {}).get("cache_bytes") for r in recent if r.done("deploy"))
+        cache = next((c for c in caches if c is not None), None)
         if cache is not None:
             yield gauge("rtrl_registry_cache_bytes", "The checkpoint cache's bytes after the newest retention run",
                         cache)
@@ -206,17 +204,14 @@ class CycleCollector:
             return
         rate = GaugeMetricFamily("rtrl_ab_monitor_rate", "The newest measure step's reward-hacking monitors per arm",
                                  labels=["arm", "metric"])
-        change = GaugeMetricFamily("rtrl_ab_monitor_change", "Each monitor's treatment against control (relative or "
-                                   "absolute, as [ab.monitors] says)", labels=["metric"])
-        red = GaugeMetricFamily("rtrl_ab_monitor_red", "1 when the monitor is past its [ab.monitors] threshold "
-                                "against control", labels=["metric"])
         for m in monitors:
             for arm in ("control", "treatment"):
                 if m.get(arm) is not None:
                     rate.add_metric([arm, m["metric"]], float(m[arm]))
-            if m.get("change") is not None:
-                change.add_metric([m["metric"]], float(m["change"]))
-            red.add_metric([m["metric"]], 1.0 if m.get("status") == "red" else 0.0)
         yield rate
-        yield change
-        yield red
+        yield gauge_by("rtrl_ab_monitor_change", "Each monitor's treatment against control (relative or absolute, as "
+                       "[ab.monitors] says)", "metric", {m["metric"]: m["change"] for m in monitors
+                                                        if m.get("change") is not None})
+        yield gauge_by("rtrl_ab_monitor_red", "1 when the monitor is red: past its [ab.monitors] threshold "
+                       "against control, and significantly", "metric", {m["metric"]: 1.0 if m.get("status") == "red" else 0.0
+                                             for m in monitors})

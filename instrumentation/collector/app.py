@@ -242,7 +242,7 @@ class Collector:
         if (refused := self._address_over_limit(request, charge=True)) is not None:
             return refused
         if not self.cfg.metrics:
-            return JSONResponse({"error": "metrics are off (collector.metrics = false)"}, status_code=404)
+            return error(404, "metrics_off", "metrics are off (collector.metrics = false)")
         body, content_type = self.metrics.exposition()
         return Response(body, media_type=content_type)
 

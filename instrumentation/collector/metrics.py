@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily
 
 from instrumentation.collector.ingest import REJECTION_CODES
-from schemas.prometheus import counter, exposition, gauge
+from schemas.prometheus import counter, counter_by, exposition, gauge
 
 INGEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 RATE_LIMIT_KINDS = ("events", "requests", "unauthenticated")
@@ -31,14 +31,9 @@ RATE_LIMIT_KINDS = ("events", "requests", "unauthenticated")
 
 def _by_suffix(snap: dict[str, int], prefix: str, name: str, help_: str, label: str,
                known: tuple[str, ...] = ()) -> CounterMetricFamily:
-    """The counters named `<prefix><x>` as one family labelled `label` = x; each of `known` at 0 until counted (so
-    the series exist before the first one, and a rate over them is defined)."""
-    c = CounterMetricFamily(name, help_, labels=[label])
-    values = {k: 0 for k in known}
-    values.update({key.removeprefix(prefix): n for key, n in snap.items() if key.startswith(prefix)})
-    for value, n in values.items():
-        c.add_metric([value], float(n))
-    return c
+    """The counters named `<prefix><x>` as one family labelled `label` = x (each of `known` at 0 until counted)."""
+    return counter_by(name, help_, label, {key.removeprefix(prefix): n for key, n in snap.items()
+                                           if key.startswith(prefix)}, known)
 
 
 class StatsCollector:
@@ -58,11 +53,8 @@ class StatsCollector:
                        snap.get("produce_errors", 0))
         yield counter("rtrl_collector_auth_failures", "Requests answered 401", snap.get("auth_failures", 0))
         yield counter("rtrl_collector_forbidden", "Requests answered 403", snap.get("forbidden", 0))
-        limited = CounterMetricFamily("rtrl_collector_rate_limited", "Requests answered 429, by the limit they hit",
-                                      labels=["kind"])
-        for kind in RATE_LIMIT_KINDS:
-            limited.add_metric([kind], float(snap.get(f"rate_limited.{kind}", 0)))
-        yield limited
+        yield _by_suffix(snap, "rate_limited.", "rtrl_collector_rate_limited", "Requests answered 429, by the limit "
+                         "they hit", "kind", RATE_LIMIT_KINDS)
         yield counter("rtrl_collector_headers_refused", "Requests answered 431 (too many or too large headers)",
                        snap.get("headers_refused", 0))
         yield counter("rtrl_collector_secrets_redacted", "Secrets the collector's own redaction replaced",

@@ -19,10 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from pipelines.archive.deadletter import REASONS
-from schemas.prometheus import counter, gauge
+from schemas.prometheus import counter, counter_by, gauge, gauge_by
 
 COUNTERS = (("messages", "rtrl_archive_messages", "Kafka records consumed into committed batches"),
             ("events_written", "rtrl_archive_events_written", "Rows in committed data files"),
@@ -44,23 +43,17 @@ class ArchiverCollector:
         st = self.stats()
         for attr, name, help_ in COUNTERS:
             yield counter(name, help_, getattr(st, attr))
-        letters = CounterMetricFamily("rtrl_archive_dead_letters", "Records sent to the dead-letter topic, by reason",
-                                      labels=["reason"])
-        for reason, n in sorted({**dict.fromkeys(REASONS, 0), **st.dead_letters}.items()):
-            letters.add_metric([reason], float(n))
-        yield letters
+        yield counter_by("rtrl_archive_dead_letters", "Records sent to the dead-letter topic, by reason", "reason",
+                         st.dead_letters, REASONS)
         yield gauge("rtrl_archive_batch_messages", "Messages in the batch not committed yet", self.batch_messages())
         yield gauge("rtrl_archive_last_commit_timestamp_seconds", "When the last batch committed (epoch seconds; 0: "
                     "none since start)", st.last_commit_wall)
-        lag = GaugeMetricFamily("rtrl_archive_consumer_lag_records", "Records Kafka holds past the archiver's "
-                                "position, summed over the topic's partitions", labels=["topic"])
         by_topic: dict[str, int] = {}
         for tp, n in st.lag.items():
             topic = tp.rsplit("/", 1)[0]
             by_topic[topic] = by_topic.get(topic, 0) + n
-        for topic, n in sorted(by_topic.items()):
-            lag.add_metric([topic], float(n))
-        yield lag
+        yield gauge_by("rtrl_archive_consumer_lag_records", "Records Kafka holds past the archiver's position, summed "
+                       "over the topic's partitions", "topic", dict(sorted(by_topic.items())))
 
 
 def registry_for(archiver) -> CollectorRegistry:
